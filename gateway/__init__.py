@@ -1,0 +1,1 @@
+"""The HTTP gateway: API, streaming proxy, upstream registry, settings, metrics, CLI, app factory."""

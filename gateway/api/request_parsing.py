@@ -1,0 +1,141 @@
+"""Parse an OpenAI request body just enough to route and account it; the body is forwarded unchanged.
+
+Extracted: model, stream, max_tokens (`max_completion_tokens` or `max_tokens`), whether the client asked
+for streamed usage, and the prompt text for routing keys. Wrong types raise `BadRequest` naming the field.
+The only rewrites (`rewrite_body`) are the pool's upstream model name and, for streams, asking the
+engine for usage (`stream_options.include_usage`) so the gateway can account tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from gateway.errors import BadRequest
+
+CHARS_PER_TOKEN = 4
+"""Token estimate used for admission and load accounting: ceil(len(text) / 4) (OpenAI's rule of thumb)."""
+
+
+class Endpoint(StrEnum):
+    """Proxied endpoints; the value is the upstream path."""
+
+    CHAT = "/v1/chat/completions"
+    COMPLETIONS = "/v1/completions"
+    EMBEDDINGS = "/v1/embeddings"
+    TOKENIZE = "/tokenize"
+    DETOKENIZE = "/detokenize"
+
+    @property
+    def can_stream(self) -> bool:
+        return self in (Endpoint.CHAT, Endpoint.COMPLETIONS)
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedRequest:
+    endpoint: Endpoint
+    body: dict[str, Any]
+    raw: bytes
+    model: str
+    stream: bool
+    max_tokens: int | None
+    client_wants_usage: bool
+    prompt_text: str
+    user: str | None
+
+    @property
+    def estimated_prompt_tokens(self) -> int:
+        return -(-len(self.prompt_text) // CHARS_PER_TOKEN)
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+        )
+    return ""
+
+
+def _prompt_text(endpoint: Endpoint, body: dict[str, Any]) -> str:
+    """Plain text of the prompt, role-tagged for chat (system first as sent); routing keys build on it."""
+    if endpoint is Endpoint.CHAT:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise BadRequest("'messages' must be a non-empty array")
+        parts = []
+        for i, message in enumerate(messages):
+            if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+                raise BadRequest(f"'messages[{i}]' must be an object with a string 'role'")
+            parts.append(f"<|{message['role']}|>{_content_text(message.get('content'))}")
+        return "\n".join(parts)
+    key = {Endpoint.COMPLETIONS: "prompt", Endpoint.EMBEDDINGS: "input"}.get(endpoint, "prompt")
+    value = body.get(key)
+    if endpoint in (Endpoint.COMPLETIONS, Endpoint.EMBEDDINGS) and value is None:
+        raise BadRequest(f"'{key}' is required")
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "".join(v for v in value if isinstance(v, str))
+    return ""
+
+
+def _optional_int(body: dict[str, Any], *names: str) -> int | None:
+    for name in names:
+        value = body.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise BadRequest(f"'{name}' must be a non-negative integer")
+        return value
+    return None
+
+
+def parse_request(endpoint: Endpoint, raw: bytes) -> ParsedRequest:
+    """Validate the fields the gateway reads; everything else is the engine's business."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise BadRequest("'model' is required and must be a non-empty string")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise BadRequest("'stream' must be a boolean")
+    if stream and not endpoint.can_stream:
+        raise BadRequest(f"streaming is not supported on {endpoint.value}")
+    stream_options = body.get("stream_options")
+    if stream_options is not None and not isinstance(stream_options, dict):
+        raise BadRequest("'stream_options' must be an object")
+    user = body.get("user")
+    return ParsedRequest(
+        endpoint=endpoint,
+        body=body,
+        raw=raw,
+        model=model,
+        stream=stream,
+        max_tokens=_optional_int(body, "max_completion_tokens", "max_tokens"),
+        client_wants_usage=bool(stream_options and stream_options.get("include_usage")),
+        prompt_text=_prompt_text(endpoint, body),
+        user=user if isinstance(user, str) and user else None,
+    )
+
+
+def rewrite_body(parsed: ParsedRequest, upstream_model: str | None) -> bytes:
+    """The bytes to send upstream: the original body unless a rewrite is needed (module docstring)."""
+    needs_usage = parsed.stream and not parsed.client_wants_usage
+    if not needs_usage and (upstream_model is None or upstream_model == parsed.model):
+        return parsed.raw
+    body = dict(parsed.body)
+    if upstream_model is not None:
+        body["model"] = upstream_model
+    if needs_usage:
+        body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+    return orjson.dumps(body)

@@ -1,0 +1,164 @@
+"""The app factory: validated settings in, one ASGI application out (no module-level state).
+
+The OpenAI proxy endpoints are dispatched as plain ASGI to `ProxyHandler` (no framework layers on the
+hot path); everything else (models, health, readiness, metrics, admin) is a small FastAPI app. The
+top-level app owns the lifespan: it opens the one shared upstream client at start-up and, at shutdown,
+stops admitting (`draining`), waits up to `server.drain_timeout_s` for in-flight requests, then closes
+the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+
+import httpx
+from fastapi import FastAPI, Request, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from gateway.api.asgi_io import Receive, Scope, Send, send_response
+from gateway.api.request_parsing import Endpoint
+from gateway.error_mapping import to_response
+from gateway.errors import GatewayError, MethodNotAllowed, RouteNotFound
+from gateway.metrics import METRICS_CONTENT_TYPE, GatewayMetrics
+from gateway.proxy.handler import ProxyHandler
+from gateway.settings import Settings
+from gateway.upstream.http_client import build_upstream_client
+from gateway.upstream.registry import Clock, ReplicaRegistry
+
+logger = logging.getLogger(__name__)
+
+_PROXY_ROUTES = {endpoint.value: endpoint for endpoint in Endpoint}
+
+
+@dataclass
+class GatewayState:
+    """Everything one app instance owns; reachable from tests as `app.state`."""
+
+    settings: Settings
+    metrics: GatewayMetrics
+    registry: ReplicaRegistry
+    client: httpx.AsyncClient | None = None
+    proxy: ProxyHandler | None = None
+    started_s: float = field(default_factory=time.time)
+
+
+class GatewayApp:
+    """The ASGI application (see module docstring)."""
+
+    def __init__(
+        self, settings: Settings, clock: Clock = time.monotonic, rng: random.Random | None = None
+    ) -> None:
+        metrics = GatewayMetrics()
+        rng = rng or random.Random(settings.seed)
+        self.state = GatewayState(settings, metrics, ReplicaRegistry(settings, metrics, clock, rng))
+        self._ops = _build_ops_app(self.state)
+
+    @property
+    def draining(self) -> bool:
+        return self.state.proxy is not None and self.state.proxy.draining
+
+    async def startup(self) -> None:
+        if self.state.client is None:
+            self.state.client = build_upstream_client(self.state.settings.upstream)
+            self.state.proxy = ProxyHandler(
+                self.state.settings, self.state.registry, self.state.client, self.state.metrics
+            )
+
+    async def shutdown(self) -> None:
+        """Drain: refuse new requests, let in-flight ones finish up to the drain timeout, close the client."""
+        if self.state.proxy is not None:
+            self.state.proxy.draining = True
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.state.settings.server.drain_timeout_s):
+                await self.state.registry.wait_idle()
+        if self.state.client is not None:
+            await self.state.client.aclose()
+            self.state.client = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            endpoint = _PROXY_ROUTES.get(scope["path"])
+            if endpoint is not None and self.state.proxy is not None:
+                if scope["method"] == "POST":
+                    await self.state.proxy(endpoint, scope, receive, send)
+                else:
+                    answer = to_response(
+                        MethodNotAllowed(f"method {scope['method']} not allowed on {scope['path']}")
+                    )
+                    await send_response(send, answer.status, answer.headers, answer.body)
+                return
+            await self._ops(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+        else:
+            await self._ops(scope, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await self.startup()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+def _error_response(error: GatewayError) -> Response:
+    answer = to_response(error)
+    return Response(content=answer.body, status_code=answer.status, headers=dict(answer.headers))
+
+
+def _build_ops_app(state: GatewayState) -> FastAPI:
+    app = FastAPI(title="llm-gateway", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 405:
+            return _error_response(
+                MethodNotAllowed(f"method {request.method} not allowed on {request.url.path}")
+            )
+        return _error_response(RouteNotFound(f"no route {request.method} {request.url.path}"))
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, object]:
+        created = int(state.started_s)
+        data = [
+            {"id": pool.model, "object": "model", "created": created, "owned_by": "llm-gateway"}
+            for pool in state.registry.pools.values()
+            if any(r.healthy and not r.draining for r in pool.replicas.values())
+        ]
+        return {"object": "list", "data": data}
+
+    @app.get("/healthz")
+    @app.get("/health")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        draining = state.proxy is None or state.proxy.draining
+        has_replica = any(True for _ in state.registry.all_replicas())
+        ready = not draining and has_replica
+        body = b'{"ready":true}' if ready else b'{"ready":false}'
+        return Response(content=body, status_code=200 if ready else 503, media_type="application/json")
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(content=state.metrics.render(), media_type=METRICS_CONTENT_TYPE)
+
+    return app
+
+
+def create_app(
+    settings: Settings, clock: Clock = time.monotonic, rng: random.Random | None = None
+) -> GatewayApp:
+    """Build a gateway application from validated settings."""
+    return GatewayApp(settings, clock=clock, rng=rng)

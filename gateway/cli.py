@@ -1,0 +1,75 @@
+"""The `llm-gateway` command: serve, demo, mock-engine, plan."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from gateway.settings import ConfigError, load_settings
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from gateway.serve import serve
+
+    try:
+        settings = load_settings(args.config)
+    except ConfigError as exc:
+        print(f"llm-gateway: {exc}", file=sys.stderr)
+        return 2
+    serve(settings, log_level=args.log_level)
+    return 0
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    try:
+        settings = load_settings(args.config)
+    except ConfigError as exc:
+        print(f"llm-gateway: {exc}", file=sys.stderr)
+        return 2
+    print(f"ok: {len(settings.pools)} pool(s): " + ", ".join(p.model for p in settings.pools))
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from gateway.demo import run_demo
+
+    try:
+        return run_demo(gateway_port=args.port)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    from mock_engine import cli as mock_cli
+
+    parser = argparse.ArgumentParser(prog="llm-gateway", description="OpenAI-compatible LLM routing gateway")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the gateway from a YAML config")
+    serve.add_argument("--config", help="config file (default: $LLM_GATEWAY_CONFIG)")
+    serve.add_argument("--log-level", default="info")
+    serve.set_defaults(func=_serve)
+
+    check = sub.add_parser("check-config", help="validate a config file and exit")
+    check.add_argument("--config", help="config file (default: $LLM_GATEWAY_CONFIG)")
+    check.set_defaults(func=_check_config)
+
+    demo = sub.add_parser("demo", help="three mock engines and the gateway on 127.0.0.1")
+    demo.add_argument("--port", type=int, default=8080)
+    demo.set_defaults(func=_demo)
+
+    mock = sub.add_parser("mock-engine", help="run one mock engine replica")
+    mock_cli.add_arguments(mock)
+    mock.set_defaults(func=mock_cli.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    return func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

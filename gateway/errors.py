@@ -1,0 +1,192 @@
+"""The one exception hierarchy of the gateway. `gateway.error_mapping` is the one place that turns it
+into HTTP (status, `x-gateway-reject-reason`, `Retry-After`, OpenAI-style body) or a terminal SSE event.
+
+Every shed or failure path raises one of these; nothing else builds an error response.
+"""
+
+from __future__ import annotations
+
+import math
+from enum import StrEnum
+
+
+class ErrorCode(StrEnum):
+    """The `x-gateway-reject-reason` values (DESIGN §4) and the body's `error.code`."""
+
+    BAD_REQUEST = "bad_request"
+    MODEL_NOT_FOUND = "model_not_found"
+    TOO_LARGE = "too_large"
+    UNAUTHORIZED = "unauthorized"
+    NOT_FOUND = "not_found"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
+    RATE_LIMITED = "rate_limited"
+    QUEUE_FULL = "queue_full"
+    QUEUE_TIMEOUT = "queue_timeout"
+    NO_REPLICA = "no_replica"
+    DRAINING = "draining"
+    UPSTREAM_CONNECT = "upstream_connect"
+    UPSTREAM_TTFT_TIMEOUT = "upstream_ttft_timeout"
+    UPSTREAM_IDLE_TIMEOUT = "upstream_idle_timeout"
+    UPSTREAM_TOTAL_TIMEOUT = "upstream_total_timeout"
+    UPSTREAM_STATUS = "upstream_status"
+    UPSTREAM_PROTOCOL = "upstream_protocol"
+    INTERNAL = "internal_error"
+
+
+class GatewayError(Exception):
+    """Base of every error the gateway answers with. Subclasses fix status, code and OpenAI type."""
+
+    status: int = 500
+    code: ErrorCode = ErrorCode.UPSTREAM_PROTOCOL
+    error_type: str = "server_error"
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+    @property
+    def retry_after_header(self) -> str | None:
+        """`Retry-After` as integer seconds ≥ 1 (rounded up), or None when not applicable."""
+        if self.retry_after_s is None:
+            return None
+        return str(max(1, math.ceil(self.retry_after_s)))
+
+
+class BadRequest(GatewayError):
+    status = 400
+    code = ErrorCode.BAD_REQUEST
+    error_type = "invalid_request_error"
+
+
+class ModelNotFound(GatewayError):
+    status = 404
+    code = ErrorCode.MODEL_NOT_FOUND
+    error_type = "invalid_request_error"
+
+
+class RouteNotFound(GatewayError):
+    status = 404
+    code = ErrorCode.NOT_FOUND
+    error_type = "invalid_request_error"
+
+
+class MethodNotAllowed(GatewayError):
+    status = 405
+    code = ErrorCode.METHOD_NOT_ALLOWED
+    error_type = "invalid_request_error"
+
+
+class PayloadTooLarge(GatewayError):
+    status = 413
+    code = ErrorCode.TOO_LARGE
+    error_type = "invalid_request_error"
+
+
+class Unauthorized(GatewayError):
+    status = 401
+    code = ErrorCode.UNAUTHORIZED
+    error_type = "authentication_error"
+
+
+class Overloaded(GatewayError):
+    """Base of the 429 shed paths; they always carry a computed Retry-After."""
+
+    status = 429
+    error_type = "rate_limit_error"
+
+
+class RateLimited(Overloaded):
+    code = ErrorCode.RATE_LIMITED
+
+
+class QueueFull(Overloaded):
+    code = ErrorCode.QUEUE_FULL
+
+
+class QueueTimeout(Overloaded):
+    code = ErrorCode.QUEUE_TIMEOUT
+
+
+class Unavailable(GatewayError):
+    """Base of the 503 paths."""
+
+    status = 503
+    error_type = "service_unavailable"
+
+
+class NoReplica(Unavailable):
+    code = ErrorCode.NO_REPLICA
+
+
+class Draining(Unavailable):
+    code = ErrorCode.DRAINING
+
+
+class UpstreamError(GatewayError):
+    """Base of failures talking to a replica. `replica_id` is set when one was chosen."""
+
+    status = 502
+    error_type = "upstream_error"
+
+    def __init__(
+        self, message: str, *, replica_id: str | None = None, retry_after_s: float | None = None
+    ) -> None:
+        super().__init__(message, retry_after_s=retry_after_s)
+        self.replica_id = replica_id
+
+
+class UpstreamConnectError(UpstreamError):
+    code = ErrorCode.UPSTREAM_CONNECT
+
+
+class UpstreamProtocolError(UpstreamError):
+    """The replica answered something that is not a valid response (closed early, bad framing)."""
+
+    code = ErrorCode.UPSTREAM_PROTOCOL
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504
+    error_type = "timeout"
+
+
+class UpstreamTTFTTimeout(UpstreamTimeout):
+    code = ErrorCode.UPSTREAM_TTFT_TIMEOUT
+
+
+class UpstreamIdleTimeout(UpstreamTimeout):
+    code = ErrorCode.UPSTREAM_IDLE_TIMEOUT
+
+
+class UpstreamTotalTimeout(UpstreamTimeout):
+    code = ErrorCode.UPSTREAM_TOTAL_TIMEOUT
+
+
+class UpstreamStatusError(UpstreamError):
+    """The replica answered an error status; status and body are passed through unchanged."""
+
+    code = ErrorCode.UPSTREAM_STATUS
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int,
+        body: bytes,
+        content_type: str | None,
+        replica_id: str | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(message, replica_id=replica_id, retry_after_s=retry_after_s)
+        self.status = status
+        self.body = body
+        self.content_type = content_type
+
+
+class InternalError(GatewayError):
+    """A bug: logged with its stack trace and counted; the client still gets a contract answer."""
+
+    status = 500
+    code = ErrorCode.INTERNAL
+    error_type = "server_error"

@@ -1,0 +1,96 @@
+"""Prometheus metrics under the `llm_gateway_` prefix, on a registry owned by one app instance.
+
+No module-level registry: `GatewayMetrics()` builds its own `CollectorRegistry`, so two apps in one
+process (tests, the demo) never share counters. Labels never carry request ids, prompts or session keys.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+PREFIX = "llm_gateway"
+
+_LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320)
+_TPOT_BUCKETS_S = (0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0)
+_DECIDE_BUCKETS_S = (1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3)
+
+METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class GatewayMetrics:
+    """Every metric the gateway exports (DESIGN §4 "Metrics")."""
+
+    def __init__(self) -> None:
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # no `_created` series: they double the exposition for no operator value
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests_total = Counter(
+            f"{PREFIX}_requests_total", "Requests by model and outcome", ["model", "outcome"], registry=r
+        )
+        self.request_duration_seconds = Histogram(
+            f"{PREFIX}_request_duration_seconds",
+            "End-to-end request duration as seen by the gateway",
+            ["model"],
+            buckets=_LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.ttft_seconds = Histogram(
+            f"{PREFIX}_ttft_seconds",
+            "Time to the first content token (streaming) or the full response (non-streaming)",
+            ["model"],
+            buckets=_LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.tpot_seconds = Histogram(
+            f"{PREFIX}_tpot_seconds",
+            "Time per output token after the first: (e2e - ttft) / (completion_tokens - 1)",
+            ["model"],
+            buckets=_TPOT_BUCKETS_S,
+            registry=r,
+        )
+        self.inflight = Gauge(f"{PREFIX}_inflight", "Requests in flight per replica", ["replica"], registry=r)
+        self.replica_up = Gauge(
+            f"{PREFIX}_replica_up",
+            "1 when the replica is eligible for traffic health-wise",
+            ["replica"],
+            registry=r,
+        )
+        self.routing_decisions_total = Counter(
+            f"{PREFIX}_routing_decisions_total",
+            "Routing decisions by policy and branch",
+            ["policy", "branch"],
+            registry=r,
+        )
+        self.routing_decision_seconds = Histogram(
+            f"{PREFIX}_routing_decision_seconds",
+            "Time spent in the routing policy per decision",
+            buckets=_DECIDE_BUCKETS_S,
+            registry=r,
+        )
+        self.retries_total = Counter(
+            f"{PREFIX}_retries_total",
+            "Upstream attempts retried before the first byte",
+            ["reason"],
+            registry=r,
+        )
+        self.rejections_total = Counter(
+            f"{PREFIX}_rejections_total",
+            "Requests answered with a contract error, by reason",
+            ["reason"],
+            registry=r,
+        )
+        self.tokens_total = Counter(
+            f"{PREFIX}_tokens_total", "Tokens from upstream usage, by direction", ["direction"], registry=r
+        )
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of this registry."""
+        return generate_latest(self.registry)

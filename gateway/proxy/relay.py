@@ -1,0 +1,151 @@
+"""Relay an open upstream response to the client.
+
+Streams: events are forwarded as soon as a raw upstream chunk completes them (one ASGI send per upstream
+chunk, bytes unchanged). Response headers are held until the first content event (or the end of the
+stream), so a failure before it is still a clean error response; the empty role chunk engines send at
+once waits with them. Timers: until the first content event the first-token deadline runs (it started
+when the request was sent upstream); after it, the idle timeout is the upstream read timeout, and the
+optional total deadline bounds the whole stream. A stream that ends without `[DONE]` is a truncation and
+ends with a terminal error event, never silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import orjson
+
+from gateway.errors import (
+    UpstreamIdleTimeout,
+    UpstreamProtocolError,
+    UpstreamTotalTimeout,
+    UpstreamTTFTTimeout,
+)
+from gateway.proxy.exchange import Exchange
+from gateway.proxy.sse import SSESplitter, inspect_event
+
+SSE_CONTENT_TYPE = "text/event-stream"
+
+
+def _encode_headers(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+
+
+async def _start(exchange: Exchange, status: int, content_type: str, extra: list[tuple[str, str]]) -> None:
+    headers = exchange.response_headers(content_type) + extra
+    await exchange.send(
+        {"type": "http.response.start", "status": status, "headers": _encode_headers(headers)}
+    )
+    exchange.response_started = True
+
+
+async def finish_body(exchange: Exchange, body: bytes = b"") -> None:
+    """Send the last body message; the disconnect watcher is disarmed first (see `DisconnectWatcher`)."""
+    if exchange.watcher is not None:
+        exchange.watcher.disarm()
+    await exchange.send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def relay_full(exchange: Exchange, nonstream_s: float) -> None:
+    """Read the whole upstream body, account usage, send it as one response."""
+    response = exchange.response
+    assert response is not None
+    try:
+        async with asyncio.timeout(nonstream_s):
+            body = await response.aread()
+    except (TimeoutError, httpx.ReadTimeout):
+        raise UpstreamTotalTimeout(
+            f"the replica did not finish the response within {nonstream_s} s"
+        ) from None
+    except httpx.HTTPError as exc:
+        raise UpstreamProtocolError(f"the replica failed while sending the response: {exc}") from None
+    if b'"usage"' in body:
+        try:
+            data = orjson.loads(body)
+            usage = data.get("usage") if isinstance(data, dict) else None
+            exchange.usage = usage if isinstance(usage, dict) else None
+        except orjson.JSONDecodeError:
+            pass
+    exchange.ttft_s = exchange.elapsed_s()
+    content_type = response.headers.get("content-type", "application/json")
+    extra = [("content-length", str(len(body)))]
+    await _start(exchange, response.status_code, content_type, extra)
+    await finish_body(exchange, body)
+
+
+class StreamRelay:
+    """Pumps one SSE stream (module docstring)."""
+
+    def __init__(self, exchange: Exchange, ttft_s: float, total_s: float | None) -> None:
+        self._exchange = exchange
+        self._ttft_s = ttft_s
+        self._total_s = total_s
+        assert exchange.parsed is not None
+        self._strip_usage = not exchange.parsed.client_wants_usage
+        self._held: list[bytes] = []
+        self._saw_done = False
+
+    async def run(self) -> None:
+        response = self._exchange.response
+        assert response is not None
+        loop = asyncio.get_running_loop()
+        started = loop.time() - self._exchange.elapsed_s()
+        total_deadline = None if self._total_s is None else started + self._total_s
+        splitter = SSESplitter()
+        try:
+            async with asyncio.timeout(started + self._ttft_s) as timer:
+                async for chunk in response.aiter_raw():
+                    out = self._filter(splitter.feed(chunk))
+                    if not self._exchange.response_started:
+                        if self._exchange.ttft_s is None:
+                            continue
+                        timer.reschedule(total_deadline)
+                        out = b"".join(self._held) + out
+                        await _start(self._exchange, 200, SSE_CONTENT_TYPE, [("cache-control", "no-cache")])
+                    if out:
+                        await self._exchange.send(
+                            {"type": "http.response.body", "body": out, "more_body": True}
+                        )
+        except TimeoutError:
+            if self._exchange.ttft_s is None:
+                raise UpstreamTTFTTimeout(f"no first token within the deadline of {self._ttft_s} s") from None
+            raise UpstreamTotalTimeout(
+                f"the stream exceeded its total deadline of {self._total_s} s"
+            ) from None
+        except httpx.ReadTimeout:
+            raise UpstreamIdleTimeout("the replica sent nothing within the idle timeout") from None
+        except httpx.HTTPError as exc:
+            raise UpstreamProtocolError(f"the replica broke off the stream: {exc!r}") from None
+        await self._end(splitter.remainder())
+
+    def _filter(self, events: list[bytes]) -> bytes:
+        kept: list[bytes] = []
+        exchange = self._exchange
+        for event in events:
+            info = inspect_event(event, need_content=exchange.ttft_s is None)
+            if info.usage is not None:
+                exchange.usage = info.usage
+            if info.is_done:
+                self._saw_done = True
+            if info.usage_only and self._strip_usage:
+                continue
+            if exchange.ttft_s is None and (info.has_content or info.error or info.is_done):
+                exchange.ttft_s = exchange.elapsed_s()
+            if exchange.response_started:
+                kept.append(event)
+            else:
+                self._held.append(event)
+        return b"".join(kept)
+
+    async def _end(self, remainder: bytes) -> None:
+        if not self._saw_done and not self._exchange.response_started:
+            raise UpstreamProtocolError("the replica ended the stream before any token or [DONE]")
+        if not self._exchange.response_started:
+            await _start(self._exchange, 200, SSE_CONTENT_TYPE, [("cache-control", "no-cache")])
+            held = b"".join(self._held)
+            if held:
+                await self._exchange.send({"type": "http.response.body", "body": held, "more_body": True})
+        if not self._saw_done:
+            raise UpstreamProtocolError("the replica ended the stream before [DONE]")
+        await finish_body(self._exchange, remainder)

@@ -1,0 +1,200 @@
+"""Validated configuration: one YAML file plus environment overrides.
+
+Sources, later wins:
+  1. built-in defaults (the models below),
+  2. the YAML file (`--config PATH` or `LLM_GATEWAY_CONFIG`),
+  3. environment overrides `LLM_GATEWAY__<KEY>__<SUBKEY>=value` (double underscore nests, keys are
+     lower-cased, values parsed as YAML scalars: `LLM_GATEWAY__SERVER__PORT=9000`).
+
+Validation happens once at start; `ConfigError` names the offending key (`pools.0.policy: …`).
+Unknown keys are errors, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from router.presets import known_policies
+
+ENV_PREFIX = "LLM_GATEWAY__"
+CONFIG_PATH_ENV = "LLM_GATEWAY_CONFIG"
+
+
+class ConfigError(ValueError):
+    """A configuration problem; the message names the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerSettings(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    max_body_bytes: int = Field(4 * 1024 * 1024, gt=0)
+    drain_timeout_s: float = Field(30.0, ge=0)
+
+
+class StaticReplicas(_Strict):
+    static: list[str] = Field(default_factory=list)
+
+    @field_validator("static")
+    @classmethod
+    def _urls(cls, urls: list[str]) -> list[str]:
+        for url in urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"replica URL must start with http:// or https://, got {url!r}")
+        return [u.rstrip("/") for u in urls]
+
+
+class TimeoutSettings(_Strict):
+    """Upstream timers. `ttft_s` bounds the wait for response headers / the first content chunk."""
+
+    connect_s: float = Field(2.0, gt=0)
+    ttft_s: float = Field(15.0, gt=0)
+    idle_s: float = Field(30.0, gt=0)
+    total_s: float | None = Field(None, gt=0)
+    nonstream_s: float = Field(600.0, gt=0)
+    """Bound on a non-streaming upstream response: the engine sends nothing until it has finished."""
+
+
+class RetrySettings(_Strict):
+    """`max_attempts` counts the first try; retries happen only before the first byte."""
+
+    max_attempts: int = Field(3, ge=1, le=10)
+    budget_ratio: float = Field(0.1, ge=0, le=1)
+
+
+EngineFlavour = Literal["vllm", "sglang", "tgi", "llamacpp", "openai"]
+
+
+class PoolSettings(_Strict):
+    model: str = Field(min_length=1)
+    upstream_model: str | None = None
+    engine: EngineFlavour = "vllm"
+    replicas: StaticReplicas
+    policy: str = "least-load"
+    policy_options: dict[str, Any] = Field(default_factory=dict)
+    max_concurrency_per_replica: int | None = Field(None, ge=1)
+    timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)
+    retries: RetrySettings = Field(default_factory=RetrySettings)
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, name: str) -> str:
+        known = known_policies()
+        if name not in known:
+            raise ValueError(f"unknown policy {name!r}; known: {', '.join(known)}")
+        return name
+
+
+class UpstreamClientSettings(_Strict):
+    """The one shared HTTP client per process."""
+
+    max_connections: int = Field(1024, ge=1)
+    max_keepalive_connections: int = Field(256, ge=0)
+    keepalive_expiry_s: float = Field(30.0, gt=0)
+
+
+class StateSettings(_Strict):
+    backend: Literal["memory", "redis"] = "memory"
+    url: str = "redis://127.0.0.1:6379/0"
+    on_error: Literal["fail_open", "fail_closed"] = "fail_open"
+
+
+class AdminSettings(_Strict):
+    """The admin API is served only when the named environment variable holds a key."""
+
+    api_key_env: str = "LLM_GATEWAY_ADMIN_KEY"
+
+
+class Settings(_Strict):
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    pools: list[PoolSettings] = Field(default_factory=list)
+    upstream: UpstreamClientSettings = Field(default_factory=UpstreamClientSettings)
+    state: StateSettings = Field(default_factory=StateSettings)
+    admin: AdminSettings = Field(default_factory=AdminSettings)
+    seed: int | None = None
+
+    @model_validator(mode="after")
+    def _unique_models(self) -> Settings:
+        seen: set[str] = set()
+        for pool in self.pools:
+            if pool.model in seen:
+                raise ValueError(f"model {pool.model!r} is configured by more than one pool")
+            seen.add(pool.model)
+        return self
+
+    def pool_for(self, model: str) -> PoolSettings | None:
+        return next((p for p in self.pools if p.model == model), None)
+
+
+def _format_validation_error(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        key = ".".join(str(part) for part in item["loc"]) or "<root>"
+        lines.append(f"{key}: {item['msg']}")
+    return "invalid configuration:\n  " + "\n  ".join(lines)
+
+
+def _set_nested(tree: dict[str, Any], path: list[str], value: Any) -> None:
+    node: Any = tree
+    for i, part in enumerate(path[:-1]):
+        child = node[int(part)] if isinstance(node, list) else node.get(part)
+        if child is None:
+            child = {}
+            node[part] = child
+        if not isinstance(child, dict | list):
+            raise ConfigError(f"{'.'.join(path[: i + 1])}: cannot override inside a scalar")
+        node = child
+    last = path[-1]
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+
+
+def apply_env_overrides(raw: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    """Apply `LLM_GATEWAY__A__B=v` overrides onto the raw config tree (see module docstring)."""
+    for name, text in sorted(environ.items()):
+        if not name.startswith(ENV_PREFIX):
+            continue
+        path = [p.lower() for p in name[len(ENV_PREFIX) :].split("__") if p]
+        if not path:
+            continue
+        try:
+            _set_nested(raw, path, yaml.safe_load(text))
+        except (ValueError, IndexError, KeyError) as exc:
+            raise ConfigError(f"{'.'.join(path)}: bad environment override {name}: {exc}") from exc
+    return raw
+
+
+def parse_settings(raw: Mapping[str, Any]) -> Settings:
+    """Validate a raw config tree; raises `ConfigError` naming each offending key."""
+    try:
+        return Settings.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation_error(exc)) from None
+
+
+def load_settings(path: str | Path | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    """Load the YAML at `path` (or `$LLM_GATEWAY_CONFIG`), apply env overrides, validate."""
+    env = os.environ if environ is None else environ
+    config_path = path or env.get(CONFIG_PATH_ENV)
+    raw: Any = {}
+    if config_path:
+        try:
+            raw = yaml.safe_load(Path(config_path).read_text()) or {}
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {config_path}: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {config_path} is not valid YAML: {exc}") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"config file {config_path}: top level must be a mapping")
+    return parse_settings(apply_env_overrides(raw, env))

@@ -1,0 +1,3 @@
+from mock_engine.cli import main
+
+raise SystemExit(main())

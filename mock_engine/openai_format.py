@@ -1,0 +1,83 @@
+"""OpenAI wire format for the mock engine: response objects and SSE chunks (vLLM-shaped)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+
+
+def _choice_text(chat: bool, text: str) -> dict[str, Any]:
+    return {"delta": {"content": text}} if chat else {"text": text}
+
+
+def chunk_event(
+    request_id: str, model: str, chat: bool, text: str | None, finish_reason: str | None
+) -> bytes:
+    """One streamed chunk; `text=None` with chat is the initial role chunk."""
+    if chat:
+        delta: dict[str, Any] = {"role": "assistant", "content": ""} if text is None else {"content": text}
+        choice: dict[str, Any] = {
+            "index": 0,
+            "delta": delta,
+            "logprobs": None,
+            "finish_reason": finish_reason,
+        }
+        obj = "chat.completion.chunk"
+    else:
+        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
+        obj = "text_completion"
+    body = {"id": request_id, "object": obj, "created": int(time.time()), "model": model, "choices": [choice]}
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+def usage_counts(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def usage_event(request_id: str, model: str, chat: bool, prompt_tokens: int, completion_tokens: int) -> bytes:
+    obj = "chat.completion.chunk" if chat else "text_completion"
+    body = {
+        "id": request_id,
+        "object": obj,
+        "created": int(time.time()),
+        "model": model,
+        "choices": [],
+        "usage": usage_counts(prompt_tokens, completion_tokens),
+    }
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+def full_response(
+    request_id: str, model: str, chat: bool, text: str, finish_reason: str, *, usage: tuple[int, int]
+) -> bytes:
+    """A non-streamed completion; `usage` is (prompt_tokens, completion_tokens)."""
+    if chat:
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": None,
+            "finish_reason": finish_reason,
+        }
+        obj = "chat.completion"
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+        obj = "text_completion"
+    body = {
+        "id": request_id,
+        "object": obj,
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+        "usage": usage_counts(*usage),
+    }
+    return orjson.dumps(body)
+
+
+def error_body(message: str, status: int) -> bytes:
+    return orjson.dumps({"error": {"message": message, "type": "mock_engine_error", "code": status}})

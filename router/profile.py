@@ -1,0 +1,120 @@
+"""A routing policy as a profile: filters → weighted scorers → one picker.
+
+    eligible = healthy_filter(replicas)            (always first; the one definition of eligible)
+    for f in filters:  eligible = f(request, eligible)
+    score_i  = Σ_k weight_k · scorer_k(request, eligible)_i     (each scorer returns values in [0, 1])
+    decision = picker(request, eligible, scores, pool=replicas)
+
+A behaviour is a new filter, scorer or picker plus configuration, never an `if` in the orchestrator.
+`Profile.decide` returns `None` only when no replica is eligible; the gateway turns that into
+`503 no_replica`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from router.eligibility import eligible_replicas
+from router.types import Branch, Decision, ReplicaView, RoutingRequest
+
+
+class Filter(Protocol):
+    """Narrows the candidate list. Must never return an ineligible replica it was not given."""
+
+    name: str
+
+    def __call__(self, request: RoutingRequest, replicas: list[ReplicaView]) -> list[ReplicaView]: ...
+
+
+class Scorer(Protocol):
+    """Scores each candidate in [0, 1]; higher is better."""
+
+    name: str
+
+    def __call__(self, request: RoutingRequest, replicas: list[ReplicaView]) -> list[float]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Pick:
+    """A picker's answer: index into the candidate list, the branch, and optional detail."""
+
+    index: int
+    branch: Branch
+    hops: int = 0
+    matched_prefix_blocks: int | None = None
+
+
+class Picker(Protocol):
+    """Chooses one candidate given the combined scores.
+
+    `pool` is the whole snapshot the candidates were drawn from (eligible or not): ring pickers take
+    their membership from it, so health flaps and retry exclusions never rebuild or reshape a ring.
+    """
+
+    def __call__(
+        self,
+        request: RoutingRequest,
+        replicas: list[ReplicaView],
+        scores: list[float],
+        pool: Sequence[ReplicaView],
+    ) -> Pick: ...
+
+
+class Policy(Protocol):
+    """What the gateway calls: a pure decision over a snapshot."""
+
+    name: str
+
+    def decide(self, request: RoutingRequest, replicas: Sequence[ReplicaView]) -> Decision | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class WeightedScorer:
+    """A scorer with its weight in the profile's weighted sum."""
+
+    scorer: Scorer
+    weight: float = 1.0
+
+
+class Profile:
+    """Composes filters, weighted scorers and a picker into a `Policy`."""
+
+    def __init__(
+        self,
+        name: str,
+        picker: Picker,
+        scorers: Sequence[WeightedScorer] = (),
+        filters: Sequence[Filter] = (),
+    ) -> None:
+        self.name = name
+        self._picker = picker
+        self._scorers = tuple(scorers)
+        self._filters = tuple(filters)
+
+    def decide(self, request: RoutingRequest, replicas: Sequence[ReplicaView]) -> Decision | None:
+        candidates = eligible_replicas(request, replicas)
+        for narrow in self._filters:
+            if not candidates:
+                break
+            candidates = narrow(request, candidates)
+        if not candidates:
+            return None
+        scores = self._combined_scores(request, candidates)
+        pick = self._picker(request, candidates, scores, replicas)
+        return Decision(
+            replica_id=candidates[pick.index].replica_id,
+            policy=self.name,
+            branch=pick.branch,
+            hops=pick.hops,
+            matched_prefix_blocks=pick.matched_prefix_blocks,
+            candidates=len(candidates),
+        )
+
+    def _combined_scores(self, request: RoutingRequest, candidates: list[ReplicaView]) -> list[float]:
+        totals = [0.0] * len(candidates)
+        for weighted in self._scorers:
+            for i, value in enumerate(weighted.scorer(request, candidates)):
+                totals[i] += weighted.weight * value
+        return totals

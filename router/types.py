@@ -1,0 +1,111 @@
+"""Frozen values exchanged between the gateway and the routing policies.
+
+Policies only ever see these immutable views; the mutable state they are taken from lives in the
+gateway's upstream registry (one place). A view is cheap to build: one per replica per decision.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Branch(StrEnum):
+    """Why a policy chose what it chose. Becomes a metric label and the `x-gateway-route` header."""
+
+    ROUND_ROBIN = "round_robin"
+    LEAST_LOAD = "least_load"
+    RING_HIT = "ring_hit"
+    SPILLOVER = "spillover"
+    ALL_OVER_BOUND = "all_over_bound"
+    PREFIX_MATCH = "prefix_match"
+    PREFIX_MISS = "prefix_miss"
+    IMBALANCE = "imbalance"
+    SESSION_HIT = "session_hit"
+    SESSION_BREAK = "session_break"
+    SESSION_NONE = "session_none"
+    POWER_OF_TWO = "power_of_two"
+    SINGLE_CANDIDATE = "single_candidate"
+    NO_KEY = "no_key"
+    FAIL_OPEN = "fail_open"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLoad:
+    """What a replica's engine last reported about itself (scraped from its /metrics).
+
+    `age_s` is how old the sample is; `stale` is set by the scraper when the sample is older than its
+    staleness bound or the last scrape failed. Engine signals refine the gateway's own in-flight counts,
+    which remain the truth for routing.
+    """
+
+    running: float = 0.0
+    waiting: float = 0.0
+    kv_usage_ratio: float = 0.0
+    prefix_cache_hit_ratio: float | None = None
+    age_s: float = 0.0
+    stale: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaView:
+    """An immutable snapshot of one replica as routing sees it."""
+
+    replica_id: str
+    url: str
+    healthy: bool = True
+    draining: bool = False
+    breaker_open: bool = False
+    inflight_requests: int = 0
+    inflight_tokens: int = 0
+    max_concurrency: int | None = None
+    engine: EngineLoad | None = None
+
+    @property
+    def has_free_slot(self) -> bool:
+        """True when the replica is under its per-replica concurrency cap (B_max), or has none."""
+        return self.max_concurrency is None or self.inflight_requests < self.max_concurrency
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingRequest:
+    """What routing needs to know about a request; the body itself never reaches the router.
+
+    `prompt_text` is the canonical prompt (chat messages rendered role-tagged in order, or the
+    completion prompt). `exclude` holds replica ids that already failed this request (retries).
+    `prefix_hashes` are the chained block hashes of the prompt's prefix and `prefix_key` the hash of its
+    first K blocks (both built by `router.keys.build_routing_request`; empty / None when unknown).
+    """
+
+    model: str
+    prompt_text: str = ""
+    estimated_prompt_tokens: int = 0
+    max_tokens: int | None = None
+    session_key: str | None = None
+    exclude: frozenset[str] = field(default_factory=frozenset)
+    prefix_hashes: tuple[int, ...] = ()
+    prefix_key: int | None = None
+
+    @property
+    def estimated_total_tokens(self) -> int:
+        """Prompt tokens plus the requested output budget (0 when the client set none)."""
+        return self.estimated_prompt_tokens + (self.max_tokens or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The chosen replica and the reason. `hops` counts ring steps walked past the key's owner."""
+
+    replica_id: str
+    policy: str
+    branch: Branch
+    hops: int = 0
+    matched_prefix_blocks: int | None = None
+    candidates: int = 0
+
+    def header_value(self) -> str:
+        """Render for the `x-gateway-route` header: `policy=…; branch=…; hops=…[; prefix_blocks=…]`."""
+        value = f"policy={self.policy}; branch={self.branch}; hops={self.hops}"
+        if self.matched_prefix_blocks is not None:
+            value += f"; prefix_blocks={self.matched_prefix_blocks}"
+        return value

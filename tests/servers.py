@@ -1,0 +1,89 @@
+"""Real servers for integration tests: uvicorn on an ephemeral 127.0.0.1 port, each in its own thread
+with its own event loop (so the sync OpenAI client can be used from the test thread)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+import uvicorn
+
+from gateway.app import GatewayApp, create_app
+from gateway.settings import parse_settings
+from mock_engine.faults import FaultSettings
+from mock_engine.fixed_delay import FixedDelayCore
+from mock_engine.server import MockEngineApp, MockEngineConfig
+
+START_TIMEOUT_S = 10.0
+
+
+class ServerThread:
+    def __init__(self, app: Any, name: str) -> None:
+        self.app = app
+        self.name = name
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", 0))
+        self.port: int = self._sock.getsockname()[1]
+        config = uvicorn.Config(
+            app, lifespan="on", log_level="warning", access_log=False, timeout_graceful_shutdown=5
+        )
+        self.server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self._sock]}, name=name, daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ServerThread:
+        self._thread.start()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self.server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError(f"{self.name} did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self._thread.join(timeout=15)
+        self._sock.close()
+
+
+def start_mock_engine(
+    model: str = "test-model",
+    first_token_delay_ms: float = 5.0,
+    token_delay_ms: float = 1.0,
+    faults: FaultSettings | None = None,
+    default_max_tokens: int = 16,
+) -> ServerThread:
+    core = FixedDelayCore(first_token_delay_ms / 1000.0, token_delay_ms / 1000.0)
+    app = MockEngineApp(
+        MockEngineConfig(model=model, default_max_tokens=default_max_tokens), core, faults or FaultSettings()
+    )
+    return ServerThread(app, f"mock-engine-{model}").start()
+
+
+def gateway_settings(pools: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return {
+        "server": {"host": "127.0.0.1", "port": 0, "drain_timeout_s": 2},
+        "pools": pools,
+        "seed": 7,
+        **extra,
+    }
+
+
+def start_gateway(raw_settings: dict[str, Any]) -> ServerThread:
+    app: GatewayApp = create_app(parse_settings(raw_settings))
+    return ServerThread(app, "gateway").start()
+
+
+def free_port() -> int:
+    """A port with nothing listening (bound then closed): connections to it are refused."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from gateway.api.request_parsing import Endpoint, parse_request, rewrite_body
+from gateway.errors import BadRequest
+
+
+def _chat(**extra: object) -> bytes:
+    return orjson.dumps(
+        {
+            "model": "m",
+            "messages": [
+                {"role": "system", "content": "S"},
+                {"role": "user", "content": [{"type": "text", "text": "U"}]},
+            ],
+            **extra,
+        }
+    )
+
+
+def test_chat_fields_and_prompt_text() -> None:
+    parsed = parse_request(Endpoint.CHAT, _chat(max_tokens=7, user="alice"))
+    assert parsed.model == "m" and parsed.max_tokens == 7 and not parsed.stream
+    assert parsed.prompt_text == "<|system|>S\n<|user|>U"
+    assert parsed.user == "alice"
+    assert parsed.estimated_prompt_tokens == 6  # ceil(22 / 4)
+
+
+def test_max_completion_tokens_wins() -> None:
+    assert parse_request(Endpoint.CHAT, _chat(max_tokens=7, max_completion_tokens=3)).max_tokens == 3
+
+
+def test_body_is_forwarded_unchanged_when_no_rewrite_is_needed() -> None:
+    raw = _chat(stream=True, stream_options={"include_usage": True})
+    parsed = parse_request(Endpoint.CHAT, raw)
+    assert rewrite_body(parsed, None) is raw
+
+
+def test_stream_without_usage_asks_the_engine_for_it() -> None:
+    parsed = parse_request(
+        Endpoint.CHAT, _chat(stream=True, stream_options={"continuous_usage_stats": False})
+    )
+    body = orjson.loads(rewrite_body(parsed, "org/model"))
+    assert body["stream_options"] == {"continuous_usage_stats": False, "include_usage": True}
+    assert body["model"] == "org/model"
+    assert not parsed.client_wants_usage
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "body"),
+    [
+        (Endpoint.COMPLETIONS, b'{"model": "m"}'),
+        (Endpoint.EMBEDDINGS, b'{"model": "m"}'),
+        (Endpoint.EMBEDDINGS, b'{"model": "m", "input": "x", "stream": true}'),
+        (Endpoint.CHAT, b'{"model": "m", "messages": [{"content": "no role"}]}'),
+        (Endpoint.CHAT, b'{"model": "m", "messages": [{"role": "user"}], "stream_options": 1}'),
+        (Endpoint.CHAT, b'{"model": "m", "messages": [{"role": "user"}], "max_tokens": true}'),
+    ],
+)
+def test_invalid_bodies(endpoint: Endpoint, body: bytes) -> None:
+    with pytest.raises(BadRequest):
+        parse_request(endpoint, body)
+
+
+def test_completion_prompt_list() -> None:
+    parsed = parse_request(Endpoint.COMPLETIONS, b'{"model": "m", "prompt": ["ab", "cd"]}')
+    assert parsed.prompt_text == "abcd"
