@@ -41,6 +41,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from capacity import cli as capacity_cli
     from mock_engine import cli as mock_cli
 
     parser = argparse.ArgumentParser(prog="llm-gateway", description="OpenAI-compatible LLM routing gateway")
@@ -58,6 +59,10 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="three mock engines and the gateway on 127.0.0.1")
     demo.add_argument("--port", type=int, default=8080)
     demo.set_defaults(func=_demo)
+
+    plan = sub.add_parser("plan", help="capacity plan: replicas from the three barriers, cost, spike backlog")
+    capacity_cli.add_arguments(plan)
+    plan.set_defaults(func=capacity_cli.run)
 
     mock = sub.add_parser("mock-engine", help="run one mock engine replica")
     mock_cli.add_arguments(mock)
