@@ -1,0 +1,52 @@
+"""Deterministic token estimation and prefix-cache block keys, computed from text alone.
+
+The mock engine has no tokenizer. It uses one documented rule everywhere:
+
+    tokens(text) = ceil(len(text) / 4)          (len counts Unicode code points; "" → 0 tokens)
+
+so a block of `block_size_tokens` tokens is `block_size_tokens · 4` characters. A prompt is split into
+*full* blocks only (a trailing partial block is never cached, as in vLLM), and each block gets a chained
+hash, so a block's key depends on every character before it:
+
+    h₀ = xxh3_64(block₀, seed=0)
+    hᵢ = xxh3_64(blockᵢ, seed=hᵢ₋₁)             (blocks encoded as UTF-8)
+
+Two prompts share the cache key of block i exactly when their first (i + 1) · block chars are equal.
+"""
+
+from __future__ import annotations
+
+import xxhash
+
+CHARS_PER_TOKEN = 4
+"""The estimate's ratio: one token per four characters (the usual rule of thumb for English BPE)."""
+
+
+def estimate_tokens(text: str) -> int:
+    """Tokens of `text` by the documented rule: ceil(len(text) / CHARS_PER_TOKEN)."""
+    return -(-len(text) // CHARS_PER_TOKEN)
+
+
+def split_prefix_blocks(text: str, block_size_tokens: int, max_blocks: int | None = None) -> list[str]:
+    """The full blocks of `text`, each `block_size_tokens · 4` characters; a partial tail is dropped.
+
+    `max_blocks` caps the count (e.g. at prompt_tokens // block_size when the caller's token count is
+    smaller than the estimate).
+    """
+    if block_size_tokens < 1:
+        raise ValueError(f"block_size_tokens must be >= 1, got {block_size_tokens}")
+    block_chars = block_size_tokens * CHARS_PER_TOKEN
+    n_blocks = len(text) // block_chars
+    if max_blocks is not None:
+        n_blocks = min(n_blocks, max(max_blocks, 0))
+    return [text[i * block_chars : (i + 1) * block_chars] for i in range(n_blocks)]
+
+
+def prefix_block_hashes(text: str, block_size_tokens: int, max_blocks: int | None = None) -> list[int]:
+    """Chained xxh3-64 hashes of the full blocks of `text` (see the module docstring)."""
+    hashes: list[int] = []
+    previous = 0
+    for block in split_prefix_blocks(text, block_size_tokens, max_blocks):
+        previous = xxhash.xxh3_64_intdigest(block.encode("utf-8"), seed=previous)
+        hashes.append(previous)
+    return hashes
