@@ -1,0 +1,272 @@
+"""A pure priority queue for admission: classes, age limits, depth limits, displacement, fair share.
+
+No asyncio inside and time comes from an injected `Clock`; the gateway's controller owns the waiting
+(futures, timers) and calls in here when something happens, never polling:
+
+- on arrival: `push(...)` → accepted (maybe displacing someone, who must be answered 429 `queue_full`)
+  or refused (429 `queue_full`);
+- on a client disconnect: `remove(entry)` (O(1));
+- on the timer set to `next_expiry_s()`: `expire()` → entries to answer 429 `queue_timeout`;
+- on a released slot: `pop_next()` → the entry to dispatch (already-expired entries are never
+  returned: they stay queued until `expire()` collects them, so nobody's abandoned work is dispatched).
+
+Rules:
+- Classes are ordered highest priority first (default `critical > interactive > batch`, max waits
+  30 s / 10 s / 300 s as in DESIGN §4's example config). Each has `max_wait_s` and an optional
+  `max_depth`; the queue has a global `max_depth` (default 2000).
+- An entry's deadline is `enqueued_at_s + max_wait_s` of its class; it is expired when `now ≥ deadline`
+  (so a timer set to `next_expiry_s()` always finds something to expire).
+- Class at its own `max_depth` → refused (displacing a lower class would not make room in this one).
+- Global depth reached → the arrival displaces the *youngest* waiter (the one that has waited least) of
+  the *lowest* non-empty class strictly below its own; if no such class exists (equal or lower priority
+  everywhere) it is refused.
+- Dispatch order: highest non-empty class first; within a class, weighted fair queuing across tenants on
+  estimated tokens (`admission.fair_share`), which is FIFO when a single tenant is queued.
+
+Expired entries still count toward depth until `expire()` collects them; the controller's expiry timer
+keeps that window short.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from admission.clock import Clock
+from admission.fair_share import FairShareQueue
+from admission.outcomes import RejectReason
+
+T = TypeVar("T")
+
+DEFAULT_MAX_QUEUE_DEPTH = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityClass:
+    """One priority class: its name (a metric label), maximum queue age and optional own depth cap."""
+
+    name: str
+    max_wait_s: float
+    max_depth: int | None = None
+
+
+DEFAULT_PRIORITY_CLASSES: tuple[PriorityClass, ...] = (
+    PriorityClass("critical", max_wait_s=30.0),
+    PriorityClass("interactive", max_wait_s=10.0),
+    PriorityClass("batch", max_wait_s=300.0),
+)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class QueueEntry(Generic[T]):
+    """A waiter. `item` is the caller's payload (e.g. its future); identity is the entry itself."""
+
+    item: T
+    priority: str
+    tenant: str
+    estimated_tokens: int
+    enqueued_at_s: float
+    deadline_s: float
+    seq: int
+
+    def waited_s(self, now_s: float) -> float:
+        """Time spent in the queue so far (the `queue_wait_seconds` metric and `x-gateway-queue-ms`)."""
+        return max(0.0, now_s - self.enqueued_at_s)
+
+
+@dataclass(frozen=True, slots=True)
+class PushResult(Generic[T]):
+    """Outcome of `push`: `entry` when queued; `displaced` is a waiter evicted to make room (answer it
+    429 `queue_full`); `reason` is `QUEUE_FULL` when the arrival itself was refused."""
+
+    entry: QueueEntry[T] | None
+    displaced: QueueEntry[T] | None = None
+    reason: RejectReason | None = None
+
+    @property
+    def accepted(self) -> bool:
+        """True when the arrival is now waiting in the queue."""
+        return self.entry is not None
+
+
+@dataclass(slots=True)
+class _Lane(Generic[T]):
+    spec: PriorityClass
+    rank: int
+    fifo: OrderedDict[int, QueueEntry[T]] = field(default_factory=OrderedDict)
+    fair: FairShareQueue = field(default_factory=FairShareQueue)
+
+
+class PriorityQueue(Generic[T]):
+    """Priority classes with age and depth limits, displacement, and fair share within a class."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        classes: Sequence[PriorityClass] = DEFAULT_PRIORITY_CLASSES,
+        max_depth: int = DEFAULT_MAX_QUEUE_DEPTH,
+    ) -> None:
+        _validate(classes, max_depth)
+        self._clock = clock
+        self._max_depth = max_depth
+        self._lanes: list[_Lane[T]] = [_Lane(spec=spec, rank=i) for i, spec in enumerate(classes)]
+        self._by_name = {lane.spec.name: lane for lane in self._lanes}
+        self._size = 0
+        self._next_seq = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def max_depth(self) -> int:
+        """The global depth limit."""
+        return self._max_depth
+
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        """Class names, highest priority first."""
+        return tuple(lane.spec.name for lane in self._lanes)
+
+    def priority_class(self, priority: str) -> PriorityClass:
+        """The configuration of class `priority` (ValueError when unknown)."""
+        return self._lane(priority).spec
+
+    def depth(self, priority: str) -> int:
+        """Entries queued in class `priority` (the `queue_depth{priority}` gauge)."""
+        return len(self._lane(priority).fifo)
+
+    def depths(self) -> dict[str, int]:
+        """Depth of every class, highest priority first."""
+        return {lane.spec.name: len(lane.fifo) for lane in self._lanes}
+
+    def ahead_of(self, priority: str) -> int:
+        """Entries that would be dispatched before a new arrival of `priority` (its class and above)."""
+        rank = self._lane(priority).rank
+        return sum(len(lane.fifo) for lane in self._lanes[: rank + 1])
+
+    def drain_bound_s(self, priority: str) -> float:
+        """Upper bound on the time until everything now queued at or above `priority` has left the
+        queue (dispatched or timed out): the latest deadline among them minus now, ≥ 0."""
+        rank = self._lane(priority).rank
+        deadlines = [
+            next(reversed(lane.fifo.values())).deadline_s for lane in self._lanes[: rank + 1] if lane.fifo
+        ]
+        return max(0.0, max(deadlines, default=0.0) - self._clock.now_s())
+
+    def push(
+        self, item: T, priority: str, tenant: str = "", estimated_tokens: int = 0, weight: float = 1.0
+    ) -> PushResult[T]:
+        """Queue `item` in class `priority` for `tenant` (fair-share cost `estimated_tokens / weight`).
+
+        Refuses (`reason=QUEUE_FULL`) when the class is at its own depth cap, or when the queue is at
+        its global cap and no strictly lower class has a waiter to displace. ValueError for an unknown
+        class (the gateway clamps priorities before calling), a weight ≤ 0 or negative tokens — raised
+        before anything is displaced.
+        """
+        lane = self._lane(priority)
+        if weight <= 0 or estimated_tokens < 0:
+            raise ValueError(
+                f"weight must be > 0 and estimated_tokens ≥ 0 (got {weight}, {estimated_tokens})"
+            )
+        if lane.spec.max_depth is not None and len(lane.fifo) >= lane.spec.max_depth:
+            return PushResult(entry=None, reason=RejectReason.QUEUE_FULL)
+        displaced: QueueEntry[T] | None = None
+        if self._size >= self._max_depth:
+            victim_lane = self._lowest_nonempty_below(lane.rank)
+            if victim_lane is None:
+                return PushResult(entry=None, reason=RejectReason.QUEUE_FULL)
+            displaced = next(reversed(victim_lane.fifo.values()))
+            self._detach(victim_lane, displaced)
+        now_s = self._clock.now_s()
+        entry = QueueEntry(
+            item=item,
+            priority=priority,
+            tenant=tenant,
+            estimated_tokens=estimated_tokens,
+            enqueued_at_s=now_s,
+            deadline_s=now_s + lane.spec.max_wait_s,
+            seq=self._next_seq,
+        )
+        self._next_seq += 1
+        lane.fair.push(entry.seq, tenant, float(estimated_tokens), weight)
+        lane.fifo[entry.seq] = entry
+        self._size += 1
+        return PushResult(entry=entry, displaced=displaced)
+
+    def remove(self, entry: QueueEntry[T]) -> bool:
+        """Take out a waiter whose client left. O(1). False when it is no longer queued."""
+        lane = self._by_name.get(entry.priority)
+        if lane is None or lane.fifo.get(entry.seq) is not entry:
+            return False
+        self._detach(lane, entry)
+        return True
+
+    def expire(self, now_s: float | None = None) -> list[QueueEntry[T]]:
+        """Remove and return every entry with `now ≥ deadline` (answer them 429 `queue_timeout`).
+
+        Deadlines are non-decreasing within a class, so this is O(classes + expired).
+        """
+        now = self._clock.now_s() if now_s is None else now_s
+        expired: list[QueueEntry[T]] = []
+        for lane in self._lanes:
+            while lane.fifo:
+                seq, entry = next(iter(lane.fifo.items()))
+                if entry.deadline_s > now:
+                    break
+                del lane.fifo[seq]
+                lane.fair.remove(seq)
+                expired.append(entry)
+        self._size -= len(expired)
+        return expired
+
+    def next_expiry_s(self) -> float | None:
+        """The earliest deadline in the queue (clock time), or None when empty: one timer suffices."""
+        heads = [next(iter(lane.fifo.values())).deadline_s for lane in self._lanes if lane.fifo]
+        return min(heads, default=None)
+
+    def pop_next(self) -> QueueEntry[T] | None:
+        """Remove and return the next entry to dispatch, or None. Never returns an expired entry."""
+        now_s = self._clock.now_s()
+        for lane in self._lanes:
+            while (seq := lane.fair.pop()) is not None:
+                entry = lane.fifo[seq]
+                if now_s >= entry.deadline_s:
+                    continue  # left in `fifo` for expire() to answer with queue_timeout
+                del lane.fifo[seq]
+                self._size -= 1
+                return entry
+        return None
+
+    def _lane(self, priority: str) -> _Lane[T]:
+        lane = self._by_name.get(priority)
+        if lane is None:
+            raise ValueError(f"unknown priority class {priority!r}; known: {', '.join(self._by_name)}")
+        return lane
+
+    def _lowest_nonempty_below(self, rank: int) -> _Lane[T] | None:
+        for lane in reversed(self._lanes[rank + 1 :]):
+            if lane.fifo:
+                return lane
+        return None
+
+    def _detach(self, lane: _Lane[T], entry: QueueEntry[T]) -> None:
+        del lane.fifo[entry.seq]
+        lane.fair.remove(entry.seq)
+        self._size -= 1
+
+
+def _validate(classes: Sequence[PriorityClass], max_depth: int) -> None:
+    if not classes:
+        raise ValueError("at least one priority class is required")
+    names = [spec.name for spec in classes]
+    if len(set(names)) != len(names):
+        raise ValueError(f"priority class names must be unique: {names}")
+    if max_depth < 1:
+        raise ValueError(f"max_depth must be ≥ 1 (got {max_depth})")
+    for spec in classes:
+        if spec.max_wait_s <= 0:
+            raise ValueError(f"class {spec.name!r}: max_wait_s must be > 0 (got {spec.max_wait_s})")
+        if spec.max_depth is not None and spec.max_depth < 0:
+            raise ValueError(f"class {spec.name!r}: max_depth must be ≥ 0 (got {spec.max_depth})")

@@ -1,0 +1,330 @@
+"""Shared state in Redis: the connection with its failure policy, and the Redis rate-limit store.
+
+This is the only module that imports `redis`. `RedisBackend` owns the client and runs registered Lua
+scripts; every change to shared state is ONE atomic script (no read-modify-write from Python), so
+concurrent gateway instances never lose an update. `RedisRateLimitStore` runs the token-bucket
+arithmetic of `admission.rate_limit` inside Lua; `admission.redis_leases` uses the same backend.
+
+Time: scripts read the Redis server's `TIME`. Gateway instances cannot share their own clocks:
+monotonic clocks have per-process origins and wall clocks drift between hosts, so a refill or lease
+expiry computed from caller time would disagree between instances. Redis's clock is the one clock all
+instances see; Redis ≥ 5 replicates script effects, so `TIME` inside a writing script is allowed.
+`script_time` (a `Clock`) replaces it with caller time — for tests with a `FakeClock` only.
+
+Failure behaviour (`state.on_error`): a call that cannot reach Redis (connection refused or reset,
+socket timeout, read-only replica, overall deadline of 4 x `timeout_s`) is answered by the
+`FailureMode`: `fail_open` allows, `fail_closed` refuses. Every such failure increments `errors_total`
+and calls `on_error_callback(operation)` (export it as a metric); it is logged at most once per
+`log_interval_s` (default 30 s) with the count of errors since the last log, and once more when Redis
+answers again. Recovery needs nothing: redis-py reconnects on the next call and `EVALSHA` falls back to
+loading the script into a restarted server. Other Redis errors (a script bug) are raised, not hidden.
+The client is built with short socket timeouts (default 0.25 s) and no client-side retries: admission
+must answer fast, and the failure policy is the retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from enum import StrEnum
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ReadOnlyError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from admission.clock import Clock, SystemClock
+from admission.outcomes import FailureMode
+from admission.rate_limit import (
+    LEVEL_EPSILON,
+    BucketReading,
+    LimitKind,
+    RateLimitResult,
+    TenantRateLimits,
+)
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 0.25
+DEFAULT_LOG_INTERVAL_S = 30.0
+DEFAULT_KEY_PREFIX = "llm-gateway:"
+_DEADLINE_ROUND_TRIPS = 4  # connect + EVALSHA + SCRIPT LOAD + EVALSHA after a server restart
+_UNREACHABLE = (RedisConnectionError, RedisTimeoutError, ReadOnlyError, OSError)
+
+LUA_PRELUDE = """
+local function now_s()
+  if ARGV[1] ~= '' then return tonumber(ARGV[1]) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+local function fmt(x) return string.format('%.6f', x) end
+"""
+
+_RATE_ACQUIRE_LUA = (
+    LUA_PRELUDE
+    + """
+-- KEYS: buckets. ARGV: now|'', epsilon, then per bucket i:
+--   ARGV[3i] capacity, ARGV[3i+1] refill/s, ARGV[3i+2] cost
+local now, eps = now_s(), tonumber(ARGV[2])
+local levels, caps, rates, costs = {}, {}, {}, {}
+local allowed = 1
+for i = 1, #KEYS do
+  caps[i], rates[i] = tonumber(ARGV[3 * i]), tonumber(ARGV[3 * i + 1])
+  costs[i] = math.min(tonumber(ARGV[3 * i + 2]), caps[i])
+  local state = redis.call('HMGET', KEYS[i], 'level', 'updated_s')
+  local level = caps[i]
+  if state[1] then
+    level = math.min(caps[i], tonumber(state[1]) + math.max(0, now - tonumber(state[2])) * rates[i])
+  end
+  levels[i] = level
+  if level + eps < costs[i] then allowed = 0 end
+end
+local out = {allowed}
+for i = 1, #KEYS do
+  local remaining, retry = levels[i], 0
+  if allowed == 1 then
+    remaining = levels[i] - costs[i]
+    redis.call('HSET', KEYS[i], 'level', fmt(remaining), 'updated_s', fmt(now))
+    redis.call('PEXPIRE', KEYS[i], math.ceil((caps[i] - remaining) / rates[i] * 1000) + 1000)
+  else
+    retry = math.max(0, costs[i] - levels[i]) / rates[i]
+  end
+  out[#out + 1] = fmt(remaining)
+  out[#out + 1] = fmt((caps[i] - remaining) / rates[i])
+  out[#out + 1] = fmt(retry)
+end
+return out
+"""
+)
+
+_RATE_ADJUST_LUA = (
+    LUA_PRELUDE
+    + """
+-- KEYS[1]: bucket. ARGV: now|'', capacity, refill/s, delta (charged; negative refunds)
+local now = now_s()
+local cap, rate, delta = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local state = redis.call('HMGET', KEYS[1], 'level', 'updated_s')
+local level = cap
+if state[1] then
+  level = math.min(cap, tonumber(state[1]) + math.max(0, now - tonumber(state[2])) * rate)
+end
+level = math.max(-cap, math.min(cap, level - delta))
+redis.call('HSET', KEYS[1], 'level', fmt(level), 'updated_s', fmt(now))
+redis.call('PEXPIRE', KEYS[1], math.ceil((cap - level) / rate * 1000) + 1000)
+return fmt(level)
+"""
+)
+
+
+class RedisOperation(StrEnum):
+    """Which admission call touched Redis (label of the backend-error metric)."""
+
+    RATE_LIMIT_ACQUIRE = "rate_limit_acquire"
+    RATE_LIMIT_RECONCILE = "rate_limit_reconcile"
+    LEASE_ACQUIRE = "lease_acquire"
+    LEASE_RENEW = "lease_renew"
+    LEASE_RELEASE = "lease_release"
+    LEASE_COUNT = "lease_count"
+
+
+def make_redis_client(url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Redis:
+    """A client for `url` with short connect/read timeouts and no client-side retries."""
+    return Redis.from_url(
+        url,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        retry=Retry(NoBackoff(), 0),
+        decode_responses=True,
+    )
+
+
+class RedisBackend:
+    """A Redis client plus the `FailureMode` policy, error counting and throttled logging.
+
+    `clock` (default `SystemClock`) times the log interval and the outage age locally; `script_time`
+    (default None = Redis server `TIME`) is the time scripts compute with — set it only in tests.
+    `on_error_callback(operation)` runs on every unreachable-Redis failure (wire a metric to it).
+    """
+
+    def __init__(
+        self,
+        client: Redis,
+        *,
+        on_error: FailureMode = FailureMode.FAIL_OPEN,
+        key_prefix: str = DEFAULT_KEY_PREFIX,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        log_interval_s: float = DEFAULT_LOG_INTERVAL_S,
+        clock: Clock | None = None,
+        script_time: Clock | None = None,
+        on_error_callback: Callable[[RedisOperation], None] | None = None,
+    ) -> None:
+        self._client = client
+        self._on_error = on_error
+        self._key_prefix = key_prefix
+        self._deadline_s = timeout_s * _DEADLINE_ROUND_TRIPS
+        self._log_interval_s = log_interval_s
+        self._clock: Clock = clock or SystemClock()
+        self._script_time = script_time
+        self._on_error_callback = on_error_callback
+        self._errors_total = 0
+        self._errors_since_log = 0
+        self._last_log_s: float | None = None
+        self._outage_started_s: float | None = None
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        on_error: FailureMode = FailureMode.FAIL_OPEN,
+        key_prefix: str = DEFAULT_KEY_PREFIX,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        log_interval_s: float = DEFAULT_LOG_INTERVAL_S,
+        on_error_callback: Callable[[RedisOperation], None] | None = None,
+    ) -> RedisBackend:
+        """The production constructor: a `make_redis_client(url, timeout_s)` client, Redis server time."""
+        return cls(
+            make_redis_client(url, timeout_s),
+            on_error=on_error,
+            key_prefix=key_prefix,
+            timeout_s=timeout_s,
+            log_interval_s=log_interval_s,
+            on_error_callback=on_error_callback,
+        )
+
+    @property
+    def on_error(self) -> FailureMode:
+        """What calls answer while Redis is unreachable."""
+        return self._on_error
+
+    @property
+    def fail_open(self) -> bool:
+        """True when an unreachable Redis means allow."""
+        return self._on_error is FailureMode.FAIL_OPEN
+
+    @property
+    def errors_total(self) -> int:
+        """Calls that could not reach Redis since start (a counter for metrics)."""
+        return self._errors_total
+
+    @property
+    def available(self) -> bool:
+        """False from a failed call until the next successful one."""
+        return self._outage_started_s is None
+
+    def outage_retry_after_s(self) -> float:
+        """Retry-After for a fail-closed refusal: how long the outage has lasted so far (≥ 1 s), the
+        best estimate of its remaining duration when nothing else is known."""
+        if self._outage_started_s is None:
+            return 1.0
+        return max(1.0, self._clock.now_s() - self._outage_started_s)
+
+    def key(self, *parts: str) -> str:
+        """`key_prefix` + parts joined by ':'."""
+        return self._key_prefix + ":".join(parts)
+
+    def register(self, source: str) -> AsyncScript:
+        """Register a Lua script (sent as EVALSHA, loaded on NOSCRIPT)."""
+        return self._client.register_script(source)
+
+    def now_arg(self) -> str:
+        """ARGV[1] of every script: '' (use Redis `TIME`) or the injected `script_time`."""
+        return "" if self._script_time is None else f"{self._script_time.now_s():.6f}"
+
+    async def run(
+        self, operation: RedisOperation, script: AsyncScript, keys: Sequence[str], args: Sequence[Any]
+    ) -> Any:
+        """Run `script`; its reply, or None when Redis is unreachable (counted and logged).
+
+        Scripts never return nil, so None always means "apply the FailureMode".
+        """
+        try:
+            async with asyncio.timeout(self._deadline_s):
+                reply = await script(keys=list(keys), args=[self.now_arg(), *args])
+        except _UNREACHABLE as exc:
+            self._record_failure(operation, exc)
+            return None
+        self._record_success()
+        return reply
+
+    async def aclose(self) -> None:
+        """Close the client's connections."""
+        await self._client.aclose()
+
+    def _record_failure(self, operation: RedisOperation, exc: BaseException) -> None:
+        now_s = self._clock.now_s()
+        self._errors_total += 1
+        self._errors_since_log += 1
+        if self._outage_started_s is None:
+            self._outage_started_s = now_s
+        if self._on_error_callback is not None:
+            self._on_error_callback(operation)
+        if self._last_log_s is None or now_s - self._last_log_s >= self._log_interval_s:
+            logger.warning(
+                "redis unreachable during %s (%s: %s); answering %s; %d error(s) since last report",
+                operation,
+                type(exc).__name__,
+                exc,
+                self._on_error,
+                self._errors_since_log,
+            )
+            self._last_log_s = now_s
+            self._errors_since_log = 0
+
+    def _record_success(self) -> None:
+        if self._outage_started_s is not None:
+            logger.warning("redis reachable again after %.1f s", self._clock.now_s() - self._outage_started_s)
+            self._outage_started_s = None
+
+
+class RedisRateLimitStore:
+    """`RateLimitStore` over Redis: buckets are hashes `{prefix}rl:{tenant}:{kind}` (fields `level`,
+    `updated_s`) that expire once they would be full again (an absent bucket is full)."""
+
+    def __init__(self, backend: RedisBackend) -> None:
+        self._backend = backend
+        self._acquire = backend.register(_RATE_ACQUIRE_LUA)
+        self._adjust = backend.register(_RATE_ADJUST_LUA)
+
+    async def acquire(self, tenant: str, limits: TenantRateLimits, estimated_tokens: int) -> RateLimitResult:
+        """See `RateLimitStore.acquire`; one atomic script across the tenant's buckets."""
+        wanted = limits.costs(estimated_tokens)
+        if not wanted:
+            return RateLimitResult(allowed=True)
+        args: list[Any] = [repr(LEVEL_EPSILON)]
+        for _, limit, cost in wanted:
+            args += [repr(limit.capacity), repr(limit.refill_per_s), repr(cost)]
+        keys = [self._key(tenant, kind) for kind, _, _ in wanted]
+        reply = await self._backend.run(RedisOperation.RATE_LIMIT_ACQUIRE, self._acquire, keys, args)
+        if reply is None:
+            return self._degraded()
+        readings = [
+            BucketReading(kind, float(reply[1 + 3 * i]), float(reply[2 + 3 * i]), float(reply[3 + 3 * i]))
+            for i, (kind, _, _) in enumerate(wanted)
+        ]
+        return RateLimitResult.from_readings(int(reply[0]) == 1, readings)
+
+    async def reconcile(self, tenant: str, limits: TenantRateLimits, delta_tokens: int) -> None:
+        """See `RateLimitStore.reconcile`; skipped (counted) while Redis is unreachable."""
+        if limits.tokens is None or delta_tokens == 0:
+            return
+        args = [repr(limits.tokens.capacity), repr(limits.tokens.refill_per_s), str(delta_tokens)]
+        key = self._key(tenant, LimitKind.TOKENS)
+        await self._backend.run(RedisOperation.RATE_LIMIT_RECONCILE, self._adjust, [key], args)
+
+    def _key(self, tenant: str, kind: LimitKind) -> str:
+        # `{tenant}` is a hash tag: a tenant's buckets share a slot, so the script works on Redis Cluster.
+        return self._backend.key("rl", f"{{{tenant}}}", kind)
+
+    def _degraded(self) -> RateLimitResult:
+        if self._backend.fail_open:
+            return RateLimitResult(allowed=True, degraded=True)
+        retry_after_s = self._backend.outage_retry_after_s()
+        return RateLimitResult(
+            allowed=False, retry_after_s=retry_after_s, reset_s=retry_after_s, degraded=True
+        )
