@@ -1,0 +1,142 @@
+"""Consistent hashing with bounded loads (CHWBL): the picker behind prefix- and session-affinity.
+
+For a request of weight w (1 in the `requests` unit, max(1, prompt + max_tokens estimate) in `tokens`)
+over the n eligible candidates:
+
+    bound = ceil(c * (Σ load_i + w) / n)          c = load_factor ≥ 1 (default 1.25)
+    a replica admits the request  ⇔  load < bound  and  it is under its concurrency cap (B_max)
+
+The picker walks the ring clockwise from the key's position over the pool's members and takes the first
+one that is eligible and admits the request — it never jumps to the global least-loaded replica.
+Branches (prefix names / session names):
+- `ring_hit` / `session_hit`: the key's owner took it (hops = 0);
+- `spillover` / `session_break`: the owner was ineligible (dead, draining, breaker open, excluded) or over
+  its bound; hops = members passed before the one that took it;
+- `all_over_bound`: no candidate admits it (only possible through B_max, since c ≥ 1 guarantees the
+  least-loaded candidate is under the bound) → best load score, the least-load fallback;
+- `no_key` / `session_none`: the request has no key → best load score among the candidates under the
+  bound (`all_over_bound` when none is).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from router.load import LoadUnit, inflight_load
+from router.pickers import best_score_index
+from router.profile import Pick
+from router.ring import DEFAULT_VIRTUAL_NODES_PER_REPLICA, RingCache, hash_key
+from router.types import Branch, ReplicaView, RoutingRequest
+
+DEFAULT_LOAD_FACTOR = 1.25
+
+RingKey = Callable[[RoutingRequest], int | None]
+"""Maps a request to its 64-bit ring position, or None when it has no key."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadBound:
+    """The CHWBL bound: `ceil(load_factor * (total_load + weight) / n)`, load in `unit`."""
+
+    load_factor: float = DEFAULT_LOAD_FACTOR
+    unit: LoadUnit = LoadUnit.REQUESTS
+
+    def __post_init__(self) -> None:
+        if self.load_factor < 1.0:
+            raise ValueError(f"load_factor must be >= 1.0, got {self.load_factor!r}")
+
+    def request_weight(self, request: RoutingRequest) -> int:
+        """1 request, or the request's estimated total tokens (at least 1)."""
+        if self.unit is LoadUnit.TOKENS:
+            return max(1, request.estimated_total_tokens)
+        return 1
+
+    def limit(self, request: RoutingRequest, candidates: Sequence[ReplicaView]) -> int:
+        """The bound every candidate's current load is compared against."""
+        total_load = sum(inflight_load(replica, self.unit) for replica in candidates)
+        return math.ceil(self.load_factor * (total_load + self.request_weight(request)) / len(candidates))
+
+    def admits(self, replica: ReplicaView, limit: int) -> bool:
+        """True when `replica` is under `limit` and under its concurrency cap."""
+        return inflight_load(replica, self.unit) < limit and replica.has_free_slot
+
+
+@dataclass(frozen=True, slots=True)
+class RingBranches:
+    """The labels a ring picker reports: owner took it, moved along the ring, no key."""
+
+    hit: Branch
+    moved: Branch
+    no_key: Branch
+
+
+PREFIX_BRANCHES = RingBranches(hit=Branch.RING_HIT, moved=Branch.SPILLOVER, no_key=Branch.NO_KEY)
+SESSION_BRANCHES = RingBranches(
+    hit=Branch.SESSION_HIT, moved=Branch.SESSION_BREAK, no_key=Branch.SESSION_NONE
+)
+
+
+def prefix_ring_key(request: RoutingRequest) -> int | None:
+    """The request's prefix key (the hash of its first K blocks)."""
+    return request.prefix_key
+
+
+def session_ring_key(request: RoutingRequest) -> int | None:
+    """xxh3-64 of the session key, or None without one."""
+    return None if request.session_key is None else hash_key(request.session_key)
+
+
+class BoundedRingPicker:
+    """Walks the pool's ring from the request's key to the first eligible replica under the bound.
+
+    The fallbacks (no key, all over bound) take the best combined score of the profile's load scorers
+    (in-flight load in the bound's unit, weight 1; in-flight + engine waiting, weight 0.5), ties broken
+    by the seeded RNG. The ring's membership is the pool (every replica of the snapshot,
+    eligible or not), cached until the id set changes.
+    """
+
+    def __init__(
+        self,
+        key_of: RingKey,
+        bound: LoadBound,
+        branches: RingBranches,
+        rng: random.Random,
+        virtual_nodes_per_replica: int = DEFAULT_VIRTUAL_NODES_PER_REPLICA,
+    ) -> None:
+        self._key_of = key_of
+        self._bound = bound
+        self._branches = branches
+        self._rng = rng
+        self._rings = RingCache(virtual_nodes_per_replica)
+
+    def __call__(
+        self,
+        request: RoutingRequest,
+        replicas: list[ReplicaView],
+        scores: list[float],
+        pool: Sequence[ReplicaView],
+    ) -> Pick:
+        limit = self._bound.limit(request, replicas)
+        key = self._key_of(request)
+        if key is None:
+            return self._least_load(replicas, scores, limit)
+        position = {replica.replica_id: i for i, replica in enumerate(replicas)}
+        hops = 0
+        for replica_id in self._rings.ring_for(pool).walk(key):
+            index = position.get(replica_id)
+            if index is not None and self._bound.admits(replicas[index], limit):
+                branch = self._branches.hit if hops == 0 else self._branches.moved
+                return Pick(index=index, branch=branch, hops=hops)
+            hops += 1
+        return Pick(index=best_score_index(scores, self._rng), branch=Branch.ALL_OVER_BOUND, hops=hops)
+
+    def _least_load(self, replicas: list[ReplicaView], scores: list[float], limit: int) -> Pick:
+        """No key: the best load score among the candidates under the bound (all over → least load)."""
+        admitted = [i for i, replica in enumerate(replicas) if self._bound.admits(replica, limit)]
+        if not admitted:
+            return Pick(index=best_score_index(scores, self._rng), branch=Branch.ALL_OVER_BOUND)
+        best = best_score_index([scores[i] for i in admitted], self._rng)
+        return Pick(index=admitted[best], branch=self._branches.no_key)

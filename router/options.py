@@ -1,0 +1,58 @@
+"""Typed, validated reads of a pool's policy options (the `PolicyContext.options` mapping).
+
+Every error is a `ValueError` that names the offending option, so configuration fails at start with a
+message an operator can act on. Unknown option names are rejected too: a typo must not silently fall
+back to a default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from enum import StrEnum
+from typing import Any, TypeVar
+
+_EnumT = TypeVar("_EnumT", bound=StrEnum)
+
+
+class OptionReader:
+    """Reads options for one policy; `where` (e.g. the policy name) prefixes every error message."""
+
+    def __init__(self, options: Mapping[str, Any], where: str) -> None:
+        self._options = options
+        self._where = where
+
+    def number(self, name: str, default: float, minimum: float | None = None) -> float:
+        """A real number (ints accepted, bools rejected), at least `minimum` when given."""
+        value = self._options.get(name, default)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{self._where}: option {name!r} must be a number, got {value!r}")
+        if minimum is not None and value < minimum:
+            raise ValueError(f"{self._where}: option {name!r} must be >= {minimum}, got {value!r}")
+        return float(value)
+
+    def integer(self, name: str, default: int, minimum: int | None = None) -> int:
+        """An integer (bools rejected), at least `minimum` when given."""
+        value = self._options.get(name, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{self._where}: option {name!r} must be an integer, got {value!r}")
+        if minimum is not None and value < minimum:
+            raise ValueError(f"{self._where}: option {name!r} must be >= {minimum}, got {value!r}")
+        return value
+
+    def choice(self, name: str, enum: type[_EnumT], default: _EnumT) -> _EnumT:
+        """One of the values of the `StrEnum` `enum`."""
+        value = self._options.get(name, default)
+        try:
+            return enum(value)
+        except ValueError:
+            allowed = ", ".join(member.value for member in enum)
+            raise ValueError(
+                f"{self._where}: option {name!r} must be one of {allowed}, got {value!r}"
+            ) from None
+
+    def reject_unknown(self, known: Collection[str]) -> None:
+        """Raise when an option name is not in `known` (catches typos at start)."""
+        unknown = sorted(set(self._options) - set(known))
+        if unknown:
+            allowed = ", ".join(sorted(known)) or "none"
+            raise ValueError(f"{self._where}: unknown option(s) {', '.join(unknown)}; known: {allowed}")

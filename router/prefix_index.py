@@ -1,0 +1,159 @@
+"""Prefix-index routing: remember which block hashes were sent where, prefer the longest match.
+
+The index is approximate (it records what the gateway sent, not what the engine kept) and bounded:
+per replica an LRU of at most `capacity_blocks_per_replica` block hashes (default 16,384 ≈ 1M characters
+≈ 260k tokens, the KV budget of the §7 example), for at most `max_replicas` replicas (default 1,024;
+replicas that leave the pool are forgotten). A request's blocks are recorded last-to-first, so within a
+request the tail blocks are the least recent and are evicted first, as an engine's prefix cache does;
+a prefix therefore stays matchable from its first block.
+
+    matched_i = number of leading request blocks present in replica i's LRU
+    prefix score_i = matched_i / number of request blocks        (0 when the request has no blocks)
+
+Imbalance guard (as SGLang's cache-aware router), over load = in-flight + fresh engine waiting:
+    imbalanced ⇔ max - min > abs_margin_requests  and  max > rel_margin_ratio * min
+When imbalanced the picker routes by least load (branch `imbalance`); otherwise it takes the best combined
+score (prefix + load scorers) and reports `prefix_match` (matched > 0) or `prefix_miss`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from router.load import request_load
+from router.pickers import best_score_index
+from router.profile import Pick
+from router.types import Branch, ReplicaView, RoutingRequest
+
+DEFAULT_CAPACITY_BLOCKS_PER_REPLICA = 16_384
+DEFAULT_MAX_REPLICAS = 1_024
+DEFAULT_IMBALANCE_ABS_REQUESTS = 16.0
+DEFAULT_IMBALANCE_REL_RATIO = 1.5
+
+
+class PrefixIndex:
+    """Per-replica LRU sets of block hashes; never holds more than its bounds."""
+
+    def __init__(
+        self,
+        capacity_blocks_per_replica: int = DEFAULT_CAPACITY_BLOCKS_PER_REPLICA,
+        max_replicas: int = DEFAULT_MAX_REPLICAS,
+    ) -> None:
+        if capacity_blocks_per_replica < 1 or max_replicas < 1:
+            raise ValueError("capacity_blocks_per_replica and max_replicas must be >= 1")
+        self.capacity_blocks_per_replica = capacity_blocks_per_replica
+        self.max_replicas = max_replicas
+        self._lrus: OrderedDict[str, OrderedDict[int, None]] = OrderedDict()
+
+    def record(self, replica_id: str, prefix_hashes: Sequence[int]) -> None:
+        """Note that `prefix_hashes` were sent to `replica_id`, evicting the least recent beyond bounds."""
+        if not prefix_hashes:
+            return
+        lru = self._lrus.pop(replica_id, None)
+        if lru is None:
+            lru = OrderedDict()
+        self._lrus[replica_id] = lru
+        while len(self._lrus) > self.max_replicas:
+            self._lrus.popitem(last=False)
+        for block_hash in reversed(prefix_hashes[: self.capacity_blocks_per_replica]):
+            lru[block_hash] = None
+            lru.move_to_end(block_hash)
+        while len(lru) > self.capacity_blocks_per_replica:
+            lru.popitem(last=False)
+
+    def matched_blocks(self, replica_id: str, prefix_hashes: Sequence[int]) -> int:
+        """How many leading blocks of `prefix_hashes` the replica is believed to hold."""
+        lru = self._lrus.get(replica_id)
+        if lru is None:
+            return 0
+        matched = 0
+        for block_hash in prefix_hashes:
+            if block_hash not in lru:
+                break
+            matched += 1
+        return matched
+
+    def retain(self, replica_ids: Collection[str]) -> None:
+        """Forget every replica not in `replica_ids` (called when the pool's membership changes)."""
+        for replica_id in [r for r in self._lrus if r not in replica_ids]:
+            del self._lrus[replica_id]
+
+    def blocks(self, replica_id: str) -> int:
+        """How many block hashes are held for `replica_id`."""
+        lru = self._lrus.get(replica_id)
+        return 0 if lru is None else len(lru)
+
+    def replica_ids(self) -> tuple[str, ...]:
+        """Replicas with entries, least recently recorded first."""
+        return tuple(self._lrus)
+
+
+class PrefixMatchScorer:
+    """Scores matched leading blocks / request blocks, in [0, 1]."""
+
+    name = "prefix_match"
+
+    def __init__(self, index: PrefixIndex) -> None:
+        self._index = index
+
+    def __call__(self, request: RoutingRequest, replicas: list[ReplicaView]) -> list[float]:
+        total_blocks = len(request.prefix_hashes)
+        if total_blocks == 0:
+            return [0.0] * len(replicas)
+        return [
+            self._index.matched_blocks(r.replica_id, request.prefix_hashes) / total_blocks for r in replicas
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class ImbalanceGuard:
+    """`max - min > abs_margin_requests and max > rel_margin_ratio * min` over candidate loads."""
+
+    abs_margin_requests: float = DEFAULT_IMBALANCE_ABS_REQUESTS
+    rel_margin_ratio: float = DEFAULT_IMBALANCE_REL_RATIO
+
+    def imbalanced(self, loads: Sequence[float]) -> bool:
+        """True when load, not cache affinity, must decide."""
+        high, low = max(loads), min(loads)
+        return high - low > self.abs_margin_requests and high > self.rel_margin_ratio * low
+
+
+class PrefixIndexPicker:
+    """Imbalance guard, else the best combined score; records the request's blocks where it goes."""
+
+    def __init__(self, index: PrefixIndex, guard: ImbalanceGuard, rng: random.Random) -> None:
+        self._index = index
+        self._guard = guard
+        self._rng = rng
+        self._pool_ids: tuple[str, ...] = ()
+
+    def __call__(
+        self,
+        request: RoutingRequest,
+        replicas: list[ReplicaView],
+        scores: list[float],
+        pool: Sequence[ReplicaView],
+    ) -> Pick:
+        self._follow_membership(pool)
+        loads = [request_load(replica) for replica in replicas]
+        if self._guard.imbalanced(loads):
+            index = best_score_index([-load for load in loads], self._rng)
+            branch = Branch.IMBALANCE
+        else:
+            index = best_score_index(scores, self._rng)
+            branch = Branch.PREFIX_MISS
+        chosen = replicas[index].replica_id
+        matched = self._index.matched_blocks(chosen, request.prefix_hashes)
+        if branch is Branch.PREFIX_MISS and matched > 0:
+            branch = Branch.PREFIX_MATCH
+        self._index.record(chosen, request.prefix_hashes)
+        return Pick(index=index, branch=branch, matched_prefix_blocks=matched)
+
+    def _follow_membership(self, pool: Sequence[ReplicaView]) -> None:
+        pool_ids = tuple(replica.replica_id for replica in pool)
+        if pool_ids != self._pool_ids:
+            self._index.retain(frozenset(pool_ids))
+            self._pool_ids = pool_ids
