@@ -13,6 +13,7 @@ Unknown keys are errors, so a typo never silently falls back to a default.
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -20,7 +21,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from router.presets import known_policies
+from router.keys import KeySettings
+from router.presets import PolicyContext, build_policy, known_policies
 
 ENV_PREFIX = "LLM_GATEWAY__"
 CONFIG_PATH_ENV = "LLM_GATEWAY_CONFIG"
@@ -92,6 +94,16 @@ class PoolSettings(_Strict):
         if name not in known:
             raise ValueError(f"unknown policy {name!r}; known: {', '.join(known)}")
         return name
+
+    @model_validator(mode="after")
+    def _valid_policy_options(self) -> PoolSettings:
+        """Build the policy once so a bad `policy_options` entry fails at start, naming the option."""
+        try:
+            build_policy(self.policy, PolicyContext(rng=random.Random(0), options=self.policy_options))
+            KeySettings.from_options(self.policy_options)
+        except (ValueError, KeyError) as exc:
+            raise ValueError(f"policy_options: {exc}") from None
+        return self
 
 
 class UpstreamClientSettings(_Strict):

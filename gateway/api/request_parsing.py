@@ -1,7 +1,7 @@
 """Parse an OpenAI request body just enough to route and account it; the body is forwarded unchanged.
 
 Extracted: model, stream, max_tokens (`max_completion_tokens` or `max_tokens`), whether the client asked
-for streamed usage, and the prompt text for routing keys. Wrong types raise `BadRequest` naming the field.
+for streamed usage, and the canonical prompt text for routing keys (`router.keys.canonical_prompt_text`). Wrong types raise `BadRequest` naming the field.
 The only rewrites (`rewrite_body`) are the pool's upstream model name and, for streams, asking the
 engine for usage (`stream_options.include_usage`) so the gateway can account tokens.
 """
@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from gateway.errors import BadRequest
+from router.keys import canonical_prompt_text
 
 CHARS_PER_TOKEN = 4
 """Token estimate used for admission and load accounting: ceil(len(text) / 4) (OpenAI's rule of thumb)."""
@@ -51,37 +52,19 @@ class ParsedRequest:
         return -(-len(self.prompt_text) // CHARS_PER_TOKEN)
 
 
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
-        )
-    return ""
-
-
-def _prompt_text(endpoint: Endpoint, body: dict[str, Any]) -> str:
-    """Plain text of the prompt, role-tagged for chat (system first as sent); routing keys build on it."""
+def _validate_prompt(endpoint: Endpoint, body: dict[str, Any]) -> None:
+    """The prompt fields the endpoint needs are present and shaped right (the engine checks the rest)."""
     if endpoint is Endpoint.CHAT:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise BadRequest("'messages' must be a non-empty array")
-        parts = []
         for i, message in enumerate(messages):
             if not isinstance(message, dict) or not isinstance(message.get("role"), str):
                 raise BadRequest(f"'messages[{i}]' must be an object with a string 'role'")
-            parts.append(f"<|{message['role']}|>{_content_text(message.get('content'))}")
-        return "\n".join(parts)
-    key = {Endpoint.COMPLETIONS: "prompt", Endpoint.EMBEDDINGS: "input"}.get(endpoint, "prompt")
-    value = body.get(key)
-    if endpoint in (Endpoint.COMPLETIONS, Endpoint.EMBEDDINGS) and value is None:
-        raise BadRequest(f"'{key}' is required")
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        return "".join(v for v in value if isinstance(v, str))
-    return ""
+        return
+    required = {Endpoint.COMPLETIONS: "prompt", Endpoint.EMBEDDINGS: "input"}.get(endpoint)
+    if required is not None and body.get(required) is None:
+        raise BadRequest(f"'{required}' is required")
 
 
 def _optional_int(body: dict[str, Any], *names: str) -> int | None:
@@ -111,6 +94,7 @@ def parse_request(endpoint: Endpoint, raw: bytes) -> ParsedRequest:
         raise BadRequest("'stream' must be a boolean")
     if stream and not endpoint.can_stream:
         raise BadRequest(f"streaming is not supported on {endpoint.value}")
+    _validate_prompt(endpoint, body)
     stream_options = body.get("stream_options")
     if stream_options is not None and not isinstance(stream_options, dict):
         raise BadRequest("'stream_options' must be an object")
@@ -123,7 +107,7 @@ def parse_request(endpoint: Endpoint, raw: bytes) -> ParsedRequest:
         stream=stream,
         max_tokens=_optional_int(body, "max_completion_tokens", "max_tokens"),
         client_wants_usage=bool(stream_options and stream_options.get("include_usage")),
-        prompt_text=_prompt_text(endpoint, body),
+        prompt_text=canonical_prompt_text(body),
         user=user if isinstance(user, str) and user else None,
     )
 

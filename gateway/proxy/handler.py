@@ -31,7 +31,7 @@ from gateway.proxy.exchange import Exchange
 from gateway.proxy.relay import SSE_CONTENT_TYPE, StreamRelay, finish_body, relay_full
 from gateway.settings import Settings
 from gateway.upstream.registry import Pool, ReplicaRegistry
-from router.types import RoutingRequest
+from router.keys import build_routing_request, session_key_of
 
 logger = logging.getLogger(__name__)
 
@@ -88,12 +88,13 @@ class ProxyHandler:
             self._account(exchange, outcome)
 
     async def _serve(self, exchange: Exchange, parsed: ParsedRequest, pool: Pool, scope: Scope) -> None:
-        routing = RoutingRequest(
-            model=parsed.model,
-            prompt_text=parsed.prompt_text,
+        routing = build_routing_request(
+            parsed.model,
+            parsed.prompt_text,
+            pool.key_settings,
+            session_key=session_key_of(header(scope, b"x-session-id"), parsed.user),
             estimated_prompt_tokens=parsed.estimated_prompt_tokens,
             max_tokens=parsed.max_tokens,
-            session_key=header(scope, b"x-session-id") or parsed.user,
         )
         body = rewrite_body(parsed, pool.settings.upstream_model)
         headers = forwarded_headers(scope["headers"], exchange.request_id)

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from gateway.metrics import GatewayMetrics
 from gateway.settings import PoolSettings, Settings
+from router.keys import KeySettings
 from router.presets import PolicyContext, build_policy
 from router.profile import Policy
 from router.types import EngineLoad, ReplicaView
@@ -99,6 +100,7 @@ class Pool:
     def __init__(self, settings: PoolSettings, policy: Policy, clock: Clock) -> None:
         self.settings = settings
         self.policy = policy
+        self.key_settings = KeySettings.from_options(settings.policy_options)
         self._clock = clock
         self.replicas: dict[str, Replica] = {}
         for url in settings.replicas.static:

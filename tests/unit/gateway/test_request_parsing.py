@@ -23,9 +23,9 @@ def _chat(**extra: object) -> bytes:
 def test_chat_fields_and_prompt_text() -> None:
     parsed = parse_request(Endpoint.CHAT, _chat(max_tokens=7, user="alice"))
     assert parsed.model == "m" and parsed.max_tokens == 7 and not parsed.stream
-    assert parsed.prompt_text == "<|system|>S\n<|user|>U"
+    assert parsed.prompt_text == "<|system|>\nS\n<|user|>\nU\n"
     assert parsed.user == "alice"
-    assert parsed.estimated_prompt_tokens == 6  # ceil(22 / 4)
+    assert parsed.estimated_prompt_tokens == 6  # ceil(24 / 4)
 
 
 def test_max_completion_tokens_wins() -> None:
@@ -66,4 +66,4 @@ def test_invalid_bodies(endpoint: Endpoint, body: bytes) -> None:
 
 def test_completion_prompt_list() -> None:
     parsed = parse_request(Endpoint.COMPLETIONS, b'{"model": "m", "prompt": ["ab", "cd"]}')
-    assert parsed.prompt_text == "abcd"
+    assert parsed.prompt_text == "ab\ncd"

@@ -32,6 +32,19 @@ def test_defaults_fill_a_minimal_config() -> None:
         ({"server": {"port": "eighty"}}, "server.port"),
         ({"server": {"prot": 1}}, "server.prot"),
         ({"state": {"backend": "etcd"}}, "state.backend"),
+        (
+            {
+                "pools": [
+                    {
+                        "model": "m",
+                        "replicas": {"static": []},
+                        "policy": "prefix-affinity",
+                        "policy_options": {"load_factor": 0.5},
+                    }
+                ]
+            },
+            "load_factor",
+        ),
     ],
 )
 def test_errors_name_the_offending_key(raw: dict, key: str) -> None:

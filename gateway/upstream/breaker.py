@@ -1,0 +1,125 @@
+"""Per-replica circuit breaker: a pure state machine over an injected clock.
+
+    CLOSED     → OPEN       after `consecutive_failures` failures in a row, or when the failure ratio
+                            over the last `window_s` seconds reaches `failure_ratio` with at least
+                            `min_requests` outcomes in the window;
+    OPEN       → HALF_OPEN  once `open_s` has passed (the cooldown doubles, up to `max_open_s`, each time
+                            a half-open probe fails);
+    HALF_OPEN  → CLOSED     when the single probe succeeds; → OPEN when it fails.
+
+While OPEN nothing is sent; while HALF_OPEN exactly one request (the probe) is let through. What counts
+as a failure is the caller's call (the proxy: connect errors, 5xx, first-token timeouts, broken streams;
+not 4xx, not 429, not client disconnects).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class BreakerState(StrEnum):
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+
+BREAKER_STATE_VALUE = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
+"""Numeric encoding for the `llm_gateway_breaker_state` gauge."""
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerPolicy:
+    consecutive_failures: int = 5
+    failure_ratio: float = 0.5
+    min_requests: int = 20
+    window_s: float = 10.0
+    open_s: float = 5.0
+    max_open_s: float = 60.0
+
+
+class CircuitBreaker:
+    """See the module docstring. `allows()` is side-effect free; `on_dispatch()` claims the probe."""
+
+    def __init__(self, policy: BreakerPolicy, clock: Callable[[], float]) -> None:
+        self._policy = policy
+        self._clock = clock
+        self._state = BreakerState.CLOSED
+        self._consecutive = 0
+        self._outcomes: deque[tuple[float, bool]] = deque()
+        self._failures_in_window = 0
+        self._opened_at_s = 0.0
+        self._open_for_s = policy.open_s
+        self._probe_in_flight = False
+
+    @property
+    def state(self) -> BreakerState:
+        if self._state is BreakerState.OPEN and self._clock() - self._opened_at_s >= self._open_for_s:
+            self._state = BreakerState.HALF_OPEN
+            self._probe_in_flight = False
+        return self._state
+
+    def allows(self) -> bool:
+        """True when a new request may be routed here now."""
+        state = self.state
+        return state is BreakerState.CLOSED or (state is BreakerState.HALF_OPEN and not self._probe_in_flight)
+
+    def on_dispatch(self) -> None:
+        """A request was routed here; in HALF_OPEN it is the one probe."""
+        if self.state is BreakerState.HALF_OPEN:
+            self._probe_in_flight = True
+
+    def seconds_until_probe(self) -> float:
+        """Time until a request may be tried here again (0 when it may be now)."""
+        if self.state is not BreakerState.OPEN:
+            return 0.0
+        return max(0.0, self._opened_at_s + self._open_for_s - self._clock())
+
+    def record_success(self) -> None:
+        self._record(ok=True)
+        self._consecutive = 0
+        if self._state is BreakerState.HALF_OPEN:
+            self._close()
+
+    def record_failure(self) -> None:
+        self._record(ok=False)
+        self._consecutive += 1
+        state = self.state
+        if state is BreakerState.HALF_OPEN:
+            self._open(backoff=True)
+        elif state is BreakerState.CLOSED and self._should_trip():
+            self._open(backoff=False)
+
+    def _should_trip(self) -> bool:
+        p = self._policy
+        if self._consecutive >= p.consecutive_failures:
+            return True
+        total = len(self._outcomes)
+        return total >= p.min_requests and self._failures_in_window / total >= p.failure_ratio
+
+    def _record(self, ok: bool) -> None:
+        now_s = self._clock()
+        self._outcomes.append((now_s, ok))
+        if not ok:
+            self._failures_in_window += 1
+        horizon_s = now_s - self._policy.window_s
+        while self._outcomes and self._outcomes[0][0] < horizon_s:
+            _, old_ok = self._outcomes.popleft()
+            if not old_ok:
+                self._failures_in_window -= 1
+
+    def _open(self, backoff: bool) -> None:
+        if backoff:
+            self._open_for_s = min(self._policy.max_open_s, self._open_for_s * 2)
+        self._state = BreakerState.OPEN
+        self._opened_at_s = self._clock()
+        self._probe_in_flight = False
+
+    def _close(self) -> None:
+        self._state = BreakerState.CLOSED
+        self._open_for_s = self._policy.open_s
+        self._probe_in_flight = False
+        self._outcomes.clear()
+        self._failures_in_window = 0
