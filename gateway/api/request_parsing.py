@@ -2,8 +2,9 @@
 
 Extracted: model, stream, max_tokens (`max_completion_tokens` or `max_tokens`), whether the client asked
 for streamed usage, and the canonical prompt text for routing keys (`router.keys.canonical_prompt_text`).
-Wrong types raise `BadRequest` naming the field. The only rewrites (`rewrite_body`) are the pool's upstream model name and, for streams, asking the
-engine for usage (`stream_options.include_usage`) so the gateway can account tokens.
+Wrong types raise `BadRequest` naming the field. The only rewrites (`rewrite_body`) are the pool's
+upstream model name and, for streams, asking the engine for usage (`stream_options.include_usage`) so
+the gateway can account tokens.
 """
 
 from __future__ import annotations
