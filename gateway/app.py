@@ -20,6 +20,7 @@ import httpx
 from fastapi import FastAPI, Request, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from admission.clock import Clock, SystemClock
 from gateway.api.asgi_io import Receive, Scope, Send, send_response
 from gateway.api.request_parsing import Endpoint
 from gateway.error_mapping import to_response
@@ -28,7 +29,7 @@ from gateway.metrics import METRICS_CONTENT_TYPE, GatewayMetrics
 from gateway.proxy.handler import ProxyHandler
 from gateway.settings import Settings
 from gateway.upstream.http_client import build_upstream_client
-from gateway.upstream.registry import Clock, ReplicaRegistry
+from gateway.upstream.registry import ReplicaRegistry
 
 logger = logging.getLogger(__name__)
 
@@ -51,11 +52,14 @@ class GatewayApp:
     """The ASGI application (see module docstring)."""
 
     def __init__(
-        self, settings: Settings, clock: Clock = time.monotonic, rng: random.Random | None = None
+        self, settings: Settings, clock: Clock | None = None, rng: random.Random | None = None
     ) -> None:
         metrics = GatewayMetrics()
-        rng = rng or random.Random(settings.seed)
-        self.state = GatewayState(settings, metrics, ReplicaRegistry(settings, metrics, clock, rng))
+        self._clock: Clock = clock or SystemClock()
+        self._rng = rng or random.Random(settings.seed)
+        self.state = GatewayState(
+            settings, metrics, ReplicaRegistry(settings, metrics, self._clock, self._rng)
+        )
         self._ops = _build_ops_app(self.state)
 
     @property
@@ -66,7 +70,12 @@ class GatewayApp:
         if self.state.client is None:
             self.state.client = build_upstream_client(self.state.settings.upstream)
             self.state.proxy = ProxyHandler(
-                self.state.settings, self.state.registry, self.state.client, self.state.metrics
+                self.state.settings,
+                self.state.registry,
+                self.state.client,
+                self.state.metrics,
+                clock=self._clock,
+                rng=random.Random(self._rng.random()),
             )
 
     async def shutdown(self) -> None:
@@ -133,7 +142,7 @@ def _build_ops_app(state: GatewayState) -> FastAPI:
         data = [
             {"id": pool.model, "object": "model", "created": created, "owned_by": "llm-gateway"}
             for pool in state.registry.pools.values()
-            if any(r.healthy and not r.draining for r in pool.replicas.values())
+            if pool.has_eligible_replica()
         ]
         return {"object": "list", "data": data}
 
@@ -158,7 +167,7 @@ def _build_ops_app(state: GatewayState) -> FastAPI:
 
 
 def create_app(
-    settings: Settings, clock: Clock = time.monotonic, rng: random.Random | None = None
+    settings: Settings, clock: Clock | None = None, rng: random.Random | None = None
 ) -> GatewayApp:
     """Build a gateway application from validated settings."""
     return GatewayApp(settings, clock=clock, rng=rng)

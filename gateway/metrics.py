@@ -63,6 +63,15 @@ class GatewayMetrics:
             ["replica"],
             registry=r,
         )
+        self.breaker_state = Gauge(
+            f"{PREFIX}_breaker_state",
+            "Circuit breaker per replica: 0 closed, 1 half-open, 2 open",
+            ["replica"],
+            registry=r,
+        )
+        self.replica_draining = Gauge(
+            f"{PREFIX}_replica_draining", "1 while the replica is draining", ["replica"], registry=r
+        )
         self.routing_decisions_total = Counter(
             f"{PREFIX}_routing_decisions_total",
             "Routing decisions by policy and branch",

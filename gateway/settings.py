@@ -64,13 +64,51 @@ class TimeoutSettings(_Strict):
     total_s: float | None = Field(None, gt=0)
     nonstream_s: float = Field(600.0, gt=0)
     """Bound on a non-streaming upstream response: the engine sends nothing until it has finished."""
+    max_ttft_s: float = Field(120.0, gt=0)
+    """Ceiling for the per-request `x-gateway-ttft-timeout-ms` override."""
+    max_idle_s: float = Field(300.0, gt=0)
+    """Ceiling for the per-request `x-gateway-idle-timeout-ms` override."""
 
 
 class RetrySettings(_Strict):
-    """`max_attempts` counts the first try; retries happen only before the first byte."""
+    """Retries happen only before the first byte (see `gateway.proxy.retry_policy`).
+
+    `max_attempts` counts the first try. The budget allows `budget_ratio` × requests plus
+    `budget_min_per_s` retries per second over a 10 s window. Backoff is full jitter:
+    uniform(0, min(backoff_max_s, backoff_initial_s × 2^(retry − 1))). Requests whose estimated size
+    (prompt + max_tokens) exceeds `max_retry_tokens` are never retried automatically.
+    """
 
     max_attempts: int = Field(3, ge=1, le=10)
     budget_ratio: float = Field(0.1, ge=0, le=1)
+    budget_min_per_s: float = Field(0.5, ge=0)
+    backoff_initial_s: float = Field(0.025, ge=0)
+    backoff_max_s: float = Field(1.0, ge=0)
+    max_retry_tokens: int = Field(32768, ge=0)
+
+
+class BreakerSettings(_Strict):
+    """Per-replica circuit breaker (`gateway.upstream.breaker`)."""
+
+    consecutive_failures: int = Field(5, ge=1)
+    failure_ratio: float = Field(0.5, gt=0, le=1)
+    min_requests: int = Field(20, ge=1)
+    window_s: float = Field(10.0, gt=0)
+    open_s: float = Field(5.0, gt=0)
+    max_open_s: float = Field(60.0, gt=0)
+
+
+class HealthCheckSettings(_Strict):
+    """Active health checks: GET `path` (default: the engine flavour's health endpoint) every
+    `interval_s`; `unhealthy_threshold` failures in a row take a replica out, `healthy_threshold`
+    successes in a row bring it back."""
+
+    enabled: bool = True
+    path: str | None = None
+    interval_s: float = Field(5.0, gt=0)
+    timeout_s: float = Field(2.0, gt=0)
+    healthy_threshold: int = Field(2, ge=1)
+    unhealthy_threshold: int = Field(2, ge=1)
 
 
 EngineFlavour = Literal["vllm", "sglang", "tgi", "llamacpp", "openai"]
@@ -86,6 +124,8 @@ class PoolSettings(_Strict):
     max_concurrency_per_replica: int | None = Field(None, ge=1)
     timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)
     retries: RetrySettings = Field(default_factory=RetrySettings)
+    breaker: BreakerSettings = Field(default_factory=BreakerSettings)
+    health: HealthCheckSettings = Field(default_factory=HealthCheckSettings)
 
     @field_validator("policy")
     @classmethod

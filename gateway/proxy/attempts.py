@@ -1,34 +1,35 @@
-"""Route and open the upstream response, retrying only before the first byte.
+"""One upstream attempt: route, claim the replica, send, and classify what came back.
 
-Each attempt makes a fresh routing decision with the replicas that already failed this request
-excluded. Retried: connect failures (the replica is marked down, see the registry), and a request that
-failed on a reused keep-alive connection before any byte came back (retried once, not held against the
-replica: engines close idle connections). Not retried: anything after response headers arrived.
-An upstream error status is raised as `UpstreamStatusError` with the engine's status and body.
+`UpstreamOpener.attempt` leaves `exchange.response` open on a 2xx answer, or raises:
+- `UpstreamConnectError` when the replica cannot be reached,
+- `StaleConnection` when the request hit a keep-alive connection the engine had already closed and no
+  byte came back (retried once on a fresh connection, not held against the replica),
+- `UpstreamTTFTTimeout` when a stream's headers do not arrive within the first-token deadline,
+- `UpstreamStatusError` with the engine's status, body and Retry-After for an error status.
+The retry loop that calls it lives in the handler; the policy in `gateway.proxy.retry_policy`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
+import time
 
 import httpx
 
-from gateway.errors import (
-    NoReplica,
-    UpstreamConnectError,
-    UpstreamError,
-    UpstreamStatusError,
-    UpstreamTTFTTimeout,
-)
+from gateway.errors import UpstreamConnectError, UpstreamStatusError, UpstreamTTFTTimeout
 from gateway.metrics import GatewayMetrics
 from gateway.proxy.exchange import Exchange
+from gateway.proxy.timers import RequestTimers
 from gateway.upstream.registry import Pool, ReplicaRegistry
+from gateway.upstream.replica import Replica
 from router.types import Decision, RoutingRequest
 
 MAX_ERROR_BODY_BYTES = 64 * 1024
-NO_REPLICA_RETRY_FLOOR_S = 1.0
 _FORWARDED_HEADERS = (b"authorization", b"accept", b"user-agent")
+
+
+class StaleConnection(Exception):
+    """The engine closed a pooled keep-alive connection before answering (nothing was generated)."""
 
 
 def _retry_after_s(response: httpx.Response) -> float | None:
@@ -40,7 +41,7 @@ def _retry_after_s(response: httpx.Response) -> float | None:
 
 
 class UpstreamOpener:
-    """Runs the attempt loop for one exchange; leaves `exchange.response` open on success."""
+    """Routing decisions and single attempts for the handler's retry loop."""
 
     def __init__(self, client: httpx.AsyncClient, registry: ReplicaRegistry, metrics: GatewayMetrics) -> None:
         self._client = client
@@ -48,94 +49,63 @@ class UpstreamOpener:
         self._metrics = metrics
 
     def decide(self, pool: Pool, routing: RoutingRequest) -> Decision | None:
-        started = asyncio.get_running_loop().time()
+        started = time.perf_counter()
         decision = pool.policy.decide(routing, pool.snapshot())
-        self._metrics.routing_decision_seconds.observe(asyncio.get_running_loop().time() - started)
+        self._metrics.routing_decision_seconds.observe(time.perf_counter() - started)
         if decision is not None:
             self._metrics.routing_decisions_total.labels(decision.policy, decision.branch).inc()
         return decision
 
-    async def open(
+    async def attempt(
         self,
         exchange: Exchange,
-        pool: Pool,
-        routing: RoutingRequest,
+        replica: Replica,
+        *,
+        tokens: int,
         body: bytes,
         headers: list[tuple[str, str]],
+        timers: RequestTimers,
     ) -> None:
-        """Open the upstream response into `exchange.response`, or raise the contract error."""
-        max_attempts = pool.settings.retries.max_attempts
-        excluded: set[str] = set()
-        last_error: UpstreamError | None = None
-        counted_attempts = 0
-        stale_retry_left = True
-        retry_reason: str | None = None
-        while counted_attempts < max_attempts:
-            decision = self.decide(pool, _exclude(routing, excluded))
-            if decision is None:
-                break
-            if retry_reason is not None:
-                self._metrics.retries_total.labels(retry_reason).inc()
-            replica = pool.replicas[decision.replica_id]
-            exchange.decision = decision
-            exchange.swap_guard(self._registry.acquire(replica, routing.estimated_total_tokens))
-            exchange.attempts += 1
-            try:
-                response = await self._send(pool, replica.url, exchange, body, headers)
-            except (httpx.ConnectError, httpx.ConnectTimeout):
-                counted_attempts += 1
-                retry_reason = "connect"
-                self._registry.record_connect_failure(replica)
-                excluded.add(replica.replica_id)
-                last_error = UpstreamConnectError(
-                    f"could not connect to replica {replica.replica_id}", replica_id=replica.replica_id
-                )
-                continue
-            except httpx.RemoteProtocolError:
-                if not stale_retry_left:
-                    raise UpstreamConnectError(
-                        f"replica {replica.replica_id} closed the connection", replica_id=replica.replica_id
-                    ) from None
-                stale_retry_left = False
-                retry_reason = "stale_connection"
-                continue
-            self._registry.record_success(replica)
-            if response.status_code >= 400:
-                raise await self._status_error(response, replica.replica_id)
-            exchange.response = response
-            return
-        raise last_error or self._no_replica(pool)
+        exchange.swap_guard(self._registry.acquire(replica, tokens))
+        exchange.attempts += 1
+        try:
+            response = await self._send(replica.url, exchange, body, headers, timers)
+        except (httpx.ConnectError, httpx.ConnectTimeout):
+            raise UpstreamConnectError(
+                f"could not connect to replica {replica.replica_id}", replica_id=replica.replica_id
+            ) from None
+        except httpx.RemoteProtocolError:
+            raise StaleConnection(replica.replica_id) from None
+        except TimeoutError:
+            raise UpstreamTTFTTimeout(
+                f"no response from replica {replica.replica_id} within the first-token deadline "
+                f"of {timers.ttft_s} s",
+                replica_id=replica.replica_id,
+            ) from None
+        if response.status_code >= 400:
+            raise await self._status_error(response, replica.replica_id)
+        exchange.response = response
 
     async def _send(
-        self, pool: Pool, url: str, exchange: Exchange, body: bytes, headers: list[tuple[str, str]]
+        self, url: str, exchange: Exchange, body: bytes, headers: list[tuple[str, str]], timers: RequestTimers
     ) -> httpx.Response:
-        timeouts = pool.settings.timeouts
         assert exchange.parsed is not None
         streaming = exchange.parsed.stream
-        read_s = timeouts.idle_s if streaming else timeouts.nonstream_s
+        read_s = timers.idle_s if streaming else timers.nonstream_s
+        timeout = httpx.Timeout(
+            connect=timers.connect_s, read=read_s, write=timers.idle_s, pool=timers.connect_s
+        )
         request = self._client.build_request(
-            "POST",
-            url + exchange.parsed.endpoint.value,
-            content=body,
-            headers=headers,
-            timeout=httpx.Timeout(
-                connect=timeouts.connect_s, read=read_s, write=timeouts.idle_s, pool=timeouts.connect_s
-            ),
+            "POST", url + exchange.parsed.endpoint.value, content=body, headers=headers, timeout=timeout
         )
         if not streaming:
             return await self._client.send(request, stream=True)
-        try:
-            async with asyncio.timeout(timeouts.ttft_s):
-                return await self._client.send(request, stream=True)
-        except TimeoutError:
-            raise UpstreamTTFTTimeout(
-                f"no response from the replica within the first-token deadline of {timeouts.ttft_s} s",
-                replica_id=exchange.decision.replica_id if exchange.decision else None,
-            ) from None
+        async with asyncio.timeout(timers.ttft_s - exchange.attempt_elapsed_s()):
+            return await self._client.send(request, stream=True)
 
     async def _status_error(self, response: httpx.Response, replica_id: str) -> UpstreamStatusError:
+        body = b""
         try:
-            body = b""
             async for chunk in response.aiter_raw():
                 body += chunk
                 if len(body) >= MAX_ERROR_BODY_BYTES:
@@ -152,20 +122,6 @@ class UpstreamOpener:
             replica_id=replica_id,
             retry_after_s=_retry_after_s(response),
         )
-
-    @staticmethod
-    def _no_replica(pool: Pool) -> NoReplica:
-        recovery_s = pool.seconds_until_recovery()
-        return NoReplica(
-            f"no eligible replica for model {pool.model!r} (all down, draining or circuit-open)",
-            retry_after_s=max(NO_REPLICA_RETRY_FLOOR_S, recovery_s or NO_REPLICA_RETRY_FLOOR_S),
-        )
-
-
-def _exclude(routing: RoutingRequest, excluded: set[str]) -> RoutingRequest:
-    if not excluded:
-        return routing
-    return replace(routing, exclude=routing.exclude | frozenset(excluded))
 
 
 def forwarded_headers(raw_headers: list[tuple[bytes, bytes]], request_id: str) -> list[tuple[str, str]]:

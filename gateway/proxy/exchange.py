@@ -14,7 +14,8 @@ import httpx
 
 from gateway.api.asgi_io import DisconnectWatcher, Send
 from gateway.api.request_parsing import ParsedRequest
-from gateway.upstream.registry import InflightGuard, Pool
+from gateway.upstream.registry import Pool
+from gateway.upstream.replica import InflightGuard
 from router.types import Decision
 
 
@@ -33,9 +34,15 @@ class Exchange:
     ttft_s: float | None = None
     usage: dict[str, Any] | None = None
     attempts: int = 0
+    attempt_started_s: float = 0.0
+    queue_wait_s: float = 0.0
 
     def elapsed_s(self) -> float:
         return time.perf_counter() - self.started_s
+
+    def attempt_elapsed_s(self) -> float:
+        """Time since the current upstream attempt started (its first-token deadline runs from there)."""
+        return time.perf_counter() - self.attempt_started_s
 
     def response_headers(self, content_type: str) -> list[tuple[str, str]]:
         """Gateway response headers (DESIGN §4): request id, replica, route, queue time, Server-Timing."""
@@ -43,8 +50,9 @@ class Exchange:
         if self.decision is not None:
             headers.append(("x-gateway-replica", self.decision.replica_id))
             headers.append(("x-gateway-route", self.decision.header_value()))
-        headers.append(("x-gateway-queue-ms", "0"))
-        timing = "queue;dur=0"
+        queue_ms = self.queue_wait_s * 1000
+        headers.append(("x-gateway-queue-ms", f"{queue_ms:.0f}"))
+        timing = f"queue;dur={queue_ms:.1f}"
         if self.ttft_s is not None:
             timing += f", upstream-ttft;dur={self.ttft_s * 1000:.1f}"
         headers.append(("server-timing", timing))
@@ -55,6 +63,7 @@ class Exchange:
         if self.guard is not None:
             self.guard.release()
         self.guard = guard
+        self.attempt_started_s = time.perf_counter()
 
     async def release(self) -> None:
         """Release the in-flight guard (synchronously, first) and close the upstream response."""

@@ -7,11 +7,16 @@ bugs — `Exchange.release()` runs in `finally`, so in-flight counts return to z
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import random
 import uuid
+from dataclasses import replace
 
 import httpx
 
+from admission.clock import Clock
+from admission.retry_budget import RetryBudget
 from gateway.api.asgi_io import (
     ClientDisconnected,
     DisconnectWatcher,
@@ -24,14 +29,25 @@ from gateway.api.asgi_io import (
 )
 from gateway.api.request_parsing import Endpoint, ParsedRequest, parse_request, rewrite_body
 from gateway.error_mapping import to_response, to_sse_event
-from gateway.errors import Draining, GatewayError, InternalError, ModelNotFound
+from gateway.errors import (
+    Draining,
+    GatewayError,
+    InternalError,
+    ModelNotFound,
+    NoReplica,
+    UpstreamConnectError,
+    UpstreamError,
+)
 from gateway.metrics import GatewayMetrics
-from gateway.proxy.attempts import UpstreamOpener, forwarded_headers
+from gateway.proxy.attempts import StaleConnection, UpstreamOpener, forwarded_headers
 from gateway.proxy.exchange import Exchange
 from gateway.proxy.relay import SSE_CONTENT_TYPE, StreamRelay, finish_body, relay_full
+from gateway.proxy.retry_policy import RetryPolicy, failure_kind
+from gateway.proxy.timers import IDLE_HEADER, TTFT_HEADER, RequestTimers, request_timers
 from gateway.settings import Settings
 from gateway.upstream.registry import Pool, ReplicaRegistry
 from router.keys import build_routing_request, session_key_of
+from router.types import RoutingRequest
 
 logger = logging.getLogger(__name__)
 
@@ -49,11 +65,26 @@ class ProxyHandler:
         registry: ReplicaRegistry,
         client: httpx.AsyncClient,
         metrics: GatewayMetrics,
+        *,
+        clock: Clock,
+        rng: random.Random,
     ) -> None:
         self._settings = settings
         self._registry = registry
         self._metrics = metrics
         self._opener = UpstreamOpener(client, registry, metrics)
+        self._retry_policies = {
+            pool.model: RetryPolicy(
+                pool.settings.retries,
+                RetryBudget(
+                    clock,
+                    budget_ratio=pool.settings.retries.budget_ratio,
+                    min_retries_per_s=pool.settings.retries.budget_min_per_s,
+                ),
+                random.Random(rng.random()),
+            )
+            for pool in registry.pools.values()
+        }
         self.draining = False
 
     async def __call__(self, endpoint: Endpoint, scope: Scope, receive: Receive, send: Send) -> None:
@@ -96,19 +127,85 @@ class ProxyHandler:
             estimated_prompt_tokens=parsed.estimated_prompt_tokens,
             max_tokens=parsed.max_tokens,
         )
+        timers = request_timers(
+            pool.settings.timeouts, header(scope, TTFT_HEADER.encode()), header(scope, IDLE_HEADER.encode())
+        )
         body = rewrite_body(parsed, pool.settings.upstream_model)
         headers = forwarded_headers(scope["headers"], exchange.request_id)
-        timeouts = pool.settings.timeouts
         try:
-            await self._opener.open(exchange, pool, routing, body, headers)
-            assert exchange.response is not None
-            is_sse = exchange.response.headers.get("content-type", "").startswith(SSE_CONTENT_TYPE)
-            if parsed.stream and is_sse:
-                await StreamRelay(exchange, timeouts.ttft_s, timeouts.total_s).run()
-            else:
-                await relay_full(exchange, timeouts.nonstream_s)
+            await self._attempt_until_done(
+                exchange, pool=pool, routing=routing, body=body, headers=headers, timers=timers
+            )
         finally:
             await exchange.release()
+
+    async def _attempt_until_done(
+        self,
+        exchange: Exchange,
+        *,
+        pool: Pool,
+        routing: RoutingRequest,
+        body: bytes,
+        headers: list[tuple[str, str]],
+        timers: RequestTimers,
+    ) -> None:
+        """The retry loop (see `gateway.proxy.retry_policy` for when a failure is retried)."""
+        retry = self._retry_policies[pool.model]
+        retry.budget.record_request()
+        excluded: set[str] = set()
+        last_error: UpstreamError | None = None
+        stale_retry_left = True
+        while True:
+            decision = self._opener.decide(pool, replace(routing, exclude=frozenset(excluded)))
+            if decision is None:
+                raise last_error or NoReplica(
+                    f"no eligible replica for model {pool.model!r} (all down, draining or circuit-open)",
+                    retry_after_s=pool.retry_after_s(),
+                )
+            if last_error is not None:
+                if not retry.spend():
+                    raise last_error
+                self._metrics.retries_total.labels(str(failure_kind(last_error))).inc()
+            exchange.decision = decision
+            replica = pool.replicas[decision.replica_id]
+            try:
+                await self._opener.attempt(
+                    exchange,
+                    replica,
+                    tokens=routing.estimated_total_tokens,
+                    body=body,
+                    headers=headers,
+                    timers=timers,
+                )
+                self._registry.record_success(replica)
+                await self._relay(exchange, timers)
+                return
+            except StaleConnection:
+                if not stale_retry_left:
+                    raise UpstreamConnectError(
+                        f"replica {replica.replica_id} closed the connection twice",
+                        replica_id=replica.replica_id,
+                    ) from None
+                stale_retry_left = False
+                self._metrics.retries_total.labels("stale_connection").inc()
+            except UpstreamError as error:
+                kind = failure_kind(error)
+                if kind is not None:
+                    self._registry.record_failure(replica, kind, error.retry_after_s)
+                if exchange.response_started or not retry.eligible(error, exchange.attempts, routing):
+                    raise
+                last_error = error
+                excluded.add(replica.replica_id)
+                await exchange.release()
+                await asyncio.sleep(retry.backoff_s(len(excluded)))
+
+    async def _relay(self, exchange: Exchange, timers: RequestTimers) -> None:
+        assert exchange.response is not None and exchange.parsed is not None
+        is_sse = exchange.response.headers.get("content-type", "").startswith(SSE_CONTENT_TYPE)
+        if exchange.parsed.stream and is_sse:
+            await StreamRelay(exchange, timers.ttft_s, timers.total_s).run()
+        else:
+            await relay_full(exchange, timers.nonstream_s)
 
     async def _answer_error(self, exchange: Exchange, error: GatewayError) -> None:
         self._metrics.rejections_total.labels(str(error.code)).inc()

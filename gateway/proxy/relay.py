@@ -90,11 +90,16 @@ class StreamRelay:
         response = self._exchange.response
         assert response is not None
         loop = asyncio.get_running_loop()
-        started = loop.time() - self._exchange.elapsed_s()
-        total_deadline = None if self._total_s is None else started + self._total_s
+        now = loop.time()
+        started = now - self._exchange.attempt_elapsed_s()
+        request_started = now - self._exchange.elapsed_s()
+        total_deadline = None if self._total_s is None else request_started + self._total_s
+        first_deadline = started + self._ttft_s
+        if total_deadline is not None:
+            first_deadline = min(first_deadline, total_deadline)
         splitter = SSESplitter()
         try:
-            async with asyncio.timeout(started + self._ttft_s) as timer:
+            async with asyncio.timeout(first_deadline) as timer:
                 async for chunk in response.aiter_raw():
                     out = self._filter(splitter.feed(chunk))
                     if not self._exchange.response_started:

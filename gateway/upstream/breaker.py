@@ -71,6 +71,12 @@ class CircuitBreaker:
         if self.state is BreakerState.HALF_OPEN:
             self._probe_in_flight = True
 
+    def on_release(self) -> None:
+        """A request here ended. If it was the half-open probe and no verdict was recorded (the client
+        left first), free the probe slot so another request can probe."""
+        if self._state is BreakerState.HALF_OPEN:
+            self._probe_in_flight = False
+
     def seconds_until_probe(self) -> float:
         """Time until a request may be tried here again (0 when it may be now)."""
         if self.state is not BreakerState.OPEN:

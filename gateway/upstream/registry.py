@@ -1,12 +1,9 @@
 """The one place where mutable replica state lives; policies only ever see frozen `ReplicaView`s.
 
-Load accounting is an `InflightGuard` per request: acquired when a replica is chosen, released exactly
-once (idempotent) in the proxy's `finally` on every path — success, upstream error, retry, timeout,
-client disconnect, cancellation. In-flight counts therefore return to zero when traffic stops.
-
-Passive health: a connect failure marks a replica down until `recheck_at_s`, with exponential backoff
-(`down_backoff_initial_s` doubling per consecutive failure up to `down_backoff_max_s`); the first
-request after that time probes it (it becomes eligible again), and a success clears the backoff.
+Load accounting is an `InflightGuard` per request (see `gateway.upstream.replica`): acquired when a
+replica is chosen, released exactly once in the proxy's `finally` on every path. Outcomes reported by
+the proxy feed passive health, the circuit breakers and the metrics; release listeners (admission
+control) are told whenever a slot frees up.
 """
 
 from __future__ import annotations
@@ -14,20 +11,34 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from enum import StrEnum
 from urllib.parse import urlsplit
 
+from admission.clock import Clock
+from admission.retry_after import no_replica_retry_after_s
 from gateway.metrics import GatewayMetrics
 from gateway.settings import PoolSettings, Settings
+from gateway.upstream.breaker import BREAKER_STATE_VALUE, BreakerPolicy, CircuitBreaker
+from gateway.upstream.replica import PASSIVE_BACKOFF_INITIAL_S, PASSIVE_BACKOFF_MAX_S, InflightGuard, Replica
 from router.keys import KeySettings
 from router.presets import PolicyContext, build_policy
 from router.profile import Policy
-from router.types import EngineLoad, ReplicaView
+from router.types import ReplicaView
 
-Clock = Callable[[], float]
 
-DOWN_BACKOFF_INITIAL_S = 1.0
-DOWN_BACKOFF_MAX_S = 30.0
+class FailureKind(StrEnum):
+    """What went wrong on an attempt; decides passive health and breaker accounting."""
+
+    CONNECT = "connect"
+    STATUS_5XX = "status_5xx"
+    OVERLOADED = "overloaded"
+    TTFT_TIMEOUT = "ttft_timeout"
+    STREAM_BROKEN = "stream_broken"
+
+
+_BREAKER_FAILURES = frozenset(
+    {FailureKind.CONNECT, FailureKind.STATUS_5XX, FailureKind.TTFT_TIMEOUT, FailureKind.STREAM_BROKEN}
+)
 
 
 def replica_id_for(url: str) -> str:
@@ -37,61 +48,11 @@ def replica_id_for(url: str) -> str:
     return f"{parts.hostname}:{port}"
 
 
-@dataclass(slots=True)
-class Replica:
-    """Mutable state of one replica in one pool. Mutated only through the registry and guards."""
-
-    replica_id: str
-    url: str
-    max_concurrency: int | None = None
-    healthy: bool = True
-    draining: bool = False
-    breaker_open: bool = False
-    inflight_requests: int = 0
-    inflight_tokens: int = 0
-    consecutive_connect_failures: int = 0
-    recheck_at_s: float = 0.0
-    engine: EngineLoad | None = None
-
-    def view(self) -> ReplicaView:
-        return ReplicaView(
-            replica_id=self.replica_id,
-            url=self.url,
-            healthy=self.healthy,
-            draining=self.draining,
-            breaker_open=self.breaker_open,
-            inflight_requests=self.inflight_requests,
-            inflight_tokens=self.inflight_tokens,
-            max_concurrency=self.max_concurrency,
-            engine=self.engine,
-        )
-
-
-class InflightGuard:
-    """One request's claim on a replica. `release()` is idempotent; call it in `finally`."""
-
-    __slots__ = ("_metrics", "_on_release", "_released", "replica", "tokens")
-
-    def __init__(
-        self, replica: Replica, tokens: int, metrics: GatewayMetrics, on_release: Callable[[], None]
-    ) -> None:
-        self.replica = replica
-        self.tokens = tokens
-        self._metrics = metrics
-        self._on_release = on_release
-        self._released = False
-        replica.inflight_requests += 1
-        replica.inflight_tokens += tokens
-        metrics.inflight.labels(replica.replica_id).inc()
-
-    def release(self) -> None:
-        if self._released:
-            return
-        self._released = True
-        self.replica.inflight_requests -= 1
-        self.replica.inflight_tokens -= self.tokens
-        self._metrics.inflight.labels(self.replica.replica_id).dec()
-        self._on_release()
+def breaker_policy(settings: PoolSettings) -> BreakerPolicy:
+    b = settings.breaker
+    return BreakerPolicy(
+        b.consecutive_failures, b.failure_ratio, b.min_requests, b.window_s, b.open_s, b.max_open_s
+    )
 
 
 class Pool:
@@ -104,26 +65,34 @@ class Pool:
         self._clock = clock
         self.replicas: dict[str, Replica] = {}
         for url in settings.replicas.static:
-            rid = replica_id_for(url)
-            self.replicas[rid] = Replica(rid, url, settings.max_concurrency_per_replica)
+            self.add_replica(url)
 
     @property
     def model(self) -> str:
         return self.settings.model
 
-    def snapshot(self) -> tuple[ReplicaView, ...]:
-        """Frozen views for one routing decision; replicas past their recheck time become probe-able."""
-        now_s = self._clock()
-        for replica in self.replicas.values():
-            if not replica.healthy and now_s >= replica.recheck_at_s:
-                replica.healthy = True
-        return tuple(r.view() for r in self.replicas.values())
+    def add_replica(self, url: str) -> Replica:
+        rid = replica_id_for(url)
+        breaker = CircuitBreaker(breaker_policy(self.settings), self._clock.now_s)
+        replica = Replica(rid, url, breaker, self.settings.max_concurrency_per_replica)
+        self.replicas[rid] = replica
+        return replica
 
-    def seconds_until_recovery(self) -> float | None:
-        """Time until the earliest ineligible replica may be tried again (for `Retry-After`)."""
-        now_s = self._clock()
-        waits = [max(0.0, r.recheck_at_s - now_s) for r in self.replicas.values() if not r.healthy]
-        return min(waits) if waits else None
+    def snapshot(self) -> tuple[ReplicaView, ...]:
+        """Frozen views for one routing decision."""
+        now_s = self._clock.now_s()
+        return tuple(r.view(now_s) for r in self.replicas.values())
+
+    def has_eligible_replica(self) -> bool:
+        now_s = self._clock.now_s()
+        return any(
+            r.healthy_at(now_s) and not r.draining and r.breaker.allows() for r in self.replicas.values()
+        )
+
+    def retry_after_s(self) -> int:
+        """`Retry-After` for `no_replica`: the soonest timer that can bring a replica back."""
+        now_s = self._clock.now_s()
+        return no_replica_retry_after_s(r.seconds_until_eligible(now_s) for r in self.replicas.values())
 
 
 class ReplicaRegistry:
@@ -136,13 +105,13 @@ class ReplicaRegistry:
         self._total_inflight = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        self._release_listeners: list[Callable[[], None]] = []
         for pool_settings in settings.pools:
             ctx = PolicyContext(rng=random.Random(rng.random()), options=pool_settings.policy_options)
             policy = build_policy(pool_settings.policy, ctx)
             self.pools[pool_settings.model] = Pool(pool_settings, policy, clock)
         for replica in self.all_replicas():
-            metrics.inflight.labels(replica.replica_id).set(0)
-            metrics.replica_up.labels(replica.replica_id).set(1)
+            self._publish(replica)
 
     def pool(self, model: str) -> Pool | None:
         return self.pools.get(model)
@@ -151,35 +120,65 @@ class ReplicaRegistry:
         for pool in self.pools.values():
             yield from pool.replicas.values()
 
+    def find(self, replica_id: str) -> list[Replica]:
+        return [r for r in self.all_replicas() if r.replica_id == replica_id]
+
+    def add_release_listener(self, listener: Callable[[], None]) -> None:
+        """`listener()` runs after every guard release (admission uses it to dispatch waiters)."""
+        self._release_listeners.append(listener)
+
     def acquire(self, replica: Replica, tokens: int) -> InflightGuard:
         self._total_inflight += 1
         self._idle.clear()
-        return InflightGuard(replica, tokens, self._metrics, self._released_one)
+        guard = InflightGuard(replica, tokens, self._metrics, self._released_one)
+        self._publish(replica)
+        return guard
 
     def _released_one(self) -> None:
         self._total_inflight -= 1
         if self._total_inflight == 0:
             self._idle.set()
+        for listener in self._release_listeners:
+            listener()
 
     async def wait_idle(self) -> None:
         """Return once no request holds a replica (used by the shutdown drain)."""
         await self._idle.wait()
 
-    def record_connect_failure(self, replica: Replica) -> None:
-        """Passive health: refuse traffic to `replica` until its backoff expires (module docstring)."""
-        replica.consecutive_connect_failures += 1
-        backoff_s = min(
-            DOWN_BACKOFF_MAX_S,
-            DOWN_BACKOFF_INITIAL_S * 2 ** (replica.consecutive_connect_failures - 1),
-        )
-        replica.healthy = False
-        replica.recheck_at_s = self._clock() + backoff_s
-        self._metrics.replica_up.labels(replica.replica_id).set(0)
-
-    def record_success(self, replica: Replica) -> None:
-        if replica.consecutive_connect_failures:
-            replica.consecutive_connect_failures = 0
-            self._metrics.replica_up.labels(replica.replica_id).set(1)
-
     def total_inflight(self) -> int:
         return self._total_inflight
+
+    def record_success(self, replica: Replica) -> None:
+        replica.consecutive_connect_failures = 0
+        replica.breaker.record_success()
+        self._publish(replica)
+
+    def record_failure(self, replica: Replica, kind: FailureKind, retry_after_s: float | None = None) -> None:
+        """Passive health and breaker accounting for a failed attempt (see `gateway.upstream.replica`)."""
+        now_s = self._clock.now_s()
+        if kind is FailureKind.CONNECT:
+            replica.consecutive_connect_failures += 1
+            backoff_s = PASSIVE_BACKOFF_INITIAL_S * 2 ** (replica.consecutive_connect_failures - 1)
+            replica.hold_until_s = now_s + min(PASSIVE_BACKOFF_MAX_S, backoff_s)
+        if retry_after_s is not None and retry_after_s > 0:
+            replica.hold_until_s = max(
+                replica.hold_until_s, now_s + min(retry_after_s, PASSIVE_BACKOFF_MAX_S)
+            )
+        if kind in _BREAKER_FAILURES:
+            replica.breaker.record_failure()
+        self._publish(replica)
+
+    def set_active_health(self, replica: Replica, up: bool, next_probe_s: float | None) -> None:
+        replica.active_up = up
+        replica.next_health_probe_s = next_probe_s
+        self._publish(replica)
+
+    def set_draining(self, replica: Replica, draining: bool) -> None:
+        replica.draining = draining
+        self._publish(replica)
+
+    def _publish(self, replica: Replica) -> None:
+        labels = replica.replica_id
+        self._metrics.replica_up.labels(labels).set(1 if replica.healthy_at(self._clock.now_s()) else 0)
+        self._metrics.breaker_state.labels(labels).set(BREAKER_STATE_VALUE[replica.breaker.state])
+        self._metrics.replica_draining.labels(labels).set(1 if replica.draining else 0)

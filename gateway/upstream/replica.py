@@ -1,0 +1,95 @@
+"""One replica's mutable state, and the in-flight guard that accounts a request on it.
+
+Health has two sources, combined in `view()`:
+- active: `active_up`, set by the health checker (thresholds in `HealthCheckSettings`);
+- passive: a connect failure holds the replica out until `hold_until_s` with exponential backoff
+  (1 s doubling per consecutive failure, up to 30 s); an engine's `Retry-After` holds it out for that
+  long too. The first request after the hold is a probe; a success clears the backoff.
+The circuit breaker is the third gate; `draining` the fourth (operator or discovery).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gateway.metrics import GatewayMetrics
+from gateway.upstream.breaker import CircuitBreaker
+from router.types import EngineLoad, ReplicaView
+
+PASSIVE_BACKOFF_INITIAL_S = 1.0
+PASSIVE_BACKOFF_MAX_S = 30.0
+
+
+@dataclass(slots=True)
+class Replica:
+    """Mutable state of one replica in one pool. Mutated only by the registry, guards and checkers."""
+
+    replica_id: str
+    url: str
+    breaker: CircuitBreaker
+    max_concurrency: int | None = None
+    active_up: bool = True
+    draining: bool = False
+    inflight_requests: int = 0
+    inflight_tokens: int = 0
+    consecutive_connect_failures: int = 0
+    hold_until_s: float = 0.0
+    engine: EngineLoad | None = None
+    next_health_probe_s: float | None = field(default=None)
+
+    def healthy_at(self, now_s: float) -> bool:
+        return self.active_up and now_s >= self.hold_until_s
+
+    def view(self, now_s: float) -> ReplicaView:
+        return ReplicaView(
+            replica_id=self.replica_id,
+            url=self.url,
+            healthy=self.healthy_at(now_s),
+            draining=self.draining,
+            breaker_open=not self.breaker.allows(),
+            inflight_requests=self.inflight_requests,
+            inflight_tokens=self.inflight_tokens,
+            max_concurrency=self.max_concurrency,
+            engine=self.engine,
+        )
+
+    def seconds_until_eligible(self, now_s: float) -> float | None:
+        """When this replica may take traffic again by itself (None: only an operator can say)."""
+        if self.draining:
+            return None
+        waits = [max(0.0, self.hold_until_s - now_s), self.breaker.seconds_until_probe()]
+        if not self.active_up:
+            if self.next_health_probe_s is None:
+                return None
+            waits.append(max(0.0, self.next_health_probe_s - now_s))
+        return max(waits)
+
+
+class InflightGuard:
+    """One request's claim on a replica. `release()` is idempotent; call it in `finally`."""
+
+    __slots__ = ("_metrics", "_on_release", "_released", "replica", "tokens")
+
+    def __init__(
+        self, replica: Replica, tokens: int, metrics: GatewayMetrics, on_release: Callable[[], None]
+    ) -> None:
+        self.replica = replica
+        self.tokens = tokens
+        self._metrics = metrics
+        self._on_release = on_release
+        self._released = False
+        replica.inflight_requests += 1
+        replica.inflight_tokens += tokens
+        replica.breaker.on_dispatch()
+        metrics.inflight.labels(replica.replica_id).inc()
+
+    def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        self.replica.inflight_requests -= 1
+        self.replica.inflight_tokens -= self.tokens
+        self.replica.breaker.on_release()
+        self._metrics.inflight.labels(self.replica.replica_id).dec()
+        self._on_release()
