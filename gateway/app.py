@@ -21,18 +21,22 @@ from fastapi import FastAPI, Request, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from admission.clock import Clock, SystemClock
+from gateway.api.admin import build_admin_router
 from gateway.api.asgi_io import Receive, Scope, Send, send_response
 from gateway.api.request_parsing import Endpoint
 from gateway.error_mapping import to_response
-from gateway.errors import GatewayError, MethodNotAllowed, RouteNotFound
+from gateway.errors import Draining, GatewayError, MethodNotAllowed, RouteNotFound
 from gateway.metrics import METRICS_CONTENT_TYPE, GatewayMetrics
 from gateway.proxy.handler import ProxyHandler
 from gateway.settings import Settings
+from gateway.upstream.health import HealthChecker
 from gateway.upstream.http_client import build_upstream_client
 from gateway.upstream.registry import ReplicaRegistry
 
 logger = logging.getLogger(__name__)
 
+ABORT_GRACE_S = 2.0
+"""After the drain timeout, how long aborted requests get to send their terminal error."""
 _PROXY_ROUTES = {endpoint.value: endpoint for endpoint in Endpoint}
 
 
@@ -60,31 +64,54 @@ class GatewayApp:
         self.state = GatewayState(
             settings, metrics, ReplicaRegistry(settings, metrics, self._clock, self._rng)
         )
-        self._ops = _build_ops_app(self.state)
+        self._health: HealthChecker | None = None
+        self._ops = _build_ops_app(self.state, self._clock)
 
     @property
     def draining(self) -> bool:
         return self.state.proxy is not None and self.state.proxy.draining
 
     async def startup(self) -> None:
-        if self.state.client is None:
-            self.state.client = build_upstream_client(self.state.settings.upstream)
-            self.state.proxy = ProxyHandler(
-                self.state.settings,
-                self.state.registry,
-                self.state.client,
-                self.state.metrics,
-                clock=self._clock,
-                rng=random.Random(self._rng.random()),
-            )
+        if self.state.client is not None:
+            return
+        self.state.client = build_upstream_client(self.state.settings.upstream)
+        self.state.proxy = ProxyHandler(
+            self.state.settings,
+            self.state.registry,
+            self.state.client,
+            self.state.metrics,
+            clock=self._clock,
+            rng=random.Random(self._rng.random()),
+        )
+        self._health = HealthChecker(
+            self.state.registry, self.state.client, self._clock, random.Random(self._rng.random())
+        )
+        self._health.start()
+
+    async def drain(self) -> None:
+        """Graceful stop: readiness goes false and new requests get 503 `draining` at once; in-flight
+        requests get up to `server.drain_timeout_s` to finish; whatever still runs then ends with the
+        terminal error (a final SSE error event for started streams, a 503 otherwise)."""
+        proxy = self.state.proxy
+        if proxy is None:
+            return
+        proxy.draining = True
+        registry = self.state.registry
+        try:
+            async with asyncio.timeout(self.state.settings.server.drain_timeout_s):
+                await registry.wait_idle()
+        except TimeoutError:
+            logger.warning("drain timeout: ending %d request(s) still in flight", registry.total_inflight())
+            proxy.abort_all(Draining("the gateway shut down before this request finished"))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(ABORT_GRACE_S):
+                    await registry.wait_idle()
 
     async def shutdown(self) -> None:
-        """Drain: refuse new requests, let in-flight ones finish up to the drain timeout, close the client."""
-        if self.state.proxy is not None:
-            self.state.proxy.draining = True
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.state.settings.server.drain_timeout_s):
-                await self.state.registry.wait_idle()
+        """Drain (see `drain`), stop the background loops, close the upstream client."""
+        await self.drain()
+        if self._health is not None:
+            await self._health.stop()
         if self.state.client is not None:
             await self.state.client.aclose()
             self.state.client = None
@@ -125,8 +152,13 @@ def _error_response(error: GatewayError) -> Response:
     return Response(content=answer.body, status_code=answer.status, headers=dict(answer.headers))
 
 
-def _build_ops_app(state: GatewayState) -> FastAPI:
+def _build_ops_app(state: GatewayState, clock: Clock) -> FastAPI:
     app = FastAPI(title="llm-gateway", docs_url=None, redoc_url=None, openapi_url=None)
+    app.include_router(build_admin_router(state.settings, state.registry, clock))
+
+    @app.exception_handler(GatewayError)
+    async def _gateway_error(request: Request, exc: GatewayError) -> Response:
+        return _error_response(exc)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:

@@ -41,6 +41,9 @@ class ServerSettings(_Strict):
     port: int = Field(8080, ge=0, le=65535)
     max_body_bytes: int = Field(4 * 1024 * 1024, gt=0)
     drain_timeout_s: float = Field(30.0, ge=0)
+    readiness_propagation_s: float = Field(5.0, gt=0)
+    """How long load balancers take to stop sending after /readyz fails (readiness period × failure
+    threshold): the `Retry-After` of a `draining` answer."""
 
 
 class StaticReplicas(_Strict):

@@ -3,6 +3,7 @@ with its own event loop (so the sync OpenAI client can be used from the test thr
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -31,9 +32,17 @@ class ServerThread:
             app, lifespan="on", log_level="warning", access_log=False, timeout_graceful_shutdown=5
         )
         self.server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [self._sock]}, name=name, daemon=True
-        )
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), name=name, daemon=True)
+
+    async def _main(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        await self.server.serve(sockets=[self._sock])
+
+    def call(self, coroutine: Any, timeout_s: float = 30.0) -> Any:
+        """Run `coroutine` on the server's own event loop and wait for its result."""
+        assert self.loop is not None
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout_s)
 
     @property
     def url(self) -> str:

@@ -14,6 +14,7 @@ import httpx
 
 from gateway.api.asgi_io import DisconnectWatcher, Send
 from gateway.api.request_parsing import ParsedRequest
+from gateway.errors import GatewayError
 from gateway.upstream.registry import Pool
 from gateway.upstream.replica import InflightGuard
 from router.types import Decision
@@ -36,6 +37,7 @@ class Exchange:
     attempts: int = 0
     attempt_started_s: float = 0.0
     queue_wait_s: float = 0.0
+    abort_error: GatewayError | None = None
 
     def elapsed_s(self) -> float:
         return time.perf_counter() - self.started_s

@@ -12,10 +12,12 @@ import logging
 import random
 import uuid
 from dataclasses import replace
+from typing import Any
 
 import httpx
 
 from admission.clock import Clock
+from admission.retry_after import draining_retry_after_s
 from admission.retry_budget import RetryBudget
 from gateway.api.asgi_io import (
     ClientDisconnected,
@@ -41,6 +43,14 @@ from gateway.errors import (
 from gateway.metrics import GatewayMetrics
 from gateway.proxy.attempts import StaleConnection, UpstreamOpener, forwarded_headers
 from gateway.proxy.exchange import Exchange
+from gateway.proxy.idempotency import (
+    IdempotencyCache,
+    ResponseRecorder,
+    StoredResponse,
+    body_digest,
+    idempotency_scope,
+    replay_headers,
+)
 from gateway.proxy.relay import SSE_CONTENT_TYPE, StreamRelay, finish_body, relay_full
 from gateway.proxy.retry_policy import RetryPolicy, failure_kind
 from gateway.proxy.timers import IDLE_HEADER, TTFT_HEADER, RequestTimers, request_timers
@@ -85,16 +95,19 @@ class ProxyHandler:
             )
             for pool in registry.pools.values()
         }
+        self._idempotency = IdempotencyCache(clock)
         self.draining = False
+        self._active: dict[asyncio.Task[Any], Exchange] = {}
 
     async def __call__(self, endpoint: Endpoint, scope: Scope, receive: Receive, send: Send) -> None:
         exchange = Exchange(request_id=header(scope, b"x-request-id") or uuid.uuid4().hex, send=send)
         outcome = OUTCOME_SUCCESS
+        task = asyncio.current_task()
+        assert task is not None
+        self._active[task] = exchange
         try:
             if self.draining:
-                raise Draining(
-                    "the gateway is shutting down", retry_after_s=self._settings.server.drain_timeout_s
-                )
+                raise Draining("the gateway is shutting down")
             raw = await read_body(receive, self._settings.server.max_body_bytes)
             exchange.parsed = parse_request(endpoint, raw)
             exchange.pool = self._registry.pool(exchange.parsed.model)
@@ -102,11 +115,23 @@ class ProxyHandler:
                 raise ModelNotFound(f"the model {exchange.parsed.model!r} does not exist")
             async with DisconnectWatcher(receive) as watcher:
                 exchange.watcher = watcher
-                await self._serve(exchange, exchange.parsed, exchange.pool, scope)
+                idempotency_key = header(scope, b"idempotency-key")
+                if idempotency_key and not exchange.parsed.stream:
+                    await self._serve_idempotent(
+                        exchange, exchange.parsed, exchange.pool, scope, idempotency_key
+                    )
+                else:
+                    await self._serve(exchange, exchange.parsed, exchange.pool, scope)
             if watcher.disconnected:
                 outcome = OUTCOME_CLIENT_DISCONNECT
         except ClientDisconnected:
             outcome = OUTCOME_CLIENT_DISCONNECT
+        except asyncio.CancelledError:
+            if exchange.abort_error is None:
+                raise
+            task.uncancel()
+            outcome = str(exchange.abort_error.code)
+            await self._answer_error(exchange, exchange.abort_error)
         except GatewayError as error:
             outcome = str(error.code)
             await self._answer_error(exchange, error)
@@ -116,7 +141,36 @@ class ProxyHandler:
             outcome = str(internal.code)
             await self._answer_error(exchange, internal)
         finally:
+            del self._active[task]
             self._account(exchange, outcome)
+
+    def abort_all(self, error: GatewayError) -> None:
+        """End every request still running with `error` (shutdown after the drain timeout)."""
+        for task, exchange in self._active.items():
+            exchange.abort_error = error
+            task.cancel()
+
+    async def _serve_idempotent(
+        self, exchange: Exchange, parsed: ParsedRequest, pool: Pool, scope: Scope, key: str
+    ) -> None:
+        """Serve once per key (see `gateway.proxy.idempotency`)."""
+        scoped = idempotency_scope(pool.model, header(scope, b"authorization"), key)
+        stored = await self._idempotency.claim(scoped, body_digest(parsed.raw))
+        if stored is not None:
+            if exchange.watcher is not None:
+                exchange.watcher.disarm()
+            await send_response(
+                exchange.send, stored.status, replay_headers(stored, exchange.request_id), stored.body
+            )
+            return
+        recorder = ResponseRecorder(exchange.send)
+        exchange.send = recorder
+        outcome: StoredResponse | None = None
+        try:
+            await self._serve(exchange, parsed, pool, scope)
+            outcome = recorder.stored()
+        finally:
+            self._idempotency.complete(scoped, outcome)
 
     async def _serve(self, exchange: Exchange, parsed: ParsedRequest, pool: Pool, scope: Scope) -> None:
         routing = build_routing_request(
@@ -209,6 +263,8 @@ class ProxyHandler:
 
     async def _answer_error(self, exchange: Exchange, error: GatewayError) -> None:
         self._metrics.rejections_total.labels(str(error.code)).inc()
+        if isinstance(error, Draining) and error.retry_after_s is None:
+            error.retry_after_s = draining_retry_after_s(self._settings.server.readiness_propagation_s)
         if exchange.response_started:
             await finish_body(exchange, to_sse_event(error))
             return

@@ -85,14 +85,13 @@ class Pool:
 
     def has_eligible_replica(self) -> bool:
         now_s = self._clock.now_s()
-        return any(
-            r.healthy_at(now_s) and not r.draining and r.breaker.allows() for r in self.replicas.values()
-        )
+        return any(r.eligible_at(now_s) for r in self.replicas.values())
 
     def retry_after_s(self) -> int:
-        """`Retry-After` for `no_replica`: the soonest timer that can bring a replica back."""
+        """`Retry-After` for `no_replica`: the soonest timer that can bring an ineligible replica back."""
         now_s = self._clock.now_s()
-        return no_replica_retry_after_s(r.seconds_until_eligible(now_s) for r in self.replicas.values())
+        timers = (r.seconds_until_eligible(now_s) for r in self.replicas.values() if not r.eligible_at(now_s))
+        return no_replica_retry_after_s(timers)
 
 
 class ReplicaRegistry:

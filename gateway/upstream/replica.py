@@ -41,6 +41,10 @@ class Replica:
     def healthy_at(self, now_s: float) -> bool:
         return self.active_up and now_s >= self.hold_until_s
 
+    def eligible_at(self, now_s: float) -> bool:
+        """Health, drain and breaker gates (routing applies the same through `router.eligibility`)."""
+        return self.healthy_at(now_s) and not self.draining and self.breaker.allows()
+
     def view(self, now_s: float) -> ReplicaView:
         return ReplicaView(
             replica_id=self.replica_id,

@@ -1,0 +1,104 @@
+"""Admin API under `/admin/`: replicas with state and load, drain/undrain, current config.
+
+Never open by default: the API exists only when the environment variable named by
+`admin.api_key_env` (default `LLM_GATEWAY_ADMIN_KEY`) holds a key; otherwise every admin route is a
+404. Requests must carry `Authorization: Bearer <key>` (compared in constant time), else 401.
+
+A draining replica gets no new requests; its in-flight requests finish. Its status reports the
+remaining in-flight count and `drained: true` once that reaches zero.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+
+from admission.clock import Clock
+from gateway.errors import RouteNotFound, Unauthorized
+from gateway.settings import Settings
+from gateway.upstream.registry import ReplicaRegistry
+from gateway.upstream.replica import Replica
+
+
+def _replica_status(model: str, replica: Replica, now_s: float) -> dict[str, Any]:
+    engine = replica.engine
+    return {
+        "id": replica.replica_id,
+        "url": replica.url,
+        "model": model,
+        "eligible": replica.eligible_at(now_s),
+        "healthy": replica.healthy_at(now_s),
+        "active_up": replica.active_up,
+        "draining": replica.draining,
+        "drained": replica.draining and replica.inflight_requests == 0,
+        "breaker": str(replica.breaker.state),
+        "inflight_requests": replica.inflight_requests,
+        "inflight_tokens": replica.inflight_tokens,
+        "max_concurrency": replica.max_concurrency,
+        "engine": None
+        if engine is None
+        else {
+            "running": engine.running,
+            "waiting": engine.waiting,
+            "kv_usage_ratio": engine.kv_usage_ratio,
+            "age_s": engine.age_s,
+            "stale": engine.stale,
+        },
+    }
+
+
+def build_admin_router(settings: Settings, registry: ReplicaRegistry, clock: Clock) -> APIRouter:
+    def authorize(request: Request) -> None:
+        key = os.environ.get(settings.admin.api_key_env)
+        if not key:
+            raise RouteNotFound(f"no route {request.method} {request.url.path}")
+        given = request.headers.get("authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
+            raise Unauthorized("admin API: missing or invalid admin key")
+
+    router = APIRouter(prefix="/admin", dependencies=[Depends(authorize)])
+
+    def statuses(replica_id: str | None = None) -> list[dict[str, Any]]:
+        now_s = clock.now_s()
+        found = [
+            _replica_status(pool.model, replica, now_s)
+            for pool in registry.pools.values()
+            for replica in pool.replicas.values()
+            if replica_id is None or replica.replica_id == replica_id
+        ]
+        if replica_id is not None and not found:
+            raise RouteNotFound(f"no replica {replica_id!r}")
+        return found
+
+    def set_draining(replica_id: str, draining: bool) -> list[dict[str, Any]]:
+        replicas = registry.find(replica_id)
+        if not replicas:
+            raise RouteNotFound(f"no replica {replica_id!r}")
+        for replica in replicas:
+            registry.set_draining(replica, draining)
+        return statuses(replica_id)
+
+    @router.get("/replicas")
+    async def list_replicas() -> dict[str, Any]:
+        return {"replicas": statuses()}
+
+    @router.get("/replicas/{replica_id}")
+    async def get_replica(replica_id: str) -> dict[str, Any]:
+        return {"replicas": statuses(replica_id)}
+
+    @router.post("/replicas/{replica_id}/drain")
+    async def drain(replica_id: str) -> dict[str, Any]:
+        return {"replicas": set_draining(replica_id, True)}
+
+    @router.post("/replicas/{replica_id}/undrain")
+    async def undrain(replica_id: str) -> dict[str, Any]:
+        return {"replicas": set_draining(replica_id, False)}
+
+    @router.get("/config")
+    async def config() -> dict[str, Any]:
+        return settings.model_dump(mode="json")
+
+    return router

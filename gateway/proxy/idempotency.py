@@ -1,0 +1,134 @@
+"""`Idempotency-Key` for non-streaming requests: a duplicate gets the first response, never a second
+generation.
+
+Scope of a key: (model, tenant or client key, Idempotency-Key). Within `ttl_s`:
+- the first request with a key is the *leader*: it runs, and a 2xx answer is stored;
+- a duplicate that arrives while the leader runs waits for it and replays its answer;
+- a duplicate after it replays the stored answer (with `x-gateway-idempotent-replay: true`);
+- a leader that fails (error status, disconnect, timeout) stores nothing: waiters wake up and the
+  next one becomes the leader, so a client retry after an error really retries;
+- the same key with a different body is a 400 `bad_request` (a client bug, not a duplicate).
+Entries are kept in memory (per gateway instance), bounded by `max_entries` (oldest evicted first).
+Streaming requests are not covered: a stream cannot be replayed byte-exact without buffering it all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from admission.clock import Clock
+from gateway.api.asgi_io import Message, Send
+from gateway.errors import BadRequest
+
+DEFAULT_TTL_S = 600.0
+DEFAULT_MAX_ENTRIES = 10_000
+REPLAY_HEADER = b"x-gateway-idempotent-replay"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResponse:
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+
+
+@dataclass(slots=True)
+class _Entry:
+    body_digest: bytes
+    expires_at_s: float
+    response: StoredResponse | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def body_digest(raw: bytes) -> bytes:
+    return hashlib.sha256(raw).digest()
+
+
+class IdempotencyCache:
+    """See the module docstring."""
+
+    def __init__(
+        self, clock: Clock, ttl_s: float = DEFAULT_TTL_S, max_entries: int = DEFAULT_MAX_ENTRIES
+    ) -> None:
+        self._clock = clock
+        self._ttl_s = ttl_s
+        self._max_entries = max_entries
+        self._entries: OrderedDict[tuple[str, ...], _Entry] = OrderedDict()
+
+    async def claim(self, key: tuple[str, ...], digest: bytes) -> StoredResponse | None:
+        """Return a stored response to replay, or None when the caller is now the leader for `key`
+        (it must then call `complete` exactly once)."""
+        while True:
+            entry = self._live_entry(key)
+            if entry is None:
+                self._entries[key] = _Entry(digest, self._clock.now_s() + self._ttl_s)
+                self._evict_overflow()
+                return None
+            if entry.body_digest != digest:
+                raise BadRequest("Idempotency-Key was already used with a different request body")
+            if entry.response is not None:
+                return entry.response
+            await entry.done.wait()
+
+    def complete(self, key: tuple[str, ...], response: StoredResponse | None) -> None:
+        """The leader's outcome: a response to store, or None (failed: the next duplicate runs)."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return
+        if response is None:
+            del self._entries[key]
+        else:
+            entry.response = response
+        entry.done.set()
+
+    def _live_entry(self, key: tuple[str, ...]) -> _Entry | None:
+        entry = self._entries.get(key)
+        if entry is not None and entry.response is not None and entry.expires_at_s <= self._clock.now_s():
+            del self._entries[key]
+            return None
+        return entry
+
+    def _evict_overflow(self) -> None:
+        while len(self._entries) > self._max_entries:
+            _, oldest = self._entries.popitem(last=False)
+            oldest.done.set()
+
+
+class ResponseRecorder:
+    """Wraps an ASGI `send` and keeps what a complete, buffered response sent (for storing)."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self._status = 0
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._body: list[bytes] = []
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self._status = message["status"]
+            self._headers = [(k, v) for k, v in message.get("headers", []) if k != b"x-request-id"]
+        else:
+            self._body.append(message.get("body", b""))
+        await self._send(message)
+
+    def stored(self) -> StoredResponse | None:
+        """The response if it was a success worth replaying, else None."""
+        if not 200 <= self._status < 300:
+            return None
+        return StoredResponse(self._status, self._headers, b"".join(self._body))
+
+
+def replay_headers(stored: StoredResponse, request_id: str) -> list[tuple[str, str]]:
+    headers = [
+        (k.decode("latin-1"), v.decode("latin-1")) for k, v in stored.headers if k != b"content-length"
+    ]
+    return [*headers, (REPLAY_HEADER.decode(), "true"), ("x-request-id", request_id)]
+
+
+def idempotency_scope(model: str, authorization: str | None, key: str) -> tuple[str, ...]:
+    """Cache key: the model, a digest of the client's credentials (never the key itself), the header."""
+    client = hashlib.sha256((authorization or "").encode()).hexdigest()[:32]
+    return (model, client, key)
