@@ -16,6 +16,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
+import aiohttp
 import httpx
 from fastapi import FastAPI, Request, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -29,9 +30,11 @@ from gateway.errors import Draining, GatewayError, MethodNotAllowed, RouteNotFou
 from gateway.metrics import METRICS_CONTENT_TYPE, GatewayMetrics
 from gateway.proxy.handler import ProxyHandler
 from gateway.settings import Settings
+from gateway.upstream.engine_metrics import adapter_for
 from gateway.upstream.health import HealthChecker
-from gateway.upstream.http_client import build_upstream_client
-from gateway.upstream.registry import ReplicaRegistry
+from gateway.upstream.http_client import build_control_client, build_proxy_session
+from gateway.upstream.registry import Pool, ReplicaRegistry
+from gateway.upstream.scraper import EngineScraper, ScrapeMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +50,8 @@ class GatewayState:
     settings: Settings
     metrics: GatewayMetrics
     registry: ReplicaRegistry
-    client: httpx.AsyncClient | None = None
+    session: aiohttp.ClientSession | None = None
+    control_client: httpx.AsyncClient | None = None
     proxy: ProxyHandler | None = None
     started_s: float = field(default_factory=time.time)
 
@@ -65,6 +69,7 @@ class GatewayApp:
             settings, metrics, ReplicaRegistry(settings, metrics, self._clock, self._rng)
         )
         self._health: HealthChecker | None = None
+        self._scrapers: list[EngineScraper | None] = []
         self._ops = _build_ops_app(self.state, self._clock)
 
     @property
@@ -72,21 +77,49 @@ class GatewayApp:
         return self.state.proxy is not None and self.state.proxy.draining
 
     async def startup(self) -> None:
-        if self.state.client is not None:
+        if self.state.session is not None:
             return
-        self.state.client = build_upstream_client(self.state.settings.upstream)
+        self.state.session = build_proxy_session(self.state.settings.upstream)
+        self.state.control_client = build_control_client(self.state.settings.upstream)
         self.state.proxy = ProxyHandler(
             self.state.settings,
             self.state.registry,
-            self.state.client,
+            self.state.session,
             self.state.metrics,
             clock=self._clock,
             rng=random.Random(self._rng.random()),
         )
         self._health = HealthChecker(
-            self.state.registry, self.state.client, self._clock, random.Random(self._rng.random())
+            self.state.registry, self.state.control_client, self._clock, random.Random(self._rng.random())
         )
         self._health.start()
+        self._scrapers = [self._build_scraper(pool) for pool in self.state.registry.pools.values()]
+        for scraper in self._scrapers:
+            if scraper is not None:
+                scraper.start()
+
+    def _build_scraper(self, pool: Pool) -> EngineScraper | None:
+        """An engine /metrics scraper for `pool`, unless disabled or the flavour exports nothing."""
+        adapter = adapter_for(pool.settings.engine)
+        if adapter is None or not pool.settings.scrape.enabled or self.state.control_client is None:
+            return None
+        m = self.state.metrics
+        return EngineScraper(
+            pool.settings.scrape,
+            adapter,
+            pool.replicas.values,
+            self.state.control_client,
+            model=pool.settings.upstream_model or pool.model,
+            metrics=ScrapeMetrics(
+                errors=m.scrape_errors_total,
+                running=m.replica_engine_running,
+                waiting=m.replica_engine_waiting,
+                kv_usage_ratio=m.replica_kv_usage_ratio,
+                prefix_cache_hit_ratio=m.replica_prefix_cache_hit_ratio,
+            ),
+            clock=self._clock.now_s,
+            rng=random.Random(self._rng.random()),
+        )
 
     async def drain(self) -> None:
         """Graceful stop: readiness goes false and new requests get 503 `draining` at once; in-flight
@@ -112,9 +145,15 @@ class GatewayApp:
         await self.drain()
         if self._health is not None:
             await self._health.stop()
-        if self.state.client is not None:
-            await self.state.client.aclose()
-            self.state.client = None
+        for scraper in self._scrapers:
+            if scraper is not None:
+                await scraper.stop()
+        if self.state.session is not None:
+            await self.state.session.close()
+            self.state.session = None
+        if self.state.control_client is not None:
+            await self.state.control_client.aclose()
+            self.state.control_client = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]

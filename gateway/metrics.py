@@ -72,6 +72,27 @@ class GatewayMetrics:
         self.replica_draining = Gauge(
             f"{PREFIX}_replica_draining", "1 while the replica is draining", ["replica"], registry=r
         )
+        self.replica_engine_running = Gauge(
+            f"{PREFIX}_replica_engine_running", "Requests the engine reports running", ["replica"], registry=r
+        )
+        self.replica_engine_waiting = Gauge(
+            f"{PREFIX}_replica_engine_waiting", "Requests the engine reports waiting", ["replica"], registry=r
+        )
+        self.replica_kv_usage_ratio = Gauge(
+            f"{PREFIX}_replica_kv_usage_ratio", "Engine KV-cache usage, 0..1", ["replica"], registry=r
+        )
+        self.replica_prefix_cache_hit_ratio = Gauge(
+            f"{PREFIX}_replica_prefix_cache_hit_ratio",
+            "Engine prefix-cache hit ratio over the last scrape interval",
+            ["replica"],
+            registry=r,
+        )
+        self.scrape_errors_total = Counter(
+            f"{PREFIX}_scrape_errors_total",
+            "Failed or stale engine /metrics scrapes, by reason",
+            ["replica", "reason"],
+            registry=r,
+        )
         self.routing_decisions_total = Counter(
             f"{PREFIX}_routing_decisions_total",
             "Routing decisions by policy and branch",

@@ -21,6 +21,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gateway.upstream.scraper import ScrapeSettings
 from router.keys import KeySettings
 from router.presets import PolicyContext, build_policy, known_policies
 
@@ -129,6 +130,7 @@ class PoolSettings(_Strict):
     retries: RetrySettings = Field(default_factory=RetrySettings)
     breaker: BreakerSettings = Field(default_factory=BreakerSettings)
     health: HealthCheckSettings = Field(default_factory=HealthCheckSettings)
+    scrape: ScrapeSettings = Field(default_factory=ScrapeSettings)
 
     @field_validator("policy")
     @classmethod
@@ -153,7 +155,7 @@ class UpstreamClientSettings(_Strict):
     """The one shared HTTP client per process."""
 
     max_connections: int = Field(1024, ge=1)
-    max_keepalive_connections: int = Field(256, ge=0)
+    """Upper bound on open connections to all replicas together (idle ones are kept alive)."""
     keepalive_expiry_s: float = Field(30.0, gt=0)
 
 

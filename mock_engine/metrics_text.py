@@ -1,24 +1,188 @@
-"""Prometheus text for the mock engine, with vLLM's metric names (vllm/v1/metrics/loggers.py)."""
+"""Prometheus text for the mock engine, with the metric names of the engine flavour it imitates.
+
+`render_metrics(model, stats, flavour="vllm")`; `FLAVOURS` lists the flavours. Each flavour uses the real
+engine's names, labels, HELP text and number style (sources below); only metrics the mock's `EngineStats`
+can fill are rendered — no histogram, since the stats carry no latency distribution.
+
+- vllm — vllm-project/vllm, vllm/v1/metrics/loggers.py: labels `model_name`, `engine`; counters with
+  `_total` as prometheus_client exposes them; `vllm:kv_cache_usage_perc` is a fraction (0..1).
+- sglang — sgl-project/sglang, python/sglang/srt/metrics/collector.py: label `model_name`;
+  `sglang:token_usage` is the KV pool usage, `sglang:cache_hit_rate` the prefix hit rate (rendered as
+  cumulative hits / queries, 0.0 before any query); `sglang:cached_tokens_total` the cached prompt tokens.
+- tgi — huggingface/text-generation-inference, backends/v3/src/queue.rs and backend.rs: unlabelled
+  gauges `tgi_queue_size`, `tgi_batch_current_size` (TGI exports no KV or prefix-cache metric).
+- llamacpp — ggml-org/llama.cpp, tools/server/server-task.cpp: unlabelled; `prompt_tokens_total` excludes
+  cached tokens (rendered as queried − hit tokens), `prompt_tokens_cached_total` the hits;
+  `kv_cache_usage_ratio` as older builds (examples/server/server.cpp) exported it.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from mock_engine.core import EngineStats
 
+# (name, type, help, value)
+_Row = tuple[str, str, str, float]
 
-def render_metrics(model: str, stats: EngineStats) -> bytes:
-    label = f'{{model_name="{model}"}}'
-    rows = [
-        ("vllm:num_requests_running", "gauge", stats.running),
-        ("vllm:num_requests_waiting", "gauge", stats.waiting),
-        ("vllm:kv_cache_usage_perc", "gauge", stats.kv_usage_ratio),
-        ("vllm:prefix_cache_queries_total", "counter", stats.prefix_cache_queries_tokens),
-        ("vllm:prefix_cache_hits_total", "counter", stats.prefix_cache_hits_tokens),
-        ("vllm:prompt_tokens_total", "counter", stats.prompt_tokens_total),
-        ("vllm:generation_tokens_total", "counter", stats.generation_tokens_total),
-        ("vllm:num_preemptions_total", "counter", stats.preemptions_total),
+
+def _hit_ratio(stats: EngineStats) -> float:
+    queries = stats.prefix_cache_queries_tokens
+    return stats.prefix_cache_hits_tokens / queries if queries > 0 else 0.0
+
+
+def _vllm(stats: EngineStats) -> list[_Row]:
+    return [
+        (
+            "vllm:num_requests_running",
+            "gauge",
+            "Number of requests in model execution batches.",
+            stats.running,
+        ),
+        ("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", stats.waiting),
+        (
+            "vllm:kv_cache_usage_perc",
+            "gauge",
+            "KV-cache usage. 1 means 100 percent usage.",
+            stats.kv_usage_ratio,
+        ),
+        (
+            "vllm:prefix_cache_queries_total",
+            "counter",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            stats.prefix_cache_queries_tokens,
+        ),
+        (
+            "vllm:prefix_cache_hits_total",
+            "counter",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            stats.prefix_cache_hits_tokens,
+        ),
+        (
+            "vllm:num_preemptions_total",
+            "counter",
+            "Cumulative number of preemption from the engine.",
+            stats.preemptions_total,
+        ),
+        (
+            "vllm:prompt_tokens_total",
+            "counter",
+            "Number of prefill tokens processed.",
+            stats.prompt_tokens_total,
+        ),
+        (
+            "vllm:generation_tokens_total",
+            "counter",
+            "Number of generation tokens processed.",
+            stats.generation_tokens_total,
+        ),
     ]
-    lines = []
-    for name, kind, value in rows:
+
+
+def _sglang(stats: EngineStats) -> list[_Row]:
+    return [
+        ("sglang:num_running_reqs", "gauge", "The number of running requests.", stats.running),
+        ("sglang:num_queue_reqs", "gauge", "The number of requests in the waiting queue.", stats.waiting),
+        ("sglang:token_usage", "gauge", "The token usage.", stats.kv_usage_ratio),
+        ("sglang:cache_hit_rate", "gauge", "The prefix cache hit rate.", _hit_ratio(stats)),
+        (
+            "sglang:prompt_tokens_total",
+            "counter",
+            "Number of prefill tokens processed.",
+            stats.prompt_tokens_total,
+        ),
+        (
+            "sglang:generation_tokens_total",
+            "counter",
+            "Number of generation tokens processed.",
+            stats.generation_tokens_total,
+        ),
+        (
+            "sglang:cached_tokens_total",
+            "counter",
+            "Number of cached prompt tokens.",
+            stats.prefix_cache_hits_tokens,
+        ),
+    ]
+
+
+def _tgi(stats: EngineStats) -> list[_Row]:
+    return [
+        ("tgi_batch_current_size", "gauge", "Current batch size", stats.running),
+        ("tgi_queue_size", "gauge", "Current queue size", stats.waiting),
+    ]
+
+
+def _llamacpp(stats: EngineStats) -> list[_Row]:
+    uncached = max(0, stats.prefix_cache_queries_tokens - stats.prefix_cache_hits_tokens)
+    return [
+        (
+            "llamacpp:prompt_tokens_total",
+            "counter",
+            "Number of prompt tokens processed, excluding cached tokens",
+            uncached,
+        ),
+        (
+            "llamacpp:prompt_tokens_cached_total",
+            "counter",
+            "Number of prompt tokens reused from the cache",
+            stats.prefix_cache_hits_tokens,
+        ),
+        (
+            "llamacpp:tokens_predicted_total",
+            "counter",
+            "Number of generation tokens processed",
+            stats.generation_tokens_total,
+        ),
+        ("llamacpp:requests_processing", "gauge", "Number of requests processing", stats.running),
+        ("llamacpp:requests_deferred", "gauge", "Number of requests deferred", stats.waiting),
+        (
+            "llamacpp:kv_cache_usage_ratio",
+            "gauge",
+            "KV-cache usage. 1 means 100 percent usage.",
+            stats.kv_usage_ratio,
+        ),
+    ]
+
+
+def _escape(label_value: str) -> str:
+    return label_value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _python_number(value: float) -> str:
+    """prometheus_client style (vLLM, SGLang): always a float, `7.0`."""
+    return repr(float(value))
+
+
+def _compact_number(value: float) -> str:
+    """Rust metrics-exporter / C++ stream style (TGI, llama.cpp): integral values without `.0`."""
+    number = float(value)
+    return str(int(number)) if number.is_integer() else repr(number)
+
+
+# flavour → (rows, labels for a model name, number style)
+_FLAVOURS: dict[
+    str, tuple[Callable[[EngineStats], list[_Row]], Callable[[str], str], Callable[[float], str]]
+] = {
+    "vllm": (_vllm, lambda model: f'{{engine="0",model_name="{_escape(model)}"}}', _python_number),
+    "sglang": (_sglang, lambda model: f'{{model_name="{_escape(model)}"}}', _python_number),
+    "tgi": (_tgi, lambda model: "", _compact_number),
+    "llamacpp": (_llamacpp, lambda model: "", _compact_number),
+}
+
+FLAVOURS: tuple[str, ...] = tuple(_FLAVOURS)
+
+
+def render_metrics(model: str, stats: EngineStats, *, flavour: str = "vllm") -> bytes:
+    """The /metrics body for `stats` in `flavour`'s names; `ValueError` for an unknown flavour."""
+    try:
+        rows_of, labels_of, number = _FLAVOURS[flavour]
+    except KeyError:
+        raise ValueError(f"unknown metrics flavour {flavour!r}; known: {', '.join(FLAVOURS)}") from None
+    labels = labels_of(model)
+    lines: list[str] = []
+    for name, kind, help_text, value in rows_of(stats):
+        lines.append(f"# HELP {name} {help_text}")
         lines.append(f"# TYPE {name} {kind}")
-        lines.append(f"{name}{label} {float(value)}")
+        lines.append(f"{name}{labels} {number(value)}")
     return ("\n".join(lines) + "\n").encode()

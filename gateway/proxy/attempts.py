@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-import httpx
+import aiohttp
 
 from gateway.errors import UpstreamConnectError, UpstreamStatusError, UpstreamTTFTTimeout
 from gateway.metrics import GatewayMetrics
@@ -32,7 +32,7 @@ class StaleConnection(Exception):
     """The engine closed a pooled keep-alive connection before answering (nothing was generated)."""
 
 
-def _retry_after_s(response: httpx.Response) -> float | None:
+def _retry_after_s(response: aiohttp.ClientResponse) -> float | None:
     value = response.headers.get("retry-after")
     try:
         return float(value) if value is not None else None
@@ -43,8 +43,10 @@ def _retry_after_s(response: httpx.Response) -> float | None:
 class UpstreamOpener:
     """Routing decisions and single attempts for the handler's retry loop."""
 
-    def __init__(self, client: httpx.AsyncClient, registry: ReplicaRegistry, metrics: GatewayMetrics) -> None:
-        self._client = client
+    def __init__(
+        self, session: aiohttp.ClientSession, registry: ReplicaRegistry, metrics: GatewayMetrics
+    ) -> None:
+        self._session = session
         self._registry = registry
         self._metrics = metrics
 
@@ -63,71 +65,67 @@ class UpstreamOpener:
         *,
         tokens: int,
         body: bytes,
-        headers: list[tuple[str, str]],
+        headers: dict[str, str],
         timers: RequestTimers,
     ) -> None:
         exchange.swap_guard(self._registry.acquire(replica, tokens))
         exchange.attempts += 1
+        rid = replica.replica_id
         try:
             response = await self._send(replica.url, exchange, body, headers, timers)
-        except (httpx.ConnectError, httpx.ConnectTimeout):
-            raise UpstreamConnectError(
-                f"could not connect to replica {replica.replica_id}", replica_id=replica.replica_id
-            ) from None
-        except httpx.RemoteProtocolError:
-            raise StaleConnection(replica.replica_id) from None
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError):
+            raise UpstreamConnectError(f"could not connect to replica {rid}", replica_id=rid) from None
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+            raise StaleConnection(rid) from None
         except TimeoutError:
             raise UpstreamTTFTTimeout(
-                f"no response from replica {replica.replica_id} within the first-token deadline "
-                f"of {timers.ttft_s} s",
-                replica_id=replica.replica_id,
+                f"no response from replica {rid} within the first-token deadline of {timers.ttft_s} s",
+                replica_id=rid,
             ) from None
-        if response.status_code >= 400:
-            raise await self._status_error(response, replica.replica_id)
+        if response.status >= 400:
+            raise await self._status_error(response, rid)
         exchange.response = response
 
     async def _send(
-        self, url: str, exchange: Exchange, body: bytes, headers: list[tuple[str, str]], timers: RequestTimers
-    ) -> httpx.Response:
+        self, url: str, exchange: Exchange, body: bytes, headers: dict[str, str], timers: RequestTimers
+    ) -> aiohttp.ClientResponse:
         assert exchange.parsed is not None
         streaming = exchange.parsed.stream
-        read_s = timers.idle_s if streaming else timers.nonstream_s
-        timeout = httpx.Timeout(
-            connect=timers.connect_s, read=read_s, write=timers.idle_s, pool=timers.connect_s
+        timeout = aiohttp.ClientTimeout(
+            total=None,
+            connect=timers.connect_s,
+            sock_connect=timers.connect_s,
+            sock_read=timers.idle_s if streaming else timers.nonstream_s,
         )
-        request = self._client.build_request(
-            "POST", url + exchange.parsed.endpoint.value, content=body, headers=headers, timeout=timeout
+        request = self._session.post(
+            url + exchange.parsed.endpoint.value, data=body, headers=headers, timeout=timeout
         )
         if not streaming:
-            return await self._client.send(request, stream=True)
+            return await request
         async with asyncio.timeout(timers.ttft_s - exchange.attempt_elapsed_s()):
-            return await self._client.send(request, stream=True)
+            return await request
 
-    async def _status_error(self, response: httpx.Response, replica_id: str) -> UpstreamStatusError:
-        body = b""
+    async def _status_error(self, response: aiohttp.ClientResponse, replica_id: str) -> UpstreamStatusError:
         try:
-            async for chunk in response.aiter_raw():
-                body += chunk
-                if len(body) >= MAX_ERROR_BODY_BYTES:
-                    break
-        except httpx.HTTPError:
-            pass
+            body = await response.content.read(MAX_ERROR_BODY_BYTES)
+        except (aiohttp.ClientError, TimeoutError):
+            body = b""
         finally:
-            await response.aclose()
+            response.close()
         return UpstreamStatusError(
-            f"replica {replica_id} answered {response.status_code}",
-            status=response.status_code,
-            body=body[:MAX_ERROR_BODY_BYTES],
+            f"replica {replica_id} answered {response.status}",
+            status=response.status,
+            body=body,
             content_type=response.headers.get("content-type"),
             replica_id=replica_id,
             retry_after_s=_retry_after_s(response),
         )
 
 
-def forwarded_headers(raw_headers: list[tuple[bytes, bytes]], request_id: str) -> list[tuple[str, str]]:
+def forwarded_headers(raw_headers: list[tuple[bytes, bytes]], request_id: str) -> dict[str, str]:
     """Headers sent upstream: content-type JSON, the request id, and a short allow-list of client headers."""
-    out = [("content-type", "application/json"), ("x-request-id", request_id)]
+    out = {"content-type": "application/json", "x-request-id": request_id}
     for key, value in raw_headers:
         if key in _FORWARDED_HEADERS:
-            out.append((key.decode("latin-1"), value.decode("latin-1")))
+            out[key.decode("latin-1")] = value.decode("latin-1")
     return out

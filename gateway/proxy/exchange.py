@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import aiohttp
 
 from gateway.api.asgi_io import DisconnectWatcher, Send
 from gateway.api.request_parsing import ParsedRequest
@@ -30,7 +30,7 @@ class Exchange:
     watcher: DisconnectWatcher | None = None
     decision: Decision | None = None
     guard: InflightGuard | None = None
-    response: httpx.Response | None = None
+    response: aiohttp.ClientResponse | None = None
     response_started: bool = False
     ttft_s: float | None = None
     usage: dict[str, Any] | None = None
@@ -68,9 +68,11 @@ class Exchange:
         self.attempt_started_s = time.perf_counter()
 
     async def release(self) -> None:
-        """Release the in-flight guard (synchronously, first) and close the upstream response."""
+        """Release the in-flight guard and close the upstream response: a response read to its end has
+        already returned its connection to the pool; an unfinished one is closed, which aborts the
+        generation on the engine (the client left, or the attempt failed)."""
         if self.guard is not None:
             self.guard.release()
         response, self.response = self.response, None
         if response is not None:
-            await response.aclose()
+            response.close()

@@ -14,7 +14,7 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
-import httpx
+import aiohttp
 
 from admission.clock import Clock
 from admission.retry_after import draining_retry_after_s
@@ -73,7 +73,7 @@ class ProxyHandler:
         self,
         settings: Settings,
         registry: ReplicaRegistry,
-        client: httpx.AsyncClient,
+        session: aiohttp.ClientSession,
         metrics: GatewayMetrics,
         *,
         clock: Clock,
@@ -82,7 +82,7 @@ class ProxyHandler:
         self._settings = settings
         self._registry = registry
         self._metrics = metrics
-        self._opener = UpstreamOpener(client, registry, metrics)
+        self._opener = UpstreamOpener(session, registry, metrics)
         self._retry_policies = {
             pool.model: RetryPolicy(
                 pool.settings.retries,
@@ -200,7 +200,7 @@ class ProxyHandler:
         pool: Pool,
         routing: RoutingRequest,
         body: bytes,
-        headers: list[tuple[str, str]],
+        headers: dict[str, str],
         timers: RequestTimers,
     ) -> None:
         """The retry loop (see `gateway.proxy.retry_policy` for when a failure is retried)."""

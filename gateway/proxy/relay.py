@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 
-import httpx
+import aiohttp
 import orjson
 
 from gateway.errors import (
@@ -53,13 +53,13 @@ async def relay_full(exchange: Exchange, nonstream_s: float) -> None:
     assert response is not None
     try:
         async with asyncio.timeout(nonstream_s):
-            body = await response.aread()
-    except (TimeoutError, httpx.ReadTimeout):
+            body = await response.read()
+    except TimeoutError:
         raise UpstreamTotalTimeout(
             f"the replica did not finish the response within {nonstream_s} s"
         ) from None
-    except httpx.HTTPError as exc:
-        raise UpstreamProtocolError(f"the replica failed while sending the response: {exc}") from None
+    except aiohttp.ClientError as exc:
+        raise UpstreamProtocolError(f"the replica failed while sending the response: {exc!r}") from None
     if b'"usage"' in body:
         try:
             data = orjson.loads(body)
@@ -70,7 +70,7 @@ async def relay_full(exchange: Exchange, nonstream_s: float) -> None:
     exchange.ttft_s = exchange.elapsed_s()
     content_type = response.headers.get("content-type", "application/json")
     extra = [("content-length", str(len(body)))]
-    await _start(exchange, response.status_code, content_type, extra)
+    await _start(exchange, response.status, content_type, extra)
     await finish_body(exchange, body)
 
 
@@ -100,7 +100,7 @@ class StreamRelay:
         splitter = SSESplitter()
         try:
             async with asyncio.timeout(first_deadline) as timer:
-                async for chunk in response.aiter_raw():
+                async for chunk in response.content.iter_any():
                     out = self._filter(splitter.feed(chunk))
                     if not self._exchange.response_started:
                         if self._exchange.ttft_s is None:
@@ -113,14 +113,14 @@ class StreamRelay:
                             {"type": "http.response.body", "body": out, "more_body": True}
                         )
         except TimeoutError:
+            if not timer.expired():
+                raise UpstreamIdleTimeout("the replica sent nothing within the idle timeout") from None
             if self._exchange.ttft_s is None:
                 raise UpstreamTTFTTimeout(f"no first token within the deadline of {self._ttft_s} s") from None
             raise UpstreamTotalTimeout(
                 f"the stream exceeded its total deadline of {self._total_s} s"
             ) from None
-        except httpx.ReadTimeout:
-            raise UpstreamIdleTimeout("the replica sent nothing within the idle timeout") from None
-        except httpx.HTTPError as exc:
+        except aiohttp.ClientError as exc:
             raise UpstreamProtocolError(f"the replica broke off the stream: {exc!r}") from None
         await self._end(splitter.remainder())
 

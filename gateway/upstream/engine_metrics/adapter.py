@@ -1,0 +1,207 @@
+"""A metrics adapter maps one engine flavour's /metrics names onto an `EngineSample`.
+
+Adapters are data, not code paths: a `FlavourSpec` lists, per field, the candidate metric names (first
+present wins, so a renamed metric keeps working across engine versions), and `SpecAdapter` applies one
+documented set of rules to every flavour:
+
+- Label sets. An engine may expose several label sets per metric: data-parallel ranks (vLLM's `engine`,
+  SGLang's `dp_rank`), or several served models. When `model` is given and the flavour has a model label,
+  only the label sets whose model label equals `model` are used; if none match (the engine serves the
+  model under another name) all label sets are used. The remaining sets are then combined: counts
+  (running, waiting, counters) are summed, ratios (KV usage, hit-rate gauges) averaged — with equally
+  sized ranks the mean is the pooled usage.
+- Non-finite values. A NaN or ±Inf sample is "no value": it is dropped before combining; a metric whose
+  every sample is dropped counts as absent.
+- Ranges. Counts are clamped at 0 and ratios to [0, 1], so float noise (1.0000001, -0.0) or a negative
+  gauge never reaches the scorers.
+- Missing metrics. `running` and `waiting` are required: without them the sample is useless for routing
+  and `EngineMetricsError(MISSING_METRICS)` is raised (typically a flavour mismatch, e.g. `vllm`
+  configured in front of SGLang). KV usage and prefix-cache hit ratio are optional (None when absent).
+- Prefix-cache hit ratio. A hit-rate gauge wins when present. Otherwise a counter pair is used:
+  Δhits / Δqueries since the previous sample; on the first sample, or after a counter reset (an engine
+  restart: a counter went down), the cumulative hits / queries; when no query happened in the interval the
+  previous ratio is carried over; None while the engine has never been queried.
+- Malformed text raises `EngineMetricsError(PARSE)` (see `exposition` for what counts as malformed).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from gateway.upstream.engine_metrics.exposition import (
+    Exposition,
+    ExpositionError,
+    Sample,
+    parse_exposition,
+)
+from gateway.upstream.engine_metrics.sample import EngineMetricsError, EngineSample, ScrapeErrorReason
+
+
+class MetricsAdapter(Protocol):
+    """What the scraper needs from an adapter."""
+
+    @property
+    def flavour(self) -> str: ...
+
+    def sample(
+        self,
+        text: str,
+        *,
+        taken_at_s: float,
+        previous: EngineSample | None = None,
+        model: str | None = None,
+    ) -> EngineSample:
+        """Read one exposition; raises `EngineMetricsError` when it yields no usable sample."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class CounterPair:
+    """Prefix-cache counters in tokens: hits = sum of `hits` names, queries = sum of `queries` names."""
+
+    hits: tuple[str, ...]
+    queries: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FlavourSpec:
+    """Which names one engine flavour exports for each `EngineSample` field (candidates in order)."""
+
+    flavour: str
+    running: tuple[str, ...]
+    waiting: tuple[str, ...]
+    kv_usage: tuple[str, ...] = ()
+    hit_ratio_gauges: tuple[str, ...] = ()
+    hit_counters: tuple[CounterPair, ...] = ()
+    model_label: str | None = "model_name"
+    wanted: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        names = {*self.running, *self.waiting, *self.kv_usage, *self.hit_ratio_gauges}
+        for pair in self.hit_counters:
+            names.update(pair.hits)
+            names.update(pair.queries)
+        object.__setattr__(self, "wanted", frozenset(names))
+
+
+def _clamp_ratio(value: float) -> float:
+    return min(1.0, max(0.0, value))
+
+
+def _clamp_count(value: float) -> float:
+    return max(0.0, value)
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _counter_ratio(previous: EngineSample | None, hits: float, queries: float) -> float | None:
+    """Hit ratio over the last interval from cumulative counters (module docstring)."""
+    prev_hits = previous.prefix_cache_hits_tokens if previous is not None else None
+    prev_queries = previous.prefix_cache_queries_tokens if previous is not None else None
+    if (
+        previous is not None
+        and prev_hits is not None
+        and prev_queries is not None
+        and queries >= prev_queries
+        and hits >= prev_hits
+    ):
+        delta_queries = queries - prev_queries
+        if delta_queries > 0:
+            return _clamp_ratio((hits - prev_hits) / delta_queries)
+        return previous.prefix_cache_hit_ratio
+    return _clamp_ratio(hits / queries) if queries > 0 else None
+
+
+class SpecAdapter:
+    """The one adapter implementation, configured by a `FlavourSpec` (rules in the module docstring)."""
+
+    def __init__(self, spec: FlavourSpec) -> None:
+        self.spec = spec
+
+    @property
+    def flavour(self) -> str:
+        return self.spec.flavour
+
+    def sample(
+        self,
+        text: str,
+        *,
+        taken_at_s: float,
+        previous: EngineSample | None = None,
+        model: str | None = None,
+    ) -> EngineSample:
+        try:
+            exposition = parse_exposition(text, self.spec.wanted)
+        except ExpositionError as exc:
+            raise EngineMetricsError(ScrapeErrorReason.PARSE, str(exc)) from None
+        read = _Reader(exposition, self.spec.model_label, model)
+        running = read.first(self.spec.running, sum)
+        waiting = read.first(self.spec.waiting, sum)
+        if running is None or waiting is None:
+            fields = ((self.spec.running, running), (self.spec.waiting, waiting))
+            absent = ", ".join(" or ".join(names) for names, value in fields if value is None)
+            raise EngineMetricsError(
+                ScrapeErrorReason.MISSING_METRICS, f"{self.flavour}: no finite value for {absent}"
+            )
+        kv = read.first(self.spec.kv_usage, _mean)
+        ratio, hits, queries = self._hit_ratio(read, previous)
+        return EngineSample(
+            running=_clamp_count(running),
+            waiting=_clamp_count(waiting),
+            kv_usage_ratio=None if kv is None else _clamp_ratio(kv),
+            prefix_cache_hit_ratio=ratio,
+            taken_at_s=taken_at_s,
+            prefix_cache_hits_tokens=hits,
+            prefix_cache_queries_tokens=queries,
+        )
+
+    def _hit_ratio(
+        self, read: _Reader, previous: EngineSample | None
+    ) -> tuple[float | None, float | None, float | None]:
+        gauge = read.first(self.spec.hit_ratio_gauges, _mean)
+        if gauge is not None:
+            return _clamp_ratio(gauge), None, None
+        for pair in self.spec.hit_counters:
+            hits = read.total(pair.hits)
+            queries = read.total(pair.queries)
+            if hits is not None and queries is not None:
+                return _counter_ratio(previous, hits, queries), hits, queries
+        return None, None, None
+
+
+class _Reader:
+    """Looks metrics up in one exposition, applying the label-set and non-finite rules."""
+
+    def __init__(self, exposition: Exposition, model_label: str | None, model: str | None) -> None:
+        self._exposition = exposition
+        self._model_label = model_label
+        self._model = model
+
+    def values(self, name: str) -> list[float]:
+        """Finite values of `name` over the selected label sets (empty when absent)."""
+        samples: list[Sample] = self._exposition.get(name, [])
+        if self._model_label is not None and self._model is not None:
+            label, model = self._model_label, self._model
+            matching = [s for s in samples if s.labels.get(label) == model]
+            samples = matching or samples
+        return [s.value for s in samples if math.isfinite(s.value)]
+
+    def first(self, names: Sequence[str], combine: Callable[[Sequence[float]], float]) -> float | None:
+        """The first name in `names` with a finite value, its label sets combined; None if none has."""
+        for name in names:
+            values = self.values(name)
+            if values:
+                return combine(values)
+        return None
+
+    def total(self, names: Sequence[str]) -> float | None:
+        """The sum over `names` (each summed over label sets); None unless every name has a value."""
+        parts = [self.values(name) for name in names]
+        if not all(parts):
+            return None
+        return _clamp_count(sum(sum(part) for part in parts))
