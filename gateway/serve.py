@@ -56,6 +56,7 @@ def uvicorn_config(app: GatewayApp, settings: Settings, log_level: str = "info")
         lifespan="on",
         timeout_graceful_shutdown=5,
         timeout_keep_alive=75,
+        proxy_headers=False,
     )
 
 

@@ -129,9 +129,7 @@ class ReplicaRegistry:
     def acquire(self, replica: Replica, tokens: int) -> InflightGuard:
         self._total_inflight += 1
         self._idle.clear()
-        guard = InflightGuard(replica, tokens, self._metrics, self._released_one)
-        self._publish(replica)
-        return guard
+        return InflightGuard(replica, tokens, self._metrics, self._released_one)
 
     def _released_one(self) -> None:
         self._total_inflight -= 1
@@ -148,9 +146,11 @@ class ReplicaRegistry:
         return self._total_inflight
 
     def record_success(self, replica: Replica) -> None:
-        replica.consecutive_connect_failures = 0
+        state_before = replica.breaker.state
         replica.breaker.record_success()
-        self._publish(replica)
+        if replica.consecutive_connect_failures or replica.breaker.state is not state_before:
+            replica.consecutive_connect_failures = 0
+            self._publish(replica)
 
     def record_failure(self, replica: Replica, kind: FailureKind, retry_after_s: float | None = None) -> None:
         """Passive health and breaker accounting for a failed attempt (see `gateway.upstream.replica`)."""
