@@ -1,12 +1,33 @@
-"""`llm-gateway mock-engine …` (also `python -m mock_engine …`): serve one mock engine replica."""
+"""`llm-gateway mock-engine …` (also `python -m mock_engine …`): serve one mock engine replica.
+
+Fault flags set the initial fault settings (`faults.py`; `docs/MOCK_ENGINE.md`); `POST /mock/faults` changes
+them at run time.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from typing import Any
 
-from mock_engine.faults import FaultSettings
+from mock_engine.faults import FaultSettings, FaultSettingsError
 from mock_engine.fixed_delay import FixedDelayCore
 from mock_engine.server import MockEngineApp, MockEngineConfig
+
+# (flag, settings field, type, help); a flag's default is "unset": the settings' own default applies
+_FAULT_FLAGS: tuple[tuple[str, str, Any, str], ...] = (
+    ("--error-rate", "error_rate", float, "fraction of requests answered with --error-status (default 0)"),
+    ("--error-status", "error_status", int, "status of injected errors: 500, 503, 429... (default 500)"),
+    ("--retry-after-s", "retry_after_s", float, "Retry-After seconds sent with injected 429/503"),
+    ("--slow-first-token-ms", "slow_first_token_ms", float, "extra wait before the first token (ms)"),
+    ("--slow-first-token-rate", "slow_first_token_rate", float, "fraction of requests slowed (default 1)"),
+    ("--stall-after-tokens", "stall_after_tokens", int, "go silent after N tokens, connection left open"),
+    ("--stall-rate", "stall_rate", float, "fraction of requests that stall (default 1)"),
+    ("--crash-after-tokens", "crash_after_tokens", int, "reset the connection after N tokens"),
+    ("--crash-rate", "crash_rate", float, "fraction of requests that crash (default 1)"),
+    ("--jitter-ms", "jitter_ms", float, "extra pause before each token, uniform in [0, J] ms (seeded)"),
+    ("--refuse-for-s", "refuse_for_s", float, "with --refuse-connections: accept again after this long"),
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,25 +40,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--default-max-tokens", type=int, default=64, help="output length when max_tokens is unset"
     )
     parser.add_argument("--speed", type=float, default=1.0, help="simulated seconds per wall second")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--error-rate", type=float, default=0.0, help="fraction of requests answered with an error"
-    )
-    parser.add_argument("--error-status", type=int, default=500)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the fault decisions")
     parser.add_argument("--log-level", default="warning")
+    faults = parser.add_argument_group("fault injection (changeable at run time: POST /mock/faults)")
+    for flag, field, kind, help_text in _FAULT_FLAGS:
+        faults.add_argument(flag, dest=f"fault_{field}", type=kind, default=None, help=help_text)
+    faults.add_argument(
+        "--refuse-connections",
+        dest="fault_refuse_connections",
+        action="store_true",
+        default=None,
+        help="refuse new TCP connections from the start (see --refuse-for-s)",
+    )
+
+
+def fault_settings(args: argparse.Namespace) -> FaultSettings:
+    """The initial fault settings from the flags given (raises `FaultSettingsError`)."""
+    prefix = "fault_"
+    changes = {
+        name[len(prefix) :]: value
+        for name, value in vars(args).items()
+        if name.startswith(prefix) and value is not None
+    }
+    return FaultSettings().updated(changes)
 
 
 def build_app(args: argparse.Namespace) -> MockEngineApp:
     core = FixedDelayCore(args.first_token_delay_ms / 1000.0, args.token_delay_ms / 1000.0)
     config = MockEngineConfig(model=args.model, default_max_tokens=args.default_max_tokens, speed=args.speed)
-    faults = FaultSettings().updated({"error_rate": args.error_rate, "error_status": args.error_status})
-    return MockEngineApp(config, core, faults, seed=args.seed)
+    return MockEngineApp(config, core, fault_settings(args), seed=args.seed)
 
 
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
-    uvicorn.run(build_app(args), host=args.host, port=args.port, log_level=args.log_level, lifespan="on")
+    try:
+        app = build_app(args)
+    except FaultSettingsError as exc:
+        print(f"mock-engine: {exc}", file=sys.stderr)
+        return 2
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on")
     return 0
 
 

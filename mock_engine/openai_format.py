@@ -79,5 +79,9 @@ def full_response(
     return orjson.dumps(body)
 
 
-def error_body(message: str, status: int) -> bytes:
-    return orjson.dumps({"error": {"message": message, "type": "mock_engine_error", "code": status}})
+def error_body(message: str, status: int, kind: str = "mock_engine_error", param: str | None = None) -> bytes:
+    """An OpenAI-style error object; `param` names the offending field when there is one."""
+    error: dict[str, Any] = {"message": message, "type": kind, "code": status}
+    if param:
+        error["param"] = param
+    return orjson.dumps({"error": error})

@@ -1,47 +1,47 @@
 """The mock engine's HTTP server: OpenAI-compatible endpoints over an `EngineCore` (plain ASGI).
 
 Endpoints: POST /v1/chat/completions, /v1/completions, /v1/embeddings, /tokenize, /detokenize;
-GET /v1/models, /health, /metrics (vLLM names), /mock/stats (counters tests read); POST /mock/faults.
-Streams send the role chunk at once (as vLLM does), one chunk per token, a finish chunk, the usage chunk
-when `stream_options.include_usage` is set, then `[DONE]`. A client that disconnects aborts its request
-in the core (counted in `aborted`), so the simulated GPU stops working on it.
+GET /v1/models, /health, /metrics (vLLM names), /mock/stats (counters tests read);
+GET/POST/DELETE /mock/faults (fault settings: read, partial update, clear).
+The generation loop and the streamed format are in `streaming.py`; faults and their observable effects are
+documented in `faults.py` and `docs/MOCK_ENGINE.md`. A client that disconnects aborts its request in the core
+(counted in `aborted`), so the simulated GPU stops working on it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-import uuid
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import orjson
 
 from mock_engine import openai_format as fmt
-from mock_engine.core import EngineCore, TokenEvent
+from mock_engine.asgi import (
+    ClientGone,
+    InjectedCrash,
+    Receive,
+    Scope,
+    Send,
+    read_body,
+    respond,
+    wait_disconnect,
+)
+from mock_engine.control import FaultControl
+from mock_engine.core import EngineCore
 from mock_engine.driver import EngineDriver
-from mock_engine.faults import FaultInjector, FaultSettings
+from mock_engine.faults import FaultPlan, FaultSettings, FaultSettingsError
+from mock_engine.listeners import ListenerGate
 from mock_engine.metrics_text import render_metrics
-from mock_engine.text import estimate_tokens, prompt_seed, token_text
+from mock_engine.streaming import Generation, GenerationRun, RequestCounters
+from mock_engine.text import estimate_tokens, prompt_seed
 
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+__all__ = ["MockEngineApp", "MockEngineConfig", "RequestCounters"]
 
 EMBEDDING_DIM = 8
-
-
-@dataclass(slots=True)
-class RequestCounters:
-    """What tests read from GET /mock/stats."""
-
-    started: int = 0
-    finished: int = 0
-    aborted: int = 0
-    failed_injected: int = 0
-    active: int = 0
-    max_active: int = 0
+Handler = Callable[[Scope, Receive, Send], Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,32 +51,32 @@ class MockEngineConfig:
     speed: float = 1.0
 
 
-@dataclass(frozen=True, slots=True)
-class _Generation:
-    """One generation request in flight on this engine."""
-
-    request_id: str
-    response_id: str
-    chat: bool
-    seed: int
-    prompt_tokens: int
-    finish_reason: str
-    include_usage: bool
-    queue: asyncio.Queue[TokenEvent] | None
-
-
-class _Stop(Exception):
-    """Client went away."""
-
-
 class MockEngineApp:
+    """The ASGI app. `faults` holds the fault settings (`faults.settings`) and applies changes."""
+
     def __init__(
-        self, config: MockEngineConfig, core: EngineCore, faults: FaultSettings, seed: int = 0
+        self,
+        config: MockEngineConfig,
+        core: EngineCore,
+        faults: FaultSettings,
+        seed: int = 0,
+        listeners: ListenerGate | None = None,
     ) -> None:
         self.config = config
         self.driver = EngineDriver(core, speed=config.speed)
-        self.faults = FaultInjector(faults, random.Random(seed))
+        self.faults = FaultControl(faults, random.Random(seed), listeners)
         self.counters = RequestCounters()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._routes: dict[tuple[str, str], Handler] = {
+            ("POST", "/v1/chat/completions"): self._generate,
+            ("POST", "/v1/completions"): self._generate,
+            ("POST", "/v1/embeddings"): self._embeddings,
+            ("POST", "/tokenize"): self._tokenize,
+            ("POST", "/detokenize"): self._detokenize,
+            ("GET", "/mock/faults"): self._get_faults,
+            ("POST", "/mock/faults"): self._set_faults,
+            ("DELETE", "/mock/faults"): self._clear_faults,
+        }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -85,14 +85,7 @@ class MockEngineApp:
         if scope["type"] != "http":
             return
         route = (scope["method"], scope["path"])
-        handler = {
-            ("POST", "/v1/chat/completions"): self._generate,
-            ("POST", "/v1/completions"): self._generate,
-            ("POST", "/v1/embeddings"): self._embeddings,
-            ("POST", "/tokenize"): self._tokenize,
-            ("POST", "/detokenize"): self._detokenize,
-            ("POST", "/mock/faults"): self._set_faults,
-        }.get(route)
+        handler = self._routes.get(route)
         if handler is not None:
             await handler(scope, receive, send)
             return
@@ -107,18 +100,31 @@ class MockEngineApp:
         }
         answer = simple.get(route)
         if answer is None:
-            await _respond(send, 404, fmt.error_body(f"no route {route[0]} {route[1]}", 404))
+            await respond(send, 404, fmt.error_body(f"no route {route[0]} {route[1]}", 404))
             return
         body, content_type = answer()
-        await _respond(send, 200, body, content_type)
+        await respond(send, 200, body, content_type)
+
+    def set_faults_threadsafe(self, changes: Mapping[str, Any], timeout_s: float = 5.0) -> FaultSettings:
+        """Change fault settings from another thread (e.g. a test) while the server runs; returns them.
+        The only way back from `refuse_connections` without `refuse_for_s`, as the endpoint is unreachable."""
+        if self._loop is None:
+            raise RuntimeError("the mock engine is not running")
+        if _running_loop() is self._loop:
+            raise RuntimeError("set_faults_threadsafe is for other threads: await app.faults.update() here")
+        future = asyncio.run_coroutine_threadsafe(self.faults.update(changes), self._loop)
+        return future.result(timeout_s)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                self._loop = asyncio.get_running_loop()
                 self.driver.start()
+                self.faults.on_startup(self)
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                self.faults.on_shutdown()
                 await self.driver.stop()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
@@ -127,111 +133,94 @@ class MockEngineApp:
         data = [{"id": self.config.model, "object": "model", "owned_by": "mock-engine"}]
         return orjson.dumps({"object": "list", "data": data}), "application/json"
 
+    async def _get_faults(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await respond(send, 200, orjson.dumps(self.faults.settings.as_dict()))
+
     async def _set_faults(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            changes = orjson.loads(await _read_body(receive))
-            self.faults.settings = self.faults.settings.updated(changes)
-        except (ValueError, TypeError) as exc:
-            await _respond(send, 400, fmt.error_body(str(exc), 400))
+            raw = await read_body(receive)
+        except ClientGone:
             return
-        await _respond(send, 200, orjson.dumps(self.faults.settings.as_dict()))
-
-    async def _parse(self, receive: Receive, send: Send) -> dict[str, Any] | None:
         try:
-            body = orjson.loads(await _read_body(receive))
+            changes = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            await respond(send, 400, _fault_error(f"invalid JSON: {exc}", ""))
+            return
+        try:
+            settings = await self.faults.update(changes)
+        except FaultSettingsError as exc:
+            await respond(send, 400, _fault_error(str(exc), exc.field))
+            return
+        await respond(send, 200, orjson.dumps(settings.as_dict()))
+
+    async def _clear_faults(self, scope: Scope, receive: Receive, send: Send) -> None:
+        settings = await self.faults.reset()
+        await respond(send, 200, orjson.dumps(settings.as_dict()))
+
+    async def _parse(self, receive: Receive, send: Send) -> tuple[dict[str, Any], FaultPlan] | None:
+        """The JSON body and this request's fault plan, or None once answered (bad body, injected error)."""
+        try:
+            body = orjson.loads(await read_body(receive))
             if not isinstance(body, dict):
                 raise ValueError("body must be an object")
-        except (ValueError, _Stop) as exc:
-            await _respond(send, 400, fmt.error_body(f"bad request: {exc}", 400))
+        except (ValueError, ClientGone) as exc:
+            await respond(send, 400, fmt.error_body(f"bad request: {exc}", 400))
             return None
-        if self.faults.should_fail():
+        plan = self.faults.plan()
+        if plan.error_status is not None:
             self.counters.failed_injected += 1
-            status = self.faults.settings.error_status
-            headers = []
-            if self.faults.settings.retry_after_s is not None:
-                headers.append((b"retry-after", str(int(self.faults.settings.retry_after_s)).encode()))
-            await _respond(send, status, fmt.error_body("injected fault", status), extra=headers)
+            retry_after = plan.retry_after_header()
+            headers = [(b"retry-after", retry_after.encode())] if retry_after is not None else []
+            await respond(
+                send, plan.error_status, fmt.error_body("injected fault", plan.error_status), extra=headers
+            )
             return None
-        return body
+        return body, plan
 
     async def _generate(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body = await self._parse(receive, send)
-        if body is None:
+        parsed = await self._parse(receive, send)
+        if parsed is None:
             return
-        gen = self._start_generation(body, chat=scope["path"] == "/v1/chat/completions")
+        body, plan = parsed
+        chat = scope["path"] == "/v1/chat/completions"
+        gen = Generation.from_body(body, chat, self.config.default_max_tokens)
         c = self.counters
         c.started += 1
         c.active += 1
         c.max_active = max(c.max_active, c.active)
-        watcher = asyncio.create_task(_wait_disconnect(receive))
+        watcher = asyncio.create_task(wait_disconnect(receive))
+        run = GenerationRun(
+            self.driver,
+            gen,
+            plan,
+            model=self.config.model,
+            counters=c,
+            receive=receive,
+            watcher=watcher,
+            shutting_down=lambda: self.faults.gate.shutting_down,
+        )
         try:
-            if body.get("stream"):
-                await self._stream(send, gen, watcher)
+            outcome = await (run.stream(send) if body.get("stream") else run.complete(send))
+            if outcome == "finished":
+                c.finished += 1
             else:
-                text, n = await _collect(gen, watcher)
-                await _respond(
-                    send,
-                    200,
-                    fmt.full_response(
-                        gen.response_id,
-                        self.config.model,
-                        gen.chat,
-                        text,
-                        gen.finish_reason,
-                        usage=(gen.prompt_tokens, n),
-                    ),
-                )
-            c.finished += 1
-        except _Stop:
+                self.driver.abort(gen.request_id)
+        except ClientGone:
             c.aborted += 1
             self.driver.abort(gen.request_id)
+        except InjectedCrash:
+            self.driver.abort(gen.request_id)
+            raise
         finally:
             watcher.cancel()
             c.active -= 1
             self.driver.finish(gen.request_id)
 
-    def _start_generation(self, body: dict[str, Any], chat: bool) -> _Generation:
-        prompt = _prompt_of(body, chat)
-        requested = body.get("max_completion_tokens") or body.get("max_tokens")
-        max_tokens = int(requested) if requested else self.config.default_max_tokens
-        request_id = uuid.uuid4().hex
-        prompt_tokens = estimate_tokens(prompt)
-        queue = self.driver.submit(request_id, prompt, prompt_tokens, max_tokens) if max_tokens > 0 else None
-        options = body.get("stream_options") or {}
-        return _Generation(
-            request_id=request_id,
-            response_id=("chatcmpl-" if chat else "cmpl-") + request_id,
-            chat=chat,
-            seed=prompt_seed(prompt),
-            prompt_tokens=prompt_tokens,
-            finish_reason="length" if requested else "stop",
-            include_usage=bool(isinstance(options, dict) and options.get("include_usage")),
-            queue=queue,
-        )
-
-    async def _stream(self, send: Send, gen: _Generation, watcher: asyncio.Task[None]) -> None:
-        model, rid, chat = self.config.model, gen.response_id, gen.chat
-        headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        if chat:
-            await _send_body(send, fmt.chunk_event(rid, model, chat, None, None))
-        emitted = 0
-        while gen.queue is not None:
-            event = await _next_event(gen.queue, watcher)
-            await _send_body(send, fmt.chunk_event(rid, model, chat, token_text(gen.seed, event.index), None))
-            emitted += 1
-            if event.finished:
-                break
-        tail = fmt.chunk_event(rid, model, chat, "", gen.finish_reason)
-        if gen.include_usage:
-            tail += fmt.usage_event(rid, model, chat, gen.prompt_tokens, emitted)
-        await send({"type": "http.response.body", "body": tail + b"data: [DONE]\n\n", "more_body": False})
-
     async def _embeddings(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body = await self._parse(receive, send)
-        if body is None:
+        parsed = await self._parse(receive, send)
+        if parsed is None:
             return
-        raw = body.get("input")
+        raw = parsed[0].get("input")
         inputs = [raw] if isinstance(raw, str) else [str(x) for x in raw] if isinstance(raw, list) else [""]
         data = []
         for i, text in enumerate(inputs):
@@ -245,80 +234,30 @@ class MockEngineApp:
             "model": self.config.model,
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
-        await _respond(send, 200, orjson.dumps(out))
+        await respond(send, 200, orjson.dumps(out))
 
     async def _tokenize(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body = await self._parse(receive, send)
-        if body is not None:
-            text = str(body.get("prompt", ""))
+        parsed = await self._parse(receive, send)
+        if parsed is not None:
+            text = str(parsed[0].get("prompt", ""))
             tokens = [ord(ch) for ch in text[::4]]
-            await _respond(
+            await respond(
                 send, 200, orjson.dumps({"tokens": tokens, "count": len(tokens), "max_model_len": 8192})
             )
 
     async def _detokenize(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body = await self._parse(receive, send)
-        if body is not None:
-            tokens = body.get("tokens") or []
-            await _respond(send, 200, orjson.dumps({"prompt": "".join(chr(int(t)) for t in tokens)}))
+        parsed = await self._parse(receive, send)
+        if parsed is not None:
+            tokens = parsed[0].get("tokens") or []
+            await respond(send, 200, orjson.dumps({"prompt": "".join(chr(int(t)) for t in tokens)}))
 
 
-def _prompt_of(body: dict[str, Any], chat: bool) -> str:
-    if chat:
-        messages = body.get("messages") or []
-        return "\n".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
-    prompt = body.get("prompt", "")
-    return prompt if isinstance(prompt, str) else "".join(str(p) for p in prompt)
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
-async def _wait_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
-async def _next_event(queue: asyncio.Queue[TokenEvent], watcher: asyncio.Task[None]) -> TokenEvent:
-    if not queue.empty():
-        return queue.get_nowait()
-    getter = asyncio.ensure_future(queue.get())
-    done, _ = await asyncio.wait({getter, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    if getter in done:
-        return getter.result()
-    getter.cancel()
-    raise _Stop
-
-
-async def _collect(gen: _Generation, watcher: asyncio.Task[None]) -> tuple[str, int]:
-    parts: list[str] = []
-    while gen.queue is not None:
-        event = await _next_event(gen.queue, watcher)
-        parts.append(token_text(gen.seed, event.index))
-        if event.finished:
-            break
-    return "".join(parts), len(parts)
-
-
-async def _read_body(receive: Receive) -> bytes:
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _Stop
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body"):
-            return b"".join(chunks)
-
-
-async def _send_body(send: Send, body: bytes) -> None:
-    await send({"type": "http.response.body", "body": body, "more_body": True})
-
-
-async def _respond(
-    send: Send,
-    status: int,
-    body: bytes,
-    content_type: str = "application/json",
-    extra: list[tuple[bytes, bytes]] | None = None,
-) -> None:
-    headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": headers + (extra or [])})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+def _fault_error(message: str, field: str) -> bytes:
+    return fmt.error_body(message, 400, "invalid_fault_settings", field)

@@ -1,0 +1,110 @@
+"""Run-time fault control: the current settings, per-request plans, and the refusal side effects.
+
+`update()` validates a partial change (raising `FaultSettingsError`), applies it, and makes the listening
+sockets follow `refuse_connections` (see `listeners.py`), turning refusal off by itself after `refuse_for_s`.
+Runs on the server's event loop; `MockEngineApp.set_faults_threadsafe` reaches it from other threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Mapping
+from typing import Any
+
+from mock_engine.faults import FaultInjector, FaultPlan, FaultSettings, FaultSettingsError
+from mock_engine.listeners import ListenerGate, find_uvicorn_server
+
+logger = logging.getLogger(__name__)
+
+STARTUP_WAIT_S = 30.0
+STARTUP_POLL_S = 0.005
+_REFUSE_FIELDS = frozenset({"refuse_connections", "refuse_for_s"})
+
+
+class FaultControl:
+    def __init__(self, settings: FaultSettings, rng: random.Random, gate: ListenerGate | None = None) -> None:
+        self.injector = FaultInjector(settings, rng)
+        self.gate = gate or ListenerGate()
+        self._lock = asyncio.Lock()
+        self._expiry: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    @property
+    def settings(self) -> FaultSettings:
+        return self.injector.settings
+
+    def plan(self) -> FaultPlan:
+        return self.injector.plan()
+
+    async def update(self, changes: Mapping[str, Any]) -> FaultSettings:
+        async with self._lock:
+            new = self.settings.updated(changes)
+            if new.refuse_connections and not self.gate.available:
+                raise FaultSettingsError(
+                    "refuse_connections",
+                    "refuse_connections needs the uvicorn server that serves this app, and none was found",
+                )
+            self.injector.settings = new
+            await self._follow_refusal(restart_timer=bool(_REFUSE_FIELDS & set(changes)))
+            return new
+
+    async def reset(self) -> FaultSettings:
+        return await self.update(FaultSettings().as_dict())
+
+    def on_startup(self, app: object) -> None:
+        """At lifespan startup: find the uvicorn server, and refuse from the start when so configured."""
+        if not self.gate.available:
+            server = find_uvicorn_server(app)
+            if server is not None:
+                self.gate.attach(server)
+        if self.settings.refuse_connections and self.gate.available:
+            self._spawn(self._refuse_once_started())
+
+    def on_shutdown(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+        for task in self._tasks:
+            task.cancel()
+        self.gate.close()
+
+    async def _refuse_once_started(self) -> None:
+        for _ in range(int(STARTUP_WAIT_S / STARTUP_POLL_S)):
+            if self.gate.started:
+                break
+            await asyncio.sleep(STARTUP_POLL_S)
+        else:
+            raise RuntimeError("the server did not start: cannot refuse connections")
+        async with self._lock:
+            await self._follow_refusal(restart_timer=True)
+
+    async def _follow_refusal(self, restart_timer: bool) -> None:
+        settings = self.settings
+        if not self.gate.available:
+            return
+        if settings.refuse_connections and not self.gate.paused:
+            await self.gate.pause()
+        elif not settings.refuse_connections and self.gate.paused:
+            await self.gate.resume()
+        if not restart_timer and settings.refuse_connections:
+            return
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
+        if settings.refuse_connections and settings.refuse_for_s is not None:
+            loop = asyncio.get_running_loop()
+            self._expiry = loop.call_later(
+                settings.refuse_for_s, lambda: self._spawn(self.update({"refuse_connections": False}))
+            )
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(_log_failure)
+
+
+def _log_failure(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("mock engine fault control task failed", exc_info=task.exception())

@@ -1,0 +1,201 @@
+"""One generation request: OpenAI streamed (SSE) and non-streamed answers with its fault plan applied.
+
+Streams send the 200 headers and (chat) the role chunk at once, as vLLM does, then one chunk per token, a
+finish chunk, the usage chunk when `stream_options.include_usage` is set, and `[DONE]`. The plan's faults
+(see `faults.py`) act here: an extra wait before the request reaches the engine (slow first token), a
+seeded pause before each token (jitter), and after N tokens either silence until the client leaves (stall)
+or a TCP reset (crash). A client that disconnects raises `ClientGone`; the server then aborts the request in
+the engine so the simulated GPU stops working on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from mock_engine import openai_format as fmt
+from mock_engine.asgi import ClientGone, InjectedCrash, Receive, Send, reset_connection, respond, send_body
+from mock_engine.core import TokenEvent
+from mock_engine.driver import EngineDriver
+from mock_engine.faults import FaultPlan, Interruption
+from mock_engine.text import estimate_tokens, prompt_seed, token_text
+
+Outcome = Literal["finished", "crashed"]
+STALL_POLL_S = 0.1
+SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+
+
+@dataclass(slots=True)
+class RequestCounters:
+    """What tests read from GET /mock/stats. At any time:
+    `started == finished + aborted + crashed_injected + active` (injected errors never start)."""
+
+    started: int = 0
+    finished: int = 0
+    aborted: int = 0
+    failed_injected: int = 0
+    active: int = 0
+    max_active: int = 0
+    slowed_injected: int = 0
+    stalled_injected: int = 0
+    crashed_injected: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """One generation request as parsed from its OpenAI body."""
+
+    request_id: str
+    response_id: str
+    chat: bool
+    prompt: str
+    seed: int
+    prompt_tokens: int
+    max_tokens: int
+    finish_reason: str
+    include_usage: bool
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any], chat: bool, default_max_tokens: int) -> Generation:
+        prompt = _prompt_of(body, chat)
+        requested = body.get("max_completion_tokens") or body.get("max_tokens")
+        request_id = uuid.uuid4().hex
+        options = body.get("stream_options") or {}
+        return cls(
+            request_id=request_id,
+            response_id=("chatcmpl-" if chat else "cmpl-") + request_id,
+            chat=chat,
+            prompt=prompt,
+            seed=prompt_seed(prompt),
+            prompt_tokens=estimate_tokens(prompt),
+            max_tokens=int(requested) if requested else default_max_tokens,
+            finish_reason="length" if requested else "stop",
+            include_usage=bool(isinstance(options, dict) and options.get("include_usage")),
+        )
+
+
+class GenerationRun:
+    """Runs one `Generation` on the engine with its `FaultPlan`, answering through ASGI `send`."""
+
+    def __init__(
+        self,
+        driver: EngineDriver,
+        gen: Generation,
+        plan: FaultPlan,
+        *,
+        model: str,
+        counters: RequestCounters,
+        receive: Receive,
+        watcher: asyncio.Task[None],
+        shutting_down: Callable[[], bool],
+    ) -> None:
+        self.driver, self.gen, self.plan, self.model = driver, gen, plan, model
+        self.counters = counters
+        self._receive, self._watcher, self._shutting_down = receive, watcher, shutting_down
+
+    async def stream(self, send: Send) -> Outcome:
+        gen, model = self.gen, self.model
+        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        if gen.chat:
+            await send_body(send, fmt.chunk_event(gen.response_id, model, gen.chat, None, None))
+
+        async def emit(text: str) -> None:
+            await send_body(send, fmt.chunk_event(gen.response_id, model, gen.chat, text, None))
+
+        emitted, fault = await self._tokens(emit)
+        if fault is not None:
+            return await self._interrupt(fault)
+        tail = fmt.chunk_event(gen.response_id, model, gen.chat, "", gen.finish_reason)
+        if gen.include_usage:
+            tail += fmt.usage_event(gen.response_id, model, gen.chat, gen.prompt_tokens, emitted)
+        await send({"type": "http.response.body", "body": tail + b"data: [DONE]\n\n", "more_body": False})
+        return "finished"
+
+    async def complete(self, send: Send) -> Outcome:
+        parts: list[str] = []
+
+        async def collect(text: str) -> None:
+            parts.append(text)
+
+        emitted, fault = await self._tokens(collect)
+        if fault is not None:
+            return await self._interrupt(fault)
+        gen = self.gen
+        body = fmt.full_response(
+            gen.response_id,
+            self.model,
+            gen.chat,
+            "".join(parts),
+            gen.finish_reason,
+            usage=(gen.prompt_tokens, emitted),
+        )
+        await respond(send, 200, body)
+        return "finished"
+
+    async def _tokens(self, emit: Callable[[str], Awaitable[None]]) -> tuple[int, Interruption | None]:
+        """Emit tokens until the end or the plan's interruption; returns (tokens emitted, interruption)."""
+        plan, gen = self.plan, self.gen
+        if plan.first_token_delay_s > 0:
+            self.counters.slowed_injected += 1
+            await _pause(plan.first_token_delay_s, self._watcher)
+        queue = None
+        if gen.max_tokens > 0:
+            queue = self.driver.submit(gen.request_id, gen.prompt, gen.prompt_tokens, gen.max_tokens)
+        jitter = plan.jitter()
+        emitted, finished = 0, queue is None
+        while True:
+            fault = plan.interruption(emitted)
+            if fault is not None or finished or queue is None:
+                return emitted, fault
+            event = await _next_event(queue, self._watcher)
+            await _pause(jitter.next_s(), self._watcher)
+            await emit(token_text(gen.seed, event.index))
+            emitted += 1
+            finished = event.finished
+
+    async def _interrupt(self, fault: Interruption) -> Outcome:
+        if fault == "crash":
+            self.counters.crashed_injected += 1
+            await reset_connection(self._receive, self._watcher)
+            return "crashed"
+        self.counters.stalled_injected += 1
+        while not self._watcher.done():
+            if self._shutting_down():
+                # the server is stopping: drop the silent connection rather than hold up the shutdown
+                with contextlib.suppress(InjectedCrash):
+                    await reset_connection(self._receive, self._watcher)
+                break
+            await asyncio.wait({self._watcher}, timeout=STALL_POLL_S)
+        raise ClientGone
+
+
+async def _pause(delay_s: float, watcher: asyncio.Task[None]) -> None:
+    """Sleep `delay_s`, or raise `ClientGone` as soon as the client leaves."""
+    if delay_s <= 0:
+        return
+    done, _ = await asyncio.wait({watcher}, timeout=delay_s)
+    if done:
+        raise ClientGone
+
+
+async def _next_event(queue: asyncio.Queue[TokenEvent], watcher: asyncio.Task[None]) -> TokenEvent:
+    if not queue.empty():
+        return queue.get_nowait()
+    getter = asyncio.ensure_future(queue.get())
+    done, _ = await asyncio.wait({getter, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    if getter in done:
+        return getter.result()
+    getter.cancel()
+    raise ClientGone
+
+
+def _prompt_of(body: dict[str, Any], chat: bool) -> str:
+    if chat:
+        messages = body.get("messages") or []
+        return "\n".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
+    prompt = body.get("prompt", "")
+    return prompt if isinstance(prompt, str) else "".join(str(p) for p in prompt)
