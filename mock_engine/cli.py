@@ -10,8 +10,19 @@ import argparse
 import sys
 from typing import Any
 
+from mock_engine.core import EngineCore
 from mock_engine.faults import FaultSettings, FaultSettingsError
 from mock_engine.fixed_delay import FixedDelayCore
+from mock_engine.metrics_text import FLAVOURS
+from mock_engine.physics import (
+    DEFAULT_PROFILE_NAME,
+    PhysicsCore,
+    ProfileError,
+    available_profiles,
+    calibrate,
+    load_profile,
+    render_calibration_markdown,
+)
 from mock_engine.server import MockEngineApp, MockEngineConfig
 
 # (flag, settings field, type, help); a flag's default is "unset": the settings' own default applies
@@ -39,6 +50,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--default-max-tokens", type=int, default=64, help="output length when max_tokens is unset"
     )
+    parser.add_argument(
+        "--core",
+        choices=("fixed", "physics"),
+        default="fixed",
+        help="fixed: independent requests with fixed delays; physics: continuous batching, KV capacity and "
+        "prefix cache from --profile (default: fixed)",
+    )
+    parser.add_argument(
+        "--profile",
+        default=DEFAULT_PROFILE_NAME,
+        help=f"physics profile: {', '.join(available_profiles())} or a YAML path "
+        f"(default: {DEFAULT_PROFILE_NAME})",
+    )
+    parser.add_argument(
+        "--metrics-flavour",
+        choices=FLAVOURS,
+        default="vllm",
+        help="whose /metrics names to export (default: vllm)",
+    )
+    parser.add_argument(
+        "--calibrate",
+        metavar="PROFILE",
+        help="print the profile's measured decode table next to its targets, then exit",
+    )
     parser.add_argument("--speed", type=float, default=1.0, help="simulated seconds per wall second")
     parser.add_argument("--seed", type=int, default=0, help="seed of the fault decisions")
     parser.add_argument("--log-level", default="warning")
@@ -65,18 +100,40 @@ def fault_settings(args: argparse.Namespace) -> FaultSettings:
     return FaultSettings().updated(changes)
 
 
+def build_core(args: argparse.Namespace) -> tuple[EngineCore, int | None]:
+    """The serving model and its context limit (prompt + max_tokens; None when unbounded)."""
+    if args.core == "physics":
+        core = PhysicsCore(load_profile(args.profile))
+        return core, core.kv_capacity_tokens
+    return FixedDelayCore(args.first_token_delay_ms / 1000.0, args.token_delay_ms / 1000.0), None
+
+
 def build_app(args: argparse.Namespace) -> MockEngineApp:
-    core = FixedDelayCore(args.first_token_delay_ms / 1000.0, args.token_delay_ms / 1000.0)
-    config = MockEngineConfig(model=args.model, default_max_tokens=args.default_max_tokens, speed=args.speed)
+    core, max_context_tokens = build_core(args)
+    config = MockEngineConfig(
+        model=args.model,
+        default_max_tokens=args.default_max_tokens,
+        speed=args.speed,
+        metrics_flavour=args.metrics_flavour,
+        max_context_tokens=max_context_tokens,
+    )
     return MockEngineApp(config, core, fault_settings(args), seed=args.seed)
+
+
+def print_calibration(profile_name: str) -> int:
+    profile = load_profile(profile_name)
+    print(render_calibration_markdown(profile.name, calibrate(profile)))
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     try:
+        if args.calibrate:
+            return print_calibration(args.calibrate)
         app = build_app(args)
-    except FaultSettingsError as exc:
+    except (FaultSettingsError, ProfileError) as exc:
         print(f"mock-engine: {exc}", file=sys.stderr)
         return 2
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on")

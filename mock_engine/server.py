@@ -49,6 +49,9 @@ class MockEngineConfig:
     model: str = "mock-model"
     default_max_tokens: int = 64
     speed: float = 1.0
+    metrics_flavour: str = "vllm"
+    max_context_tokens: int | None = None
+    """prompt + max_tokens above this is a 400, as vLLM answers past max_model_len."""
 
 
 class MockEngineApp:
@@ -93,7 +96,9 @@ class MockEngineApp:
             ("GET", "/health"): lambda: (b"{}", "application/json"),
             ("GET", "/v1/models"): self._models,
             ("GET", "/metrics"): lambda: (
-                render_metrics(self.config.model, self.driver.core.stats()),
+                render_metrics(
+                    self.config.model, self.driver.core.stats(), flavour=self.config.metrics_flavour
+                ),
                 "text/plain",
             ),
             ("GET", "/mock/stats"): lambda: (orjson.dumps(asdict(self.counters)), "application/json"),
@@ -184,6 +189,13 @@ class MockEngineApp:
         body, plan = parsed
         chat = scope["path"] == "/v1/chat/completions"
         gen = Generation.from_body(body, chat, self.config.default_max_tokens)
+        limit = self.config.max_context_tokens
+        if limit is not None and gen.prompt_tokens + gen.max_tokens > limit:
+            message = (
+                f"prompt ({gen.prompt_tokens} tokens) + max_tokens ({gen.max_tokens}) exceeds {limit} tokens"
+            )
+            await respond(send, 400, fmt.error_body(message, 400))
+            return
         c = self.counters
         c.started += 1
         c.active += 1

@@ -1,15 +1,18 @@
-"""Deterministic text and token estimates for the mock engine.
+"""Deterministic output text for the mock engine.
 
-Token estimate: `ceil(len(text) / 4)` characters per token, at least 1 for non-empty text — the same rule
-the gateway uses, so both sides agree on prompt sizes. Output token k of a request is a word chosen by
-a stable hash of (prompt, k), so the same request always produces the same text.
+Output token k of a request is a word chosen by a stable hash of (prompt, k), so the same request always
+produces the same text. Token estimates (`ceil(len(text) / 4)`, the gateway's rule too) have one home,
+`mock_engine.physics.tokens`, re-exported here for the server.
 """
 
 from __future__ import annotations
 
 import zlib
 
-CHARS_PER_TOKEN = 4
+from mock_engine.physics.tokens import CHARS_PER_TOKEN, estimate_tokens
+
+__all__ = ["CHARS_PER_TOKEN", "estimate_tokens", "prompt_seed", "token_text"]
+
 _WORDS = (
     "the",
     "gateway",
@@ -44,10 +47,6 @@ _WORDS = (
     "GPU",
     "memory",
 )
-
-
-def estimate_tokens(text: str) -> int:
-    return -(-len(text) // CHARS_PER_TOKEN)
 
 
 def token_text(prompt_seed: int, index: int) -> str:
