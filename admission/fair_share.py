@@ -100,6 +100,16 @@ class FairShareQueue:
             return key
         return None
 
+    def peek(self) -> int | None:
+        """The key `pop()` would return, left in place (stale heap tops are discarded), or None."""
+        while self._heap:
+            finish_tag, key = self._heap[0]
+            tagged = self._live.get(key)
+            if tagged is not None and tagged.finish_tag == finish_tag:
+                return key
+            heapq.heappop(self._heap)
+        return None
+
     def remove(self, key: int) -> bool:
         """Drop a live key (its client left or it expired). Returns False when it was not live."""
         tagged = self._live.get(key)

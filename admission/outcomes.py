@@ -1,7 +1,8 @@
 """The closed set of admission outcomes, shared by every admission structure and mapped by the gateway.
 
-Admission never raises for a refusal: it returns values carrying a `RejectReason` and a Retry-After in
-seconds, and one place in the gateway maps them to status codes and headers (DESIGN §4):
+The pure structures never raise for a refusal: they return values carrying a `RejectReason` and a
+Retry-After in seconds. The async `AdmissionController` turns them into one exception,
+`AdmissionRefused`, and one place in the gateway maps it to status codes and headers (DESIGN §4):
 
 | reason          | status | Retry-After from                                   |
 |-----------------|--------|----------------------------------------------------|
@@ -25,6 +26,34 @@ class RejectReason(StrEnum):
     QUEUE_TIMEOUT = "queue_timeout"
     NO_REPLICA = "no_replica"
     DRAINING = "draining"
+
+
+class AdmissionRefused(Exception):
+    """The one exception of admission refusals (`admission.controller`): `reason` (the reject-reason
+    header), `retry_after_s` (integer seconds ≥ 1, always computed), a human `message`, the request's
+    `priority` class when known, and `limited_by` for `rate_limited` (`requests`, `tokens`, or
+    `concurrency` for the tenant bulkhead) — a detail for logs and messages, not a new reason."""
+
+    def __init__(
+        self,
+        reason: RejectReason,
+        retry_after_s: int,
+        message: str,
+        *,
+        priority: str | None = None,
+        limited_by: str | None = None,
+    ) -> None:
+        if retry_after_s < 1:
+            raise ValueError(f"retry_after_s must be an integer ≥ 1 (got {retry_after_s})")
+        super().__init__(message)
+        self.reason = reason
+        self.retry_after_s = retry_after_s
+        self.message = message
+        self.priority = priority
+        self.limited_by = limited_by
+
+    def __repr__(self) -> str:
+        return f"AdmissionRefused({self.reason}, retry_after_s={self.retry_after_s}, {self.message!r})"
 
 
 class FailureMode(StrEnum):

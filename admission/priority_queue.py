@@ -8,7 +8,8 @@ No asyncio inside and time comes from an injected `Clock`; the gateway's control
 - on a client disconnect: `remove(entry)` (O(1));
 - on the timer set to `next_expiry_s()`: `expire()` → entries to answer 429 `queue_timeout`;
 - on a released slot: `pop_next()` → the entry to dispatch (already-expired entries are never
-  returned: they stay queued until `expire()` collects them, so nobody's abandoned work is dispatched).
+  returned: they stay queued until `expire()` collects them, so nobody's abandoned work is dispatched);
+  `peek_next()` shows that entry without removing it (ask a replica first, then pop).
 
 Rules:
 - Classes are ordered highest priority first (default `critical > interactive > batch`, max waits
@@ -237,6 +238,19 @@ class PriorityQueue(Generic[T]):
                 del lane.fifo[seq]
                 self._size -= 1
                 return entry
+        return None
+
+    def peek_next(self) -> QueueEntry[T] | None:
+        """The entry `pop_next()` would return now, left queued, so a dispatcher can first ask whether
+        a replica takes it and only then `pop_next()` (which also advances the fair-share clock).
+        Expired entries are passed over exactly as `pop_next` passes over them."""
+        now_s = self._clock.now_s()
+        for lane in self._lanes:
+            while (seq := lane.fair.peek()) is not None:
+                entry = lane.fifo[seq]
+                if now_s < entry.deadline_s:
+                    return entry
+                lane.fair.pop()  # out of the dispatch order; left in `fifo` for expire() to answer
         return None
 
     def _lane(self, priority: str) -> _Lane[T]:

@@ -1,0 +1,312 @@
+"""Admission control for one pool: tenant limits → fast path or priority queue → a replica slot.
+
+`await controller.admit(request)` returns a `Grant` or raises `AdmissionRefused`:
+
+1. tenant stage (`TenantGate.enter`): rate limits, then the bulkhead → 429 `rate_limited`;
+2. fast path: when nobody of equal or higher priority waits, `try_dispatch(request)` at once; a token
+   means "dispatched", with a queue wait of 0;
+3. otherwise the request waits in the `PriorityQueue` (classes highest first, WFQ across tenants on
+   estimated tokens within a class — FIFO for one tenant) on a future. A full queue refuses it
+   (`queue_full`), or admits it by displacing the youngest waiter of the lowest lower class (that one
+   gets `queue_full`). A waiter past its class's `max_wait_s` gets `queue_timeout`, always before it
+   could be dispatched. A waiter whose task is cancelled (client gone) leaves the queue at once and
+   `try_dispatch` is never called for it again (only its fast-path probe, before it queued, was).
+
+Event-driven, never polling. Three events move the queue:
+- a release: the gateway calls `on_release()` (synchronous, on the loop's thread) whenever a replica
+  slot may have freed — a token released, a replica added or back to healthy. It dispatches heads
+  while `try_dispatch` answers with a token: peek the head (highest class, WFQ order), ask
+  `try_dispatch`, pop it only when a token came back. `None` stops the round (no slot for anyone:
+  the pool is uniform);
+- an arrival: its fast-path probe is its wake-up. When it probed and got None there is no free slot;
+  when it skipped the probe, others wait because there was none at the last release. Either way a
+  further `try_dispatch` would only repeat a known answer (one wasted routing decision per arrival);
+- one timer, at the queue's earliest deadline (`Timers.call_at`), answers expired waiters. The timer
+  is re-armed only when a new deadline is earlier; a timer that fires early re-arms itself.
+
+`try_dispatch(request) -> token | None` is the only place that decides whether a replica has a free
+slot: it routes `request.routing`, claims the slot synchronously and returns the token (see
+`admission.grant.DispatchToken`). It may raise `AdmissionRefused` (e.g. `no_replica` when no replica
+is eligible at all): on the fast path that refusal propagates; from the queue, that waiter gets it and
+the round continues with the next one. Any other exception fails that waiter the same way.
+
+Retry-After of every queue refusal: `queue_retry_after_s(ahead, λ, drain_bound)` — `ahead` = waiters at
+or above the class, λ = measured dispatch rate (`DispatchRateMeter`, all dispatches incl. fast path),
+capped by the time by which everything ahead has left the queue; clamped to [1, max_retry_after_s].
+
+Every refusal raised by `admit` is counted in `stats.rejected` and reported to the observer once.
+Tokens charged by the rate limiter are refunded when the request does not run (see `TenantGate`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic
+
+from admission.clock import Clock
+from admission.dispatch_rate import DispatchRateMeter
+from admission.grant import AdmissionRequest, Grant, T
+from admission.observer import AdmissionObserver, AdmissionStats
+from admission.outcomes import AdmissionRefused, RejectReason
+from admission.priority_queue import (
+    DEFAULT_MAX_QUEUE_DEPTH,
+    DEFAULT_PRIORITY_CLASSES,
+    PriorityClass,
+    PriorityQueue,
+    QueueEntry,
+)
+from admission.retry_after import DEFAULT_MAX_RETRY_AFTER_S, queue_retry_after_s
+from admission.tenant_gate import TenantGate
+from admission.timers import LoopTimers, TimerHandle, Timers
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionConfig:
+    """A pool's queue: classes (highest first, with max wait and optional own depth), the global
+    depth (default 2000) and the Retry-After ceiling (default 120 s)."""
+
+    classes: tuple[PriorityClass, ...] = DEFAULT_PRIORITY_CLASSES
+    max_queue_depth: int = DEFAULT_MAX_QUEUE_DEPTH
+    max_retry_after_s: int = DEFAULT_MAX_RETRY_AFTER_S
+
+
+@dataclass(eq=False, slots=True)
+class _Waiter(Generic[T]):
+    request: AdmissionRequest
+    future: asyncio.Future[tuple[T, float]]
+
+
+class AdmissionController(Generic[T]):
+    """Admission for one pool (see the module docstring)."""
+
+    def __init__(
+        self,
+        try_dispatch: Callable[[AdmissionRequest], T | None],
+        gate: TenantGate,
+        *,
+        clock: Clock,
+        config: AdmissionConfig | None = None,
+        observer: AdmissionObserver | None = None,
+        timers: Timers | None = None,
+    ) -> None:
+        self._config = config or AdmissionConfig()
+        self._try_dispatch = try_dispatch
+        self._gate = gate
+        self._clock = clock
+        self._observer = observer
+        self._timers: Timers = timers or LoopTimers(clock)
+        self._queue: PriorityQueue[_Waiter[T]] = PriorityQueue(
+            clock, self._config.classes, self._config.max_queue_depth
+        )
+        self._meter = DispatchRateMeter(clock)
+        self.stats = AdmissionStats()
+        self._timer: TimerHandle | None = None
+        self._timer_at_s = math.inf
+        self._pumping = False
+        self._pump_again = False
+
+    def __len__(self) -> int:
+        """Waiters in the queue."""
+        return len(self._queue)
+
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        """Priority classes, highest first (give them to `TenantDirectory`)."""
+        return self._queue.class_names
+
+    def depths(self) -> dict[str, int]:
+        """Waiters per class, highest first."""
+        return self._queue.depths()
+
+    def dispatch_rate_per_s(self) -> float | None:
+        """Measured dispatches per second (None before the first)."""
+        return self._meter.rate_per_s()
+
+    async def admit(self, request: AdmissionRequest) -> Grant[T]:
+        """Admit `request` or raise `AdmissionRefused`; ValueError for an unknown class or negative
+        tokens (programming errors, raised before anything is charged)."""
+        self._queue.priority_class(request.priority)
+        if request.estimated_tokens < 0:
+            raise ValueError(f"estimated_tokens must be ≥ 0 (got {request.estimated_tokens})")
+        try:
+            tenant_pass = await self._gate.enter(request.tenant, request.estimated_tokens, request.priority)
+            try:
+                token, queue_wait_s = await self._acquire_slot(request)
+            except BaseException:
+                self._gate.abandon(tenant_pass)
+                raise
+        except AdmissionRefused as refusal:
+            self.stats.rejected[refusal.reason] += 1
+            if self._observer is not None:
+                self._observer.rejected(refusal.reason, request.priority)
+            raise
+        return Grant(
+            token,
+            request,
+            queue_wait_s=queue_wait_s,
+            gate=self._gate,
+            tenant_pass=tenant_pass,
+            clock=self._clock,
+        )
+
+    def on_release(self) -> None:
+        """A replica slot may be free: dispatch as many waiters as now fit. Synchronous, re-entrant."""
+        if len(self._queue):
+            self._pump()
+
+    def reject_waiting(self, reason: RejectReason, retry_after_s: int, message: str) -> int:
+        """Refuse every waiter now (e.g. `draining` at shutdown); returns how many were refused."""
+        entries = self._queue.expire(math.inf)
+        for entry in entries:
+            if not entry.item.future.done():
+                entry.item.future.set_exception(
+                    AdmissionRefused(reason, retry_after_s, message, priority=entry.priority)
+                )
+        self._publish_depths({entry.priority for entry in entries})
+        self._arm_timer()
+        return len(entries)
+
+    async def _acquire_slot(self, request: AdmissionRequest) -> tuple[T, float]:
+        priority = request.priority
+        self._expire_due()
+        if self._queue.ahead_of(priority) == 0:
+            token = self._try_dispatch(request)
+            if token is not None:
+                self._record_dispatch(priority, 0.0, fast_path=True)
+                return token, 0.0
+        waiter: _Waiter[T] = _Waiter(request, asyncio.get_running_loop().create_future())
+        pushed = self._queue.push(
+            waiter, priority, request.tenant.name, request.estimated_tokens, request.weight
+        )
+        if pushed.entry is None:
+            raise self._queue_refusal(RejectReason.QUEUE_FULL, priority, f"the {priority} queue is full")
+        changed = {priority}
+        if pushed.displaced is not None:
+            self._refuse(pushed.displaced, RejectReason.QUEUE_FULL, "displaced by a higher-priority request")
+            changed.add(pushed.displaced.priority)
+        self._publish_depths(changed)
+        self._arm_timer()
+        try:
+            return await waiter.future
+        except asyncio.CancelledError:
+            self._abandon(pushed.entry)
+            raise
+
+    def _pump(self) -> None:
+        if self._pumping:  # try_dispatch or a token release called back into us: go round again
+            self._pump_again = True
+            return
+        self._pumping = True
+        try:
+            self._pump_again = True
+            while self._pump_again:
+                self._pump_again = False
+                self._expire_due()
+                self._dispatch_ready()
+        finally:
+            self._pumping = False
+            self._arm_timer()
+
+    def _dispatch_ready(self) -> None:
+        while (entry := self._queue.peek_next()) is not None:
+            waiter = entry.item
+            if waiter.future.done():  # cancelled; its task has not run its handler yet
+                self._drop(entry)
+                continue
+            try:
+                token = self._try_dispatch(waiter.request)
+            except Exception as exc:  # a refusal (e.g. no_replica) or a bug: this waiter gets it
+                self._drop(entry)
+                waiter.future.set_exception(exc)
+                continue
+            if token is None:
+                return
+            popped = self._queue.pop_next()
+            assert popped is entry, "peek_next and pop_next disagree"
+            queue_wait_s = entry.waited_s(self._clock.now_s())
+            waiter.future.set_result((token, queue_wait_s))
+            self._record_dispatch(entry.priority, queue_wait_s, fast_path=False)
+            self._publish_depths({entry.priority})
+
+    def _abandon(self, entry: QueueEntry[_Waiter[T]]) -> None:
+        """The waiter's task was cancelled: leave the queue, or give back a slot granted meanwhile."""
+        future = entry.item.future
+        if self._queue.remove(entry):
+            self._publish_depths({entry.priority})
+            self._arm_timer()
+        if not future.done():
+            future.cancel()
+        if not future.cancelled() and future.exception() is not None:  # refused first; now retrieved
+            return
+        self.stats.cancelled[entry.priority] += 1
+        if future.cancelled():
+            return
+        token, _ = future.result()  # dispatched in the instant before the cancellation landed
+        token.release()
+        self.on_release()
+
+    def _expire_due(self) -> None:
+        expired = self._queue.expire()
+        for entry in expired:
+            spec = self._queue.priority_class(entry.priority)
+            self._refuse(
+                entry, RejectReason.QUEUE_TIMEOUT, f"got no replica slot within {spec.max_wait_s:g} s"
+            )
+        self._publish_depths({entry.priority for entry in expired})
+
+    def _refuse(self, entry: QueueEntry[_Waiter[T]], reason: RejectReason, why: str) -> None:
+        """Answer a waiter already taken out of the queue (displaced or expired)."""
+        if not entry.item.future.done():
+            refusal = self._queue_refusal(reason, entry.priority, f"{entry.priority} request {why}")
+            entry.item.future.set_exception(refusal)
+
+    def _queue_refusal(self, reason: RejectReason, priority: str, message: str) -> AdmissionRefused:
+        retry_after_s = queue_retry_after_s(
+            self._queue.ahead_of(priority),
+            self._meter.rate_per_s(),
+            self._queue.drain_bound_s(priority),
+            self._config.max_retry_after_s,
+        )
+        return AdmissionRefused(reason, retry_after_s, message, priority=priority)
+
+    def _drop(self, entry: QueueEntry[_Waiter[T]]) -> None:
+        self._queue.remove(entry)
+        self._publish_depths({entry.priority})
+
+    def _record_dispatch(self, priority: str, queue_wait_s: float, fast_path: bool) -> None:
+        self._meter.record()
+        self.stats.record_dispatch(priority, queue_wait_s, fast_path)
+        if self._observer is not None:
+            self._observer.dispatched(priority, queue_wait_s)
+
+    def _publish_depths(self, priorities: set[str]) -> None:
+        if self._observer is None:
+            return
+        for priority in priorities:
+            self._observer.queue_depth_changed(priority, self._queue.depth(priority))
+
+    def _arm_timer(self) -> None:
+        next_s = self._queue.next_expiry_s()
+        if next_s is None:
+            self._cancel_timer()
+            return
+        if self._timer is not None and self._timer_at_s <= next_s:
+            return  # fires no later than needed; `_on_timer` re-arms
+        self._cancel_timer()
+        self._timer = self._timers.call_at(next_s, self._on_timer)
+        self._timer_at_s = next_s
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = None
+        self._timer_at_s = math.inf
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at_s = math.inf
+        self._expire_due()
+        self._arm_timer()

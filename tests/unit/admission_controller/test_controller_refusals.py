@@ -1,0 +1,204 @@
+"""queue_full (full queue, displacement), queue_timeout (timer and before dispatch), cancellation,
+draining — each with a computed Retry-After."""
+
+import asyncio
+import math
+
+import pytest
+
+from admission.outcomes import AdmissionRefused, RejectReason
+from admission.priority_queue import PriorityClass
+from admission.retry_after import queue_retry_after_s
+
+from .fakes import make_harness, req, settle
+
+
+def refusal_of(task: asyncio.Task[object]) -> AdmissionRefused:
+    assert task.done(), "the waiter should have been answered"
+    exc = task.exception()
+    assert isinstance(exc, AdmissionRefused)
+    return exc
+
+
+async def test_full_queue_displaces_the_youngest_lowest_priority_waiter() -> None:
+    h = make_harness(slots=1, max_depth=3)
+    first = await h.controller.admit(req("running"))
+    old_batch = asyncio.create_task(h.controller.admit(req("b-old", "batch")))
+    await settle()
+    h.clock.advance(1.0)
+    young_batch = asyncio.create_task(h.controller.admit(req("b-young", "batch")))
+    interactive = asyncio.create_task(h.controller.admit(req("i", "interactive")))
+    await settle()
+    critical = asyncio.create_task(h.controller.admit(req("c", "critical")))
+    await settle()
+    refused = refusal_of(young_batch)
+    assert refused.reason is RejectReason.QUEUE_FULL and refused.priority == "batch"
+    assert refused.retry_after_s >= 1
+    assert not old_batch.done() and not interactive.done() and not critical.done()
+    assert h.controller.depths() == {"critical": 1, "interactive": 1, "batch": 1}
+    assert h.controller.stats.rejected[RejectReason.QUEUE_FULL] == 1
+    await first.release()
+    await settle()
+    assert critical.done() and "b-young" not in h.fleet.asked
+    for task in (critical, interactive, old_batch):
+        await settle()
+        await task.result().release()
+
+
+async def test_full_queue_refuses_equal_priority_with_retry_after_from_rate_and_queue() -> None:
+    h = make_harness(slots=1, max_depth=2)
+    first = await h.controller.admit(req("running", "critical"))  # one dispatch measured at t0
+    waiters = [asyncio.create_task(h.controller.admit(req(f"c{n}", "critical"))) for n in range(2)]
+    await settle()
+    h.clock.advance(3.0)
+    with pytest.raises(AdmissionRefused) as refused:
+        await h.controller.admit(req("c-late", "critical"))
+    rate = h.controller.dispatch_rate_per_s()
+    assert rate is not None and rate > 0
+    expected = queue_retry_after_s(2, rate, drain_bound_s=30.0 - 3.0)
+    assert refused.value.reason is RejectReason.QUEUE_FULL
+    assert refused.value.retry_after_s == expected == math.ceil(2 / rate)
+    assert "c-late" not in h.fleet.asked  # critical waiters ahead: no fast-path probe either
+    assert len(h.controller) == 2
+    await first.release()
+    for task in waiters:
+        await settle()
+        await task.result().release()
+
+
+async def test_expiry_timer_answers_queue_timeout_without_dispatching() -> None:
+    h = make_harness(slots=1)
+    first = await h.controller.admit(req("running"))
+    waiter = asyncio.create_task(h.controller.admit(req("slow", "interactive")))
+    await settle()
+    assert h.timers.next_when_s() == h.clock.now_s() + 10.0
+    h.timers.advance(9.999)
+    await settle()
+    assert not waiter.done()
+    h.timers.advance(0.001)  # deadline reached: expired (now ≥ deadline)
+    await settle()
+    refused = refusal_of(waiter)
+    assert refused.reason is RejectReason.QUEUE_TIMEOUT and refused.retry_after_s >= 1
+    assert len(h.controller) == 0 and h.timers.pending == 0
+    await first.release()
+    assert h.fleet.asked.count("slow") == 1  # only its fast-path probe, never after queueing
+    assert h.fleet.in_use == 0
+
+
+async def test_a_waiter_past_its_deadline_gets_queue_timeout_before_it_could_be_dispatched() -> None:
+    h = make_harness(slots=1)
+    first = await h.controller.admit(req("running"))
+    late = asyncio.create_task(h.controller.admit(req("late", "interactive")))
+    await settle()
+    h.clock.advance(10.0)  # the timer has not fired yet (e.g. the loop was busy) ...
+    await first.release()  # ... and a slot frees: expiry is checked first
+    await settle()
+    assert refusal_of(late).reason is RejectReason.QUEUE_TIMEOUT
+    assert h.fleet.dispatched == ["running"] and h.fleet.in_use == 0
+
+
+async def test_expiry_retry_after_uses_the_measured_dispatch_rate() -> None:
+    classes = (PriorityClass("critical", 30.0), PriorityClass("interactive", 2.0))
+    h = make_harness(slots=1, classes=classes)
+    grant = await h.controller.admit(req("g0", "critical"))
+    for n in range(1, 5):  # four more dispatches, one per second: rate ≈ 1/s
+        h.clock.advance(1.0)
+        await grant.release()
+        grant = await h.controller.admit(req(f"g{n}", "critical"))
+    waiters = [asyncio.create_task(h.controller.admit(req(f"c{n}", "critical"))) for n in range(3)]
+    doomed = asyncio.create_task(h.controller.admit(req("i", "interactive")))
+    await settle()
+    h.timers.advance(2.0)
+    await settle()
+    refused = refusal_of(doomed)
+    rate = h.controller.dispatch_rate_per_s()
+    assert rate is not None
+    assert refused.retry_after_s == queue_retry_after_s(3, rate, drain_bound_s=28.0)  # 3 critical ahead
+    assert refused.retry_after_s == math.ceil(3 / rate) > 1
+    for task in waiters:
+        task.cancel()
+    await grant.release()
+
+
+async def test_cancelled_waiter_leaves_at_once_and_is_never_dispatched() -> None:
+    h = make_harness(slots=1)
+    first = await h.controller.admit(req("running"))
+    gone = asyncio.create_task(h.controller.admit(req("gone")))
+    stays = asyncio.create_task(h.controller.admit(req("stays")))
+    await settle()
+    gone.cancel()
+    await settle()
+    assert gone.cancelled()
+    assert len(h.controller) == 1 and h.controller.stats.cancelled["interactive"] == 1
+    await first.release()
+    await settle()
+    assert stays.done() and h.fleet.asked.count("gone") == 1  # only its fast-path probe
+    await stays.result().release()
+    assert h.fleet.in_use == 0
+
+
+async def test_cancel_before_its_handler_runs_still_skips_the_waiter() -> None:
+    h = make_harness(slots=1)
+    first = await h.controller.admit(req("running"))
+    gone = asyncio.create_task(h.controller.admit(req("gone")))
+    stays = asyncio.create_task(h.controller.admit(req("stays")))
+    await settle()
+    gone.cancel()  # its future is cancelled now; its CancelledError handler runs later
+    first.token.release()  # → on_release in the same instant
+    await settle()
+    assert gone.cancelled() and stays.done() and h.fleet.asked.count("gone") == 1
+    await first.release()
+    await stays.result().release()
+    assert h.fleet.in_use == 0 and len(h.controller) == 0
+
+
+async def test_cancel_landing_right_after_dispatch_gives_the_slot_back() -> None:
+    h = make_harness(slots=1)
+    first = await h.controller.admit(req("running"))
+    racer = asyncio.create_task(h.controller.admit(req("racer")))
+    await settle()
+    first.token.release()  # racer's future gets the slot ...
+    assert h.fleet.in_use == 1
+    racer.cancel()  # ... but its task is cancelled before it resumes
+    await settle()
+    assert racer.cancelled()
+    assert h.fleet.in_use == 0 and h.controller.stats.cancelled["interactive"] == 1
+    await first.release()
+
+
+async def test_reject_waiting_answers_every_waiter_with_the_given_reason() -> None:
+    h = make_harness(slots=1)
+    first = await h.controller.admit(req("running"))
+    tasks = [
+        asyncio.create_task(h.controller.admit(req(f"w{n}", p))) for n, p in enumerate(["batch", "critical"])
+    ]
+    await settle()
+    assert h.controller.reject_waiting(RejectReason.DRAINING, 5, "shutting down") == 2
+    await settle()
+    assert [refusal_of(t).reason for t in tasks] == [RejectReason.DRAINING] * 2
+    assert h.controller.stats.rejected[RejectReason.DRAINING] == 2 and h.timers.pending == 0
+    await first.release()
+
+
+async def test_default_loop_timer_expires_waiters_in_real_time() -> None:
+    from admission.clock import SystemClock
+    from admission.controller import AdmissionConfig, AdmissionController
+    from admission.tenant_gate import TenantGate
+
+    from .fakes import FakeFleet
+
+    clock = SystemClock()
+    fleet = FakeFleet(slots=1)
+    config = AdmissionConfig(classes=(PriorityClass("interactive", max_wait_s=0.05),))
+    controller = AdmissionController(
+        fleet.try_dispatch, TenantGate.in_memory(clock), clock=clock, config=config
+    )
+    fleet.controller = controller
+    first = await controller.admit(req("running"))
+    started_s = clock.now_s()
+    with pytest.raises(AdmissionRefused) as refused:
+        await asyncio.wait_for(controller.admit(req("waits")), timeout=2.0)
+    assert refused.value.reason is RejectReason.QUEUE_TIMEOUT
+    assert 0.04 <= clock.now_s() - started_s < 1.0
+    await first.release()
+    assert fleet.dispatched == ["running"]
