@@ -128,7 +128,7 @@ class GatewayApp:
         proxy = self.state.proxy
         if proxy is None:
             return
-        proxy.draining = True
+        proxy.start_drain()
         registry = self.state.registry
         try:
             async with asyncio.timeout(self.state.settings.server.drain_timeout_s):
@@ -148,6 +148,8 @@ class GatewayApp:
         for scraper in self._scrapers:
             if scraper is not None:
                 await scraper.stop()
+        if self.state.proxy is not None:
+            await self.state.proxy.aclose()
         if self.state.session is not None:
             await self.state.session.close()
             self.state.session = None

@@ -190,3 +190,17 @@ class InternalError(GatewayError):
     status = 500
     code = ErrorCode.INTERNAL
     error_type = "server_error"
+
+
+_REFUSALS: dict[str, type[GatewayError]] = {
+    ErrorCode.RATE_LIMITED: RateLimited,
+    ErrorCode.QUEUE_FULL: QueueFull,
+    ErrorCode.QUEUE_TIMEOUT: QueueTimeout,
+    ErrorCode.NO_REPLICA: NoReplica,
+    ErrorCode.DRAINING: Draining,
+}
+
+
+def from_refusal(reason: str, message: str, retry_after_s: float) -> GatewayError:
+    """The gateway error for an admission refusal (`admission.outcomes.RejectReason` values)."""
+    return _REFUSALS[reason](message, retry_after_s=retry_after_s)

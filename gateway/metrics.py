@@ -105,6 +105,34 @@ class GatewayMetrics:
             buckets=_DECIDE_BUCKETS_S,
             registry=r,
         )
+        self.queue_depth = Gauge(
+            f"{PREFIX}_queue_depth", "Requests waiting for a replica slot", ["model", "priority"], registry=r
+        )
+        self.queue_wait_seconds = Histogram(
+            f"{PREFIX}_queue_wait_seconds",
+            "Time from arrival to dispatch, for dispatched requests",
+            ["priority"],
+            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+            registry=r,
+        )
+        self.tenant_requests_total = Counter(
+            f"{PREFIX}_tenant_requests_total",
+            "Requests by tenant and outcome",
+            ["tenant", "outcome"],
+            registry=r,
+        )
+        self.tenant_tokens_total = Counter(
+            f"{PREFIX}_tenant_tokens_total",
+            "Tokens used by tenant (from usage)",
+            ["tenant", "direction"],
+            registry=r,
+        )
+        self.state_errors_total = Counter(
+            f"{PREFIX}_state_errors_total",
+            "Shared-state (Redis) operations that failed and took the configured on_error path",
+            ["operation"],
+            registry=r,
+        )
         self.retries_total = Counter(
             f"{PREFIX}_retries_total",
             "Upstream attempts retried before the first byte",

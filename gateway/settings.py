@@ -165,6 +165,60 @@ class StateSettings(_Strict):
     on_error: Literal["fail_open", "fail_closed"] = "fail_open"
 
 
+class PriorityClassSettings(_Strict):
+    """One priority class: how long a request may wait in the queue, and an optional depth of its own."""
+
+    max_wait_s: float = Field(gt=0)
+    max_depth: int | None = Field(None, ge=1)
+
+
+def _default_classes() -> dict[str, PriorityClassSettings]:
+    return {
+        "critical": PriorityClassSettings(max_wait_s=30),
+        "interactive": PriorityClassSettings(max_wait_s=10),
+        "batch": PriorityClassSettings(max_wait_s=300),
+    }
+
+
+class AdmissionSettings(_Strict):
+    """Priority classes are listed highest priority first (YAML keeps the order). A request's class is
+    `x-gateway-priority`, clamped to its tenant's ceiling; `default_priority` when absent or unknown.
+    With tenants configured, a request without an API key is refused (401) unless `allow_anonymous`."""
+
+    classes: dict[str, PriorityClassSettings] = Field(default_factory=_default_classes)
+    max_queue_depth: int = Field(2000, ge=1)
+    default_priority: str = "interactive"
+    allow_anonymous: bool = False
+
+    @model_validator(mode="after")
+    def _default_is_a_class(self) -> AdmissionSettings:
+        if not self.classes:
+            raise ValueError("classes: at least one priority class is needed")
+        if self.default_priority not in self.classes:
+            raise ValueError(f"default_priority {self.default_priority!r} is not one of the classes")
+        return self
+
+
+class TenantSettings(_Strict):
+    """A tenant: API keys as sha256 hex digests (`llm-gateway hash-key`), limits, ceiling and weight."""
+
+    name: str = Field(min_length=1)
+    api_key_hashes: list[str] = Field(default_factory=list)
+    requests_per_min: float | None = Field(None, gt=0)
+    tokens_per_min: float | None = Field(None, gt=0)
+    max_concurrent: int | None = Field(None, ge=1)
+    priority_ceiling: str | None = None
+    weight: float = Field(1.0, gt=0)
+
+    @field_validator("api_key_hashes")
+    @classmethod
+    def _hex_digests(cls, hashes: list[str]) -> list[str]:
+        for value in hashes:
+            if len(value) != 64 or any(ch not in "0123456789abcdefABCDEF" for ch in value):
+                raise ValueError("each api_key_hashes entry must be a sha256 hex digest (64 hex characters)")
+        return [value.lower() for value in hashes]
+
+
 class AdminSettings(_Strict):
     """The admin API is served only when the named environment variable holds a key."""
 
@@ -177,6 +231,8 @@ class Settings(_Strict):
     upstream: UpstreamClientSettings = Field(default_factory=UpstreamClientSettings)
     state: StateSettings = Field(default_factory=StateSettings)
     admin: AdminSettings = Field(default_factory=AdminSettings)
+    admission: AdmissionSettings = Field(default_factory=AdmissionSettings)
+    tenants: list[TenantSettings] = Field(default_factory=list)
     seed: int | None = None
 
     @model_validator(mode="after")
@@ -186,6 +242,14 @@ class Settings(_Strict):
             if pool.model in seen:
                 raise ValueError(f"model {pool.model!r} is configured by more than one pool")
             seen.add(pool.model)
+        names = [tenant.name for tenant in self.tenants]
+        if len(set(names)) != len(names):
+            raise ValueError("tenants: names must be unique")
+        for tenant in self.tenants:
+            if tenant.priority_ceiling is not None and tenant.priority_ceiling not in self.admission.classes:
+                raise ValueError(
+                    f"tenants: {tenant.name}: priority_ceiling {tenant.priority_ceiling!r} is not a class"
+                )
         return self
 
     def pool_for(self, model: str) -> PoolSettings | None:

@@ -1,7 +1,9 @@
 """The single definition of "eligible": the one filter every policy runs first.
 
-A replica is eligible when it is healthy, not draining, its circuit breaker is not open, and it has
-not already failed this request. Nothing else in the code base decides this.
+A replica is eligible when it is healthy, not draining, its circuit breaker is not open, it has not
+already failed this request, and it is under its concurrency cap (`max_concurrency`, the latency
+barrier B_max: a request that finds every replica at its cap waits in the admission queue and is routed
+when a slot frees). Nothing else in the code base decides this.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ def is_eligible(replica: ReplicaView, request: RoutingRequest) -> bool:
         and not replica.draining
         and not replica.breaker_open
         and replica.replica_id not in request.exclude
+        and replica.has_free_slot
     )
 
 

@@ -63,12 +63,11 @@ class UpstreamOpener:
         exchange: Exchange,
         replica: Replica,
         *,
-        tokens: int,
         body: bytes,
         headers: dict[str, str],
         timers: RequestTimers,
     ) -> None:
-        exchange.swap_guard(self._registry.acquire(replica, tokens))
+        """One attempt on `replica`, whose slot the caller already holds in `exchange.guard`."""
         exchange.attempts += 1
         rid = replica.replica_id
         try:

@@ -38,6 +38,7 @@ class Exchange:
     attempt_started_s: float = 0.0
     queue_wait_s: float = 0.0
     abort_error: GatewayError | None = None
+    tenant: str | None = None
 
     def elapsed_s(self) -> float:
         return time.perf_counter() - self.started_s

@@ -60,11 +60,10 @@ def test_owner_at_its_concurrency_cap_counts_as_over_bound() -> None:
     assert (decision.replica_id, decision.branch) == (ORDER[1], Branch.SPILLOVER)
 
 
-def test_all_over_bound_falls_back_to_least_load() -> None:
+def test_every_replica_at_its_cap_gives_no_decision_so_the_request_waits() -> None:
     full = {rid: {"inflight_requests": 3, "max_concurrency": 3} for rid in IDS}
     full[ORDER[2]] = {"inflight_requests": 1, "max_concurrency": 1}
-    decision = decide(**full)
-    assert (decision.replica_id, decision.branch, decision.hops) == (ORDER[2], Branch.ALL_OVER_BOUND, 4)
+    assert policy("prefix-affinity").decide(prefix_request(), fleet(**full)) is None
 
 
 def test_no_key_goes_to_the_least_loaded_replica_under_the_bound() -> None:
@@ -84,11 +83,9 @@ def test_no_key_skips_a_replica_at_its_cap_even_when_least_loaded() -> None:
     assert decision.branch is Branch.NO_KEY
 
 
-def test_no_key_with_every_replica_full_is_all_over_bound() -> None:
+def test_no_key_with_every_replica_full_gives_no_decision() -> None:
     full = {rid: {"inflight_requests": 1, "max_concurrency": 1} for rid in IDS}
-    decision = policy("prefix-affinity").decide(prefix_request(key=None), fleet(**full))
-    assert decision is not None
-    assert decision.branch is Branch.ALL_OVER_BOUND
+    assert policy("prefix-affinity").decide(prefix_request(key=None), fleet(**full)) is None
 
 
 def test_tokens_unit_bounds_by_inflight_tokens() -> None:

@@ -65,10 +65,9 @@ def test_no_session_key_routes_by_least_load() -> None:
     assert (decision.replica_id, decision.branch) == ("r3", Branch.SESSION_NONE)
 
 
-def test_every_replica_full_is_all_over_bound() -> None:
+def test_every_replica_full_gives_no_decision() -> None:
     full = {rid: {"inflight_requests": 2, "max_concurrency": 2} for rid in IDS}
-    decision = decide(**full)
-    assert (decision.branch, decision.hops) == (Branch.ALL_OVER_BOUND, 4)
+    assert policy("session-affinity").decide(session_request(), fleet(**full)) is None
 
 
 def test_session_keys_ignore_the_prefix() -> None:

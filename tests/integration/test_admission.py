@@ -1,0 +1,170 @@
+"""Admission control through real servers: per-replica caps hold, queues dispatch by priority, shed
+paths answer the contract with a computed Retry-After, tenants are authenticated and limited."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import time
+
+import httpx
+
+from tests.integration.conftest import MODEL, pool
+from tests.servers import free_port, gateway_settings
+
+CHAT = "/v1/chat/completions"
+
+
+def _body(max_tokens: int = 2, stream: bool = False) -> dict:
+    return {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "q"}],
+        "max_tokens": max_tokens,
+        "stream": stream,
+    }
+
+
+def _contract(response: httpx.Response, status: int, reason: str) -> int:
+    assert response.status_code == status, response.text
+    assert response.headers["x-gateway-reject-reason"] == reason
+    assert response.json()["error"]["code"] == reason
+    retry_after = int(response.headers["retry-after"])
+    assert retry_after >= 1
+    return retry_after
+
+
+def _wait_until(predicate, timeout_s: float = 2.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return predicate()
+
+
+def test_the_per_replica_cap_holds_and_queued_requests_all_finish(mock_engines, gateways) -> None:
+    engines = [mock_engines(model=MODEL, token_delay_ms=5) for _ in range(2)]
+    gateway = gateways(gateway_settings([pool(engines, max_concurrency_per_replica=2)]))
+
+    async def burst() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=20) as client:
+            return await asyncio.gather(*(client.post(CHAT, json=_body(max_tokens=20)) for _ in range(20)))
+
+    responses = asyncio.run(burst())
+    assert {r.status_code for r in responses} == {200}
+    assert max(e.app.counters.max_active for e in engines) <= 2
+    assert any(int(r.headers["x-gateway-queue-ms"]) > 0 for r in responses), "some requests had to queue"
+    assert _wait_until(lambda: gateway.app.state.registry.total_inflight() == 0)
+
+
+def test_queue_timeout_and_queue_full(mock_engines, gateways) -> None:
+    engine = mock_engines(model=MODEL, token_delay_ms=20)
+    raw = gateway_settings([pool([engine], max_concurrency_per_replica=1)])
+    raw["admission"] = {
+        "classes": {
+            "critical": {"max_wait_s": 5},
+            "interactive": {"max_wait_s": 0.3},
+            "batch": {"max_wait_s": 5},
+        },
+        "max_queue_depth": 1,
+    }
+    gateway = gateways(raw)
+    with httpx.Client(base_url=gateway.url, timeout=10) as client:
+        with client.stream("POST", CHAT, json=_body(max_tokens=300, stream=True)) as held:
+            assert held.status_code == 200
+            started = time.monotonic()
+            timed_out = client.post(CHAT, json=_body())
+            waited_s = time.monotonic() - started
+            _contract(timed_out, 429, "queue_timeout")
+            assert 0.25 <= waited_s < 2.0
+
+            async def one_queued_one_refused() -> tuple[httpx.Response, httpx.Response]:
+                async with httpx.AsyncClient(base_url=gateway.url, timeout=10) as aclient:
+                    batch = asyncio.create_task(
+                        aclient.post(CHAT, json=_body(), headers={"x-gateway-priority": "batch"})
+                    )
+                    await asyncio.sleep(0.1)
+                    refused = await aclient.post(CHAT, json=_body(), headers={"x-gateway-priority": "batch"})
+                    critical = asyncio.create_task(
+                        aclient.post(CHAT, json=_body(), headers={"x-gateway-priority": "critical"})
+                    )
+                    displaced = await batch
+                    critical.cancel()
+                    return refused, displaced
+
+            refused, displaced = asyncio.run(one_queued_one_refused())
+            _contract(refused, 429, "queue_full")
+            _contract(displaced, 429, "queue_full")
+    assert _wait_until(lambda: gateway.app.state.registry.total_inflight() == 0)
+
+
+def test_a_waiter_whose_client_leaves_is_never_dispatched(mock_engines, gateways) -> None:
+    engine = mock_engines(model=MODEL, token_delay_ms=10)
+    gateway = gateways(gateway_settings([pool([engine], max_concurrency_per_replica=1)]))
+    with httpx.Client(base_url=gateway.url, timeout=10) as client:
+        with client.stream("POST", CHAT, json=_body(max_tokens=60, stream=True)) as held:
+            with contextlib.suppress(httpx.ReadTimeout):
+                httpx.post(gateway.url + CHAT, json=_body(max_tokens=5), timeout=0.2)
+            depth = gateway.app.state.metrics.queue_depth
+            assert _wait_until(lambda: depth.labels(MODEL, "interactive")._value.get() == 0)
+            for _ in held.iter_lines():
+                pass
+    time.sleep(0.2)
+    assert engine.app.counters.started == 1, "the abandoned waiter never reached the engine"
+
+
+def test_no_replica_is_503_with_a_computed_retry_after(gateways) -> None:
+    raw = gateway_settings(
+        [
+            {
+                "model": MODEL,
+                "replicas": {"static": [f"http://127.0.0.1:{free_port()}"]},
+                "health": {"interval_s": 7, "unhealthy_threshold": 1},
+            }
+        ]
+    )
+    gateway = gateways(raw)
+    first = httpx.post(gateway.url + CHAT, json=_body())
+    assert first.status_code == 502
+    second = httpx.post(gateway.url + CHAT, json=_body())
+    retry_after = _contract(second, 503, "no_replica")
+    assert retry_after <= 7
+
+
+def _key_hash(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def test_tenants_are_authenticated_rate_limited_and_clamped(mock_engines, gateways) -> None:
+    engine = mock_engines(model=MODEL)
+    raw = gateway_settings([pool([engine])])
+    raw["tenants"] = [
+        {
+            "name": "team-a",
+            "api_key_hashes": [_key_hash("key-a")],
+            "requests_per_min": 3,
+            "priority_ceiling": "batch",
+        },
+        {"name": "team-b", "api_key_hashes": [_key_hash("key-b")]},
+    ]
+    gateway = gateways(raw)
+    with httpx.Client(base_url=gateway.url, timeout=10) as client:
+        anonymous = client.post(CHAT, json=_body())
+        assert anonymous.status_code == 401 and anonymous.headers["x-gateway-reject-reason"] == "unauthorized"
+        wrong = client.post(CHAT, json=_body(), headers={"authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+        a = {"authorization": "Bearer key-a", "x-gateway-priority": "critical"}
+        assert [client.post(CHAT, json=_body(), headers=a).status_code for _ in range(3)] == [200, 200, 200]
+        limited = client.post(CHAT, json=_body(), headers=a)
+        retry_after = _contract(limited, 429, "rate_limited")
+        assert 1 <= retry_after <= 20, "one request refills in 60 s / 3 = 20 s"
+        assert client.post(CHAT, json=_body(), headers={"authorization": "Bearer key-b"}).status_code == 200
+    metrics = gateway.app.state.metrics
+    assert metrics.tenant_requests_total.labels("team-a", "rate_limited")._value.get() == 1
+    counts = {
+        s.labels["priority"]: s.value
+        for s in metrics.queue_wait_seconds.collect()[0].samples
+        if s.name.endswith("_count")
+    }
+    assert counts.get("batch") == 3 and "critical" not in counts, "team-a's critical was clamped to batch"

@@ -1,0 +1,85 @@
+"""End to end, in seconds: `bench run` starts 2 fixed-delay mock engines and the gateway as processes,
+sends ~50 streamed requests, writes the report and stops everything."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bench.cli import main
+from bench.fleet import EngineOptions, Fleet, GatewayOptions
+
+pytestmark = pytest.mark.slow
+
+ENGINE_FLAGS = ["--first-token-delay-ms", "5", "--token-delay-ms", "1"]
+
+
+def test_bench_run_through_the_gateway(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "report"
+    argv = ["run", "--replicas", "2", *ENGINE_FLAGS, "--policy", "round-robin"]
+    argv += ["--workload", "shared-prefix-small", "-p", "prefix_tokens=64", "-p", "output_tokens=8"]
+    argv += ["--requests", "50", "--warmup-requests", "5", "--rate", "40", "--seed", "3"]
+    code = main([*argv, "--out", str(out), "--quiet", "--no-plots"])
+    assert code == 0
+    report = json.loads((out / "report.json").read_text())
+    run = report["runs"][0]
+    assert run["label"] == "round-robin" and run["level"] == 40.0
+    assert (run["requests"], run["ok"], run["rejected"], run["errors"]) == (45, 45, 0, 0)
+    assert run["output_tokens"] == 45 * 8
+    assert run["ttft_ms"]["p50"] >= 5.0, "TTFT includes the engine's first-token delay"
+    assert run["tpot_ms"]["p50"] >= 0.5
+    requests = run["replicas"]["requests"]
+    assert len(requests) == 2 and sum(requests.values()) == 45
+    assert run["replicas"]["max_mean_ratio"] <= 1.1, "round robin spreads evenly"
+    assert run["engine"]["samples"] > 0
+    assert run["goodput"]["requests"] == 45
+    assert "| round-robin | 40.00 | 45 | 45 | 0 | 0 |" in (out / "report.md").read_text()
+    assert len((out / "samples-00-round-robin.jsonl").read_text().splitlines()) == 50
+    assert "| round-robin |" in capsys.readouterr().out
+
+
+def test_fleet_stops_every_process_when_the_run_fails(tmp_path: Path) -> None:
+    pids: list[int] = []
+    with (
+        pytest.raises(RuntimeError, match="boom"),
+        Fleet(
+            1, EngineOptions(first_token_delay_ms=0, token_delay_ms=0), GatewayOptions(), log_dir=tmp_path
+        ) as fleet,
+    ):
+        assert fleet.gateway_url is not None and fleet.gateway_pid is not None
+        assert httpx.get(fleet.gateway_url + "/readyz").status_code == 200
+        pids = [proc.pid for _, proc in fleet._procs]
+        raise RuntimeError("boom")
+    assert len(pids) == 2
+    deadline = time.monotonic() + 5
+    while any(os.path.exists(f"/proc/{pid}") for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in pids)
+
+
+async def test_raw_sse_client_and_httpx_client_agree_on_a_mock_engine() -> None:
+    from bench.client import BenchClient, ClientOptions
+    from bench.rawsse import stream_once
+    from bench.workload import RequestSpec
+    from tests.servers import start_mock_engine
+
+    engine = start_mock_engine(model="m", first_token_delay_ms=20, token_delay_ms=2)
+    try:
+        spec = RequestSpec(messages=(("user", "hello"),), max_tokens=5)
+        start = time.perf_counter()
+        raw = await stream_once(engine.url, spec, "m", 0, start)
+        client = BenchClient(ClientOptions(model="m"))
+        via_httpx = await client.send(engine.url, spec, 1, 0.0, start)
+        await client.aclose()
+    finally:
+        engine.stop()
+    for sample in (raw, via_httpx):
+        assert sample.ok and sample.status == 200
+        assert sample.ttft_s is not None and sample.ttft_s >= 0.02
+        assert sample.max_gap_s is not None and sample.max_gap_s < 0.5
+    assert raw.frames == via_httpx.frames == 8  # role, 5 tokens, finish, usage
