@@ -30,6 +30,8 @@ from gateway.errors import Draining, GatewayError, MethodNotAllowed, RouteNotFou
 from gateway.metrics import METRICS_CONTENT_TYPE, GatewayMetrics
 from gateway.proxy.handler import ProxyHandler
 from gateway.settings import Settings
+from gateway.upstream.discovery.factory import DiscoveryRunner, build_discovery
+from gateway.upstream.discovery.types import ReplicaSet
 from gateway.upstream.engine_metrics import adapter_for
 from gateway.upstream.health import HealthChecker
 from gateway.upstream.http_client import build_control_client, build_proxy_session
@@ -54,6 +56,19 @@ class GatewayState:
     control_client: httpx.AsyncClient | None = None
     proxy: ProxyHandler | None = None
     started_s: float = field(default_factory=time.time)
+    discovered: set[str] = field(default_factory=set)
+    """Pools with a dynamic replica source that has reported at least once."""
+
+    def ready(self) -> bool:
+        """Readiness: not draining, and every pool knows its replicas (static, or discovered once)."""
+        if self.proxy is None or self.proxy.draining:
+            return False
+        return all(
+            pool.model in self.discovered
+            if pool.settings.replicas.dynamic
+            else bool(pool.settings.replicas.static)
+            for pool in self.registry.pools.values()
+        ) and bool(self.registry.pools)
 
 
 class GatewayApp:
@@ -70,6 +85,7 @@ class GatewayApp:
         )
         self._health: HealthChecker | None = None
         self._scrapers: list[EngineScraper | None] = []
+        self._discovery: list[DiscoveryRunner] = []
         self._ops = _build_ops_app(self.state, self._clock)
 
     @property
@@ -93,10 +109,26 @@ class GatewayApp:
             self.state.registry, self.state.control_client, self._clock, random.Random(self._rng.random())
         )
         self._health.start()
+        self._start_discovery()
         self._scrapers = [self._build_scraper(pool) for pool in self.state.registry.pools.values()]
         for scraper in self._scrapers:
             if scraper is not None:
                 scraper.start()
+
+    def _start_discovery(self) -> None:
+        """One discovery source per pool with a dynamic replica source (`dns` or `kubernetes`)."""
+        registry = self.state.registry
+        for pool in registry.pools.values():
+            if not pool.settings.replicas.dynamic:
+                continue
+
+            def on_change(target: ReplicaSet, pool: Pool = pool) -> None:
+                registry.apply_membership(pool, target)
+                self.state.discovered.add(pool.model)
+
+            runner = DiscoveryRunner(build_discovery(pool.settings.replicas, on_change), pool.model)
+            runner.start()
+            self._discovery.append(runner)
 
     def _build_scraper(self, pool: Pool) -> EngineScraper | None:
         """An engine /metrics scraper for `pool`, unless disabled or the flavour exports nothing."""
@@ -143,6 +175,8 @@ class GatewayApp:
     async def shutdown(self) -> None:
         """Drain (see `drain`), stop the background loops, close the upstream client."""
         await self.drain()
+        for runner in self._discovery:
+            await runner.stop()
         if self._health is not None:
             await self._health.stop()
         for scraper in self._scrapers:
@@ -226,9 +260,7 @@ def _build_ops_app(state: GatewayState, clock: Clock) -> FastAPI:
 
     @app.get("/readyz")
     async def readyz() -> Response:
-        draining = state.proxy is None or state.proxy.draining
-        has_replica = any(True for _ in state.registry.all_replicas())
-        ready = not draining and has_replica
+        ready = state.ready()
         body = b'{"ready":true}' if ready else b'{"ready":false}'
         return Response(content=body, status_code=200 if ready else 503, media_type="application/json")
 

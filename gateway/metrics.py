@@ -63,6 +63,9 @@ class GatewayMetrics:
             ["replica"],
             registry=r,
         )
+        self.replicas = Gauge(
+            f"{PREFIX}_replicas", "Replicas per pool by state", ["pool", "state"], registry=r
+        )
         self.breaker_state = Gauge(
             f"{PREFIX}_breaker_state",
             "Circuit breaker per replica: 0 closed, 1 half-open, 2 open",

@@ -21,6 +21,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gateway.upstream.discovery.settings import ReplicaSources
 from gateway.upstream.scraper import ScrapeSettings
 from router.keys import KeySettings
 from router.presets import PolicyContext, build_policy, known_policies
@@ -45,18 +46,6 @@ class ServerSettings(_Strict):
     readiness_propagation_s: float = Field(5.0, gt=0)
     """How long load balancers take to stop sending after /readyz fails (readiness period × failure
     threshold): the `Retry-After` of a `draining` answer."""
-
-
-class StaticReplicas(_Strict):
-    static: list[str] = Field(default_factory=list)
-
-    @field_validator("static")
-    @classmethod
-    def _urls(cls, urls: list[str]) -> list[str]:
-        for url in urls:
-            if not url.startswith(("http://", "https://")):
-                raise ValueError(f"replica URL must start with http:// or https://, got {url!r}")
-        return [u.rstrip("/") for u in urls]
 
 
 class TimeoutSettings(_Strict):
@@ -122,7 +111,9 @@ class PoolSettings(_Strict):
     model: str = Field(min_length=1)
     upstream_model: str | None = None
     engine: EngineFlavour = "vllm"
-    replicas: StaticReplicas
+    replicas: ReplicaSources
+    """`static: [urls]`, or one dynamic source: `dns: {name, port, refresh_s}` or
+    `kubernetes: {namespace, service | selector, port, ...}` (gateway/upstream/discovery/settings.py)."""
     policy: str = "least-load"
     policy_options: dict[str, Any] = Field(default_factory=dict)
     max_concurrency_per_replica: int | None = Field(None, ge=1)

@@ -9,6 +9,8 @@ control) are told whenever a slot frees up.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import random
 from collections.abc import Callable, Iterator
 from enum import StrEnum
@@ -19,11 +21,15 @@ from admission.retry_after import no_replica_retry_after_s
 from gateway.metrics import GatewayMetrics
 from gateway.settings import PoolSettings, Settings
 from gateway.upstream.breaker import BREAKER_STATE_VALUE, BreakerPolicy, CircuitBreaker
+from gateway.upstream.discovery.membership import plan_membership
+from gateway.upstream.discovery.types import ReplicaSet
 from gateway.upstream.replica import PASSIVE_BACKOFF_INITIAL_S, PASSIVE_BACKOFF_MAX_S, InflightGuard, Replica
 from router.keys import KeySettings
 from router.presets import PolicyContext, build_policy
 from router.profile import Policy
 from router.types import ReplicaView
+
+logger = logging.getLogger(__name__)
 
 
 class FailureKind(StrEnum):
@@ -39,6 +45,25 @@ class FailureKind(StrEnum):
 _BREAKER_FAILURES = frozenset(
     {FailureKind.CONNECT, FailureKind.STATUS_5XX, FailureKind.TTFT_TIMEOUT, FailureKind.STREAM_BROKEN}
 )
+
+
+class ReplicaCondition(StrEnum):
+    """A replica's state for the `llm_gateway_replicas{pool,state}` gauge (first that applies)."""
+
+    DRAINING = "draining"
+    DOWN = "down"
+    BREAKER_OPEN = "breaker_open"
+    READY = "ready"
+
+
+def condition_of(replica: Replica, now_s: float) -> ReplicaCondition:
+    if replica.is_draining:
+        return ReplicaCondition.DRAINING
+    if not replica.healthy_at(now_s):
+        return ReplicaCondition.DOWN
+    if not replica.breaker.allows():
+        return ReplicaCondition.BREAKER_OPEN
+    return ReplicaCondition.READY
 
 
 def replica_id_for(url: str) -> str:
@@ -74,7 +99,7 @@ class Pool:
     def add_replica(self, url: str) -> Replica:
         rid = replica_id_for(url)
         breaker = CircuitBreaker(breaker_policy(self.settings), self._clock.now_s)
-        replica = Replica(rid, url, breaker, self.settings.max_concurrency_per_replica)
+        replica = Replica(rid, url, self.model, breaker, self.settings.max_concurrency_per_replica)
         self.replicas[rid] = replica
         return replica
 
@@ -131,10 +156,12 @@ class ReplicaRegistry:
         self._idle.clear()
         return InflightGuard(replica, tokens, self._metrics, self._released_one)
 
-    def _released_one(self) -> None:
+    def _released_one(self, replica: Replica) -> None:
         self._total_inflight -= 1
         if self._total_inflight == 0:
             self._idle.set()
+        if replica.remove_when_idle and replica.inflight_requests == 0:
+            self._remove(self.pools[replica.model], replica)
         for listener in self._release_listeners:
             listener()
 
@@ -175,9 +202,61 @@ class ReplicaRegistry:
     def set_draining(self, replica: Replica, draining: bool) -> None:
         replica.draining = draining
         self._publish(replica)
+        self._notify_capacity()
+
+    def apply_membership(self, pool: Pool, target: ReplicaSet) -> None:
+        """Apply one discovery event (see `gateway.upstream.discovery.membership`), synchronously."""
+        by_url = {r.url: r for r in pool.replicas.values()}
+        known = {url: r.inflight_requests for url, r in by_url.items()}
+        draining = frozenset(url for url, r in by_url.items() if r.discovery_draining)
+        plan = plan_membership(known, target, draining)
+        for url in plan.add:
+            self._publish(pool.add_replica(url))
+        for url in plan.mark_ready:
+            by_url[url].discovery_draining = False
+            self._publish(by_url[url])
+        for url in plan.mark_draining:
+            by_url[url].discovery_draining = True
+            self._publish(by_url[url])
+        for url in plan.remove_when_idle:
+            by_url[url].remove_when_idle = True
+        for url in plan.remove:
+            self._remove(pool, by_url[url])
+        if plan.changed:
+            logger.info("pool %s membership: %s", pool.model, plan)
+            self._notify_capacity()
+
+    def _remove(self, pool: Pool, replica: Replica) -> None:
+        pool.replicas.pop(replica.replica_id, None)
+        rid = replica.replica_id
+        for family in (
+            self._metrics.inflight,
+            self._metrics.replica_up,
+            self._metrics.breaker_state,
+            self._metrics.replica_draining,
+        ):
+            with contextlib.suppress(KeyError):
+                family.remove(rid)
+        self._count_states(pool)
+
+    def _notify_capacity(self) -> None:
+        """Capacity may have grown (a replica joined or came back): let admission dispatch waiters."""
+        for listener in self._release_listeners:
+            listener()
+
+    def _count_states(self, pool: Pool) -> None:
+        now_s = self._clock.now_s()
+        counts = dict.fromkeys(ReplicaCondition, 0)
+        for replica in pool.replicas.values():
+            counts[condition_of(replica, now_s)] += 1
+        for condition, count in counts.items():
+            self._metrics.replicas.labels(pool.model, condition).set(count)
 
     def _publish(self, replica: Replica) -> None:
+        pool = self.pools.get(replica.model)
+        if pool is not None:
+            self._count_states(pool)
         labels = replica.replica_id
         self._metrics.replica_up.labels(labels).set(1 if replica.healthy_at(self._clock.now_s()) else 0)
         self._metrics.breaker_state.labels(labels).set(BREAKER_STATE_VALUE[replica.breaker.state])
-        self._metrics.replica_draining.labels(labels).set(1 if replica.draining else 0)
+        self._metrics.replica_draining.labels(labels).set(1 if replica.is_draining else 0)

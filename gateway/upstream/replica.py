@@ -27,10 +27,16 @@ class Replica:
 
     replica_id: str
     url: str
+    model: str
     breaker: CircuitBreaker
     max_concurrency: int | None = None
     active_up: bool = True
     draining: bool = False
+    """Drained by an operator (admin API)."""
+    discovery_draining: bool = False
+    """Drained by discovery (terminating endpoint, gone from DNS); in-flight requests finish."""
+    remove_when_idle: bool = False
+    """Gone from discovery while serving: removed from the pool when its last request ends."""
     inflight_requests: int = 0
     inflight_tokens: int = 0
     consecutive_connect_failures: int = 0
@@ -41,16 +47,20 @@ class Replica:
     def healthy_at(self, now_s: float) -> bool:
         return self.active_up and now_s >= self.hold_until_s
 
+    @property
+    def is_draining(self) -> bool:
+        return self.draining or self.discovery_draining
+
     def eligible_at(self, now_s: float) -> bool:
         """Health, drain and breaker gates (routing applies the same through `router.eligibility`)."""
-        return self.healthy_at(now_s) and not self.draining and self.breaker.allows()
+        return self.healthy_at(now_s) and not self.is_draining and self.breaker.allows()
 
     def view(self, now_s: float) -> ReplicaView:
         return ReplicaView(
             replica_id=self.replica_id,
             url=self.url,
             healthy=self.healthy_at(now_s),
-            draining=self.draining,
+            draining=self.is_draining,
             breaker_open=not self.breaker.allows(),
             inflight_requests=self.inflight_requests,
             inflight_tokens=self.inflight_tokens,
@@ -60,7 +70,7 @@ class Replica:
 
     def seconds_until_eligible(self, now_s: float) -> float | None:
         """When this replica may take traffic again by itself (None: only an operator can say)."""
-        if self.draining:
+        if self.is_draining:
             return None
         waits = [max(0.0, self.hold_until_s - now_s), self.breaker.seconds_until_probe()]
         if not self.active_up:
@@ -76,7 +86,7 @@ class InflightGuard:
     __slots__ = ("_metrics", "_on_release", "_released", "replica", "tokens")
 
     def __init__(
-        self, replica: Replica, tokens: int, metrics: GatewayMetrics, on_release: Callable[[], None]
+        self, replica: Replica, tokens: int, metrics: GatewayMetrics, on_release: Callable[[Replica], None]
     ) -> None:
         self.replica = replica
         self.tokens = tokens
@@ -96,4 +106,4 @@ class InflightGuard:
         self.replica.inflight_tokens -= self.tokens
         self.replica.breaker.on_release()
         self._metrics.inflight.labels(self.replica.replica_id).dec()
-        self._on_release()
+        self._on_release(self.replica)

@@ -64,7 +64,7 @@ def test_fleet_stops_every_process_when_the_run_fails(tmp_path: Path) -> None:
 
 async def test_raw_sse_client_and_httpx_client_agree_on_a_mock_engine() -> None:
     from bench.client import BenchClient, ClientOptions
-    from bench.rawsse import stream_once
+    from bench.rawsse import RawSseClient
     from bench.workload import RequestSpec
     from tests.servers import start_mock_engine
 
@@ -72,7 +72,7 @@ async def test_raw_sse_client_and_httpx_client_agree_on_a_mock_engine() -> None:
     try:
         spec = RequestSpec(messages=(("user", "hello"),), max_tokens=5)
         start = time.perf_counter()
-        raw = await stream_once(engine.url, spec, "m", 0, start)
+        raw = await RawSseClient(ClientOptions(model="m")).send(engine.url, spec, 0, 0.0, start)
         client = BenchClient(ClientOptions(model="m"))
         via_httpx = await client.send(engine.url, spec, 1, 0.0, start)
         await client.aclose()
@@ -83,3 +83,4 @@ async def test_raw_sse_client_and_httpx_client_agree_on_a_mock_engine() -> None:
         assert sample.ttft_s is not None and sample.ttft_s >= 0.02
         assert sample.max_gap_s is not None and sample.max_gap_s < 0.5
     assert raw.frames == via_httpx.frames == 8  # role, 5 tokens, finish, usage
+    assert raw.output_tokens == via_httpx.output_tokens == 5
