@@ -109,6 +109,7 @@ class GatewayApp:
             self.state.registry, self.state.control_client, self._clock, random.Random(self._rng.random())
         )
         self._health.start()
+        self.state.proxy.start()
         self._start_discovery()
         self._scrapers = [self._build_scraper(pool) for pool in self.state.registry.pools.values()]
         for scraper in self._scrapers:

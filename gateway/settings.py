@@ -104,6 +104,26 @@ class HealthCheckSettings(_Strict):
     unhealthy_threshold: int = Field(2, ge=1)
 
 
+class AutoscaleSignalSettings(_Strict):
+    """The live autoscaling signal (`llm_gateway_desired_replicas{pool}`; capacity/autoscale*.py).
+
+    `decode_tokens_per_s` is T_dec, one replica's aggregate decode rate at `b_max` concurrent streams
+    (from `llm-gateway plan` or a load test); `b_max` defaults to `max_concurrency_per_replica`.
+    """
+
+    decode_tokens_per_s: float = Field(gt=0)
+    b_max: int | None = Field(None, ge=1)
+    ttft_p95_slo_s: float | None = Field(None, gt=0)
+    tpot_p95_slo_s: float | None = Field(None, gt=0)
+    window_s: float = Field(60.0, gt=0)
+    evaluation_period_s: float = Field(15.0, gt=0)
+    scale_up_utilisation_ratio: float = Field(0.8, gt=0, le=1)
+    scale_down_utilisation_ratio: float = Field(0.6, gt=0, le=1)
+    scale_down_cooldown_s: float = Field(300.0, ge=0)
+    min_replicas: int = Field(1, ge=0)
+    max_replicas: int | None = Field(None, ge=1)
+
+
 EngineFlavour = Literal["vllm", "sglang", "tgi", "llamacpp", "openai"]
 
 
@@ -122,6 +142,8 @@ class PoolSettings(_Strict):
     breaker: BreakerSettings = Field(default_factory=BreakerSettings)
     health: HealthCheckSettings = Field(default_factory=HealthCheckSettings)
     scrape: ScrapeSettings = Field(default_factory=ScrapeSettings)
+    autoscale: AutoscaleSignalSettings | None = None
+    """Off unless configured: the signal needs the replica's measured decode rate."""
 
     @field_validator("policy")
     @classmethod
@@ -130,6 +152,16 @@ class PoolSettings(_Strict):
         if name not in known:
             raise ValueError(f"unknown policy {name!r}; known: {', '.join(known)}")
         return name
+
+    @model_validator(mode="after")
+    def _autoscale_has_b_max(self) -> PoolSettings:
+        if (
+            self.autoscale is not None
+            and self.autoscale.b_max is None
+            and self.max_concurrency_per_replica is None
+        ):
+            raise ValueError("autoscale.b_max: set it, or max_concurrency_per_replica")
+        return self
 
     @model_validator(mode="after")
     def _valid_policy_options(self) -> PoolSettings:

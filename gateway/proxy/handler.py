@@ -86,7 +86,12 @@ class ProxyHandler:
             AdmissionRefused(RejectReason.DRAINING, retry_after_s, "the gateway is shutting down")
         )
 
+    def start(self) -> None:
+        """Start the background work that belongs to serving (the autoscaling signal)."""
+        self._server.signals.start()
+
     async def aclose(self) -> None:
+        await self._server.signals.stop()
         await self._server.aclose()
 
     async def __call__(self, endpoint: Endpoint, scope: Scope, receive: Receive, send: Send) -> None:

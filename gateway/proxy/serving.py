@@ -22,6 +22,7 @@ from admission.retry_budget import RetryBudget
 from admission.tenants import Tenant
 from gateway.api.asgi_io import Scope, header
 from gateway.api.request_parsing import ParsedRequest, rewrite_body
+from gateway.autoscaling import AutoscaleSignals
 from gateway.errors import NoReplica, UpstreamConnectError, UpstreamError, from_refusal
 from gateway.metrics import GatewayMetrics
 from gateway.proxy.admission import Dispatch, PoolDispatcher, build_controllers, tenant_gate
@@ -63,6 +64,7 @@ class RequestServer:
         self._pools = build_controllers(
             settings, registry=registry, opener=self._opener, gate=self._gate, clock=clock, metrics=metrics
         )
+        self.signals = AutoscaleSignals(registry, metrics, clock, self.queue_depth)
         self._retry_policies = {
             pool.model: RetryPolicy(
                 pool.settings.retries,
@@ -75,6 +77,10 @@ class RequestServer:
             )
             for pool in registry.pools.values()
         }
+
+    def queue_depth(self, model: str) -> int:
+        """Requests of `model`'s pool waiting for a replica slot."""
+        return sum(self._pools[model][1].depths().values())
 
     def reject_waiting(self, error: AdmissionRefused) -> None:
         """Refuse everything still queued (shutdown)."""
@@ -113,6 +119,7 @@ class RequestServer:
             ),
         )
         dispatcher, controller = self._pools[pool.model]
+        self.signals.arrival(pool.model)
         try:
             grant = await controller.admit(
                 AdmissionRequest(tenant, priority, routing.estimated_total_tokens, routing)
@@ -120,8 +127,18 @@ class RequestServer:
         except AdmissionRefused as refused:
             raise from_refusal(refused.reason, refused.message, refused.retry_after_s) from None
         exchange.queue_wait_s = grant.queue_wait_s
+        self.signals.dispatched(pool.model, grant.queue_wait_s)
         try:
             await self._attempts(exchange, pool, dispatcher, routing, upstream, first=grant.token)
+            completion = (exchange.usage or {}).get("completion_tokens")
+            if isinstance(completion, int):
+                self.signals.completed(
+                    pool.model,
+                    output_tokens=completion,
+                    e2e_s=exchange.elapsed_s(),
+                    ttft_s=exchange.ttft_s,
+                    queue_wait_s=grant.queue_wait_s,
+                )
         finally:
             await exchange.release()
             await grant.release()

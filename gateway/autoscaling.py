@@ -1,0 +1,130 @@
+"""Feeds the live autoscaling signal (`capacity.autoscale`) from what the gateway measures, and exports it.
+
+Per pool with `autoscale:` configured, a `PoolAutoscaler` receives: an arrival per request (before
+admission, so shed load counts), the queue wait of each dispatched request, each successful completion
+(output tokens, e2e, TTFT, TPOT), and every `SAMPLE_INTERVAL_S` the admission queue depth and each
+replica's running batch (the engine's report, else the gateway's own in-flight count). The decision is
+exported as `llm_gateway_desired_replicas{pool}` plus the inputs that drove it; GPU utilisation is not
+an input. Each gateway instance sees only its share of the traffic: with k instances behind a load
+balancer, scale on `max()` of the signal only if every instance sees the whole pool, or set a traffic
+share (not automatic yet).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+from prometheus_client import Gauge
+
+from admission.clock import Clock
+from capacity.autoscale import GaugeSample, PoolAutoscaler
+from capacity.autoscale_settings import AutoscaleSettings, PoolCapacity
+from gateway.metrics import GatewayMetrics
+from gateway.settings import PoolSettings
+from gateway.upstream.registry import ReplicaRegistry
+
+SAMPLE_INTERVAL_S = 1.0
+
+
+def _autoscaler(pool: PoolSettings, clock: Clock, replicas: int) -> PoolAutoscaler | None:
+    config = pool.autoscale
+    if config is None:
+        return None
+    b_max = config.b_max or pool.max_concurrency_per_replica
+    assert b_max is not None  # settings validation
+    capacity = PoolCapacity(b_max, config.decode_tokens_per_s, config.ttft_p95_slo_s, config.tpot_p95_slo_s)
+    settings = AutoscaleSettings(
+        window_s=config.window_s,
+        evaluation_period_s=config.evaluation_period_s,
+        scale_up_utilisation_ratio=config.scale_up_utilisation_ratio,
+        scale_down_utilisation_ratio=config.scale_down_utilisation_ratio,
+        scale_down_cooldown_s=config.scale_down_cooldown_s,
+        min_replicas=config.min_replicas,
+        max_replicas=config.max_replicas,
+    )
+    return PoolAutoscaler(pool.model, capacity, clock, settings, initial_replicas=max(1, replicas))
+
+
+class AutoscaleSignals:
+    """All pools' autoscalers, their inputs and their export (module docstring)."""
+
+    def __init__(
+        self,
+        registry: ReplicaRegistry,
+        metrics: GatewayMetrics,
+        clock: Clock,
+        queue_depth_of: Callable[[str], int],
+    ) -> None:
+        self._registry = registry
+        self._metrics = metrics
+        self._queue_depth_of = queue_depth_of
+        self._scalers: dict[str, PoolAutoscaler] = {}
+        for pool in registry.pools.values():
+            scaler = _autoscaler(pool.settings, clock, len(pool.replicas))
+            if scaler is not None:
+                self._scalers[pool.model] = scaler
+        self._gauges: dict[str, Gauge] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def arrival(self, model: str) -> None:
+        scaler = self._scalers.get(model)
+        if scaler is not None:
+            scaler.observe_arrival()
+
+    def dispatched(self, model: str, queue_wait_s: float) -> None:
+        scaler = self._scalers.get(model)
+        if scaler is not None:
+            scaler.observe_queue_wait(queue_wait_s)
+
+    def completed(
+        self, model: str, *, output_tokens: int, e2e_s: float, ttft_s: float | None, queue_wait_s: float
+    ) -> None:
+        scaler = self._scalers.get(model)
+        if scaler is not None:
+            scaler.observe_completion(output_tokens, e2e_s, ttft_s=ttft_s, queue_wait_s=queue_wait_s)
+
+    def start(self) -> None:
+        if self._scalers and self._task is None:
+            self._task = asyncio.create_task(self._run(), name="autoscale-signal")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self) -> None:
+        while True:
+            self.sample_and_export()
+            await asyncio.sleep(SAMPLE_INTERVAL_S)
+
+    def sample_and_export(self) -> None:
+        """Feed the periodic inputs, evaluate when a period has passed, export the latest decision."""
+        for model, scaler in self._scalers.items():
+            pool = self._registry.pools[model]
+            scaler.observe_queue_depth(self._queue_depth_of(model))
+            for replica in pool.replicas.values():
+                engine = replica.engine
+                running = (
+                    engine.running if engine is not None and not engine.stale else replica.inflight_requests
+                )
+                scaler.observe_engine_running(replica.replica_id, float(running))
+            decision = scaler.poll()
+            if decision is not None:
+                for sample in decision.gauges():
+                    self._export(sample)
+
+    def _export(self, sample: GaugeSample) -> None:
+        gauge = self._gauges.get(sample.name)
+        if gauge is None:
+            gauge = Gauge(
+                sample.name,
+                f"Autoscaling signal: {sample.name}",
+                list(sample.labels),
+                registry=self._metrics.registry,
+            )
+            self._gauges[sample.name] = gauge
+        gauge.labels(**sample.labels).set(sample.value)
