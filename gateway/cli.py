@@ -41,6 +41,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from bench import cli as bench_cli
     from capacity import cli as capacity_cli
     from mock_engine import cli as mock_cli
 
@@ -63,6 +64,10 @@ def _parser() -> argparse.ArgumentParser:
     plan = sub.add_parser("plan", help="capacity plan: replicas from the three barriers, cost, spike backlog")
     capacity_cli.add_arguments(plan)
     plan.set_defaults(func=capacity_cli.run)
+
+    bench = sub.add_parser("bench", help="load generator and benchmarks (run, compare, overhead)")
+    bench_cli.add_arguments(bench)
+    bench.set_defaults(func=bench_cli.run)
 
     mock = sub.add_parser("mock-engine", help="run one mock engine replica")
     mock_cli.add_arguments(mock)

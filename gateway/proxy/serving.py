@@ -23,7 +23,7 @@ from admission.tenants import Tenant
 from gateway.api.asgi_io import Scope, header
 from gateway.api.request_parsing import ParsedRequest, rewrite_body
 from gateway.autoscaling import AutoscaleSignals
-from gateway.errors import NoReplica, UpstreamConnectError, UpstreamError, from_refusal
+from gateway.errors import NoReplica, UpstreamError, UpstreamProtocolError, from_refusal
 from gateway.metrics import GatewayMetrics
 from gateway.proxy.admission import Dispatch, PoolDispatcher, build_controllers, tenant_gate
 from gateway.proxy.attempts import StaleConnection, UpstreamOpener, forwarded_headers
@@ -185,23 +185,25 @@ class RequestServer:
                 await self._relay(exchange, upstream.timers)
                 return
             except StaleConnection:
-                if not stale_retry_left:
-                    raise UpstreamConnectError(
-                        f"replica {replica.replica_id} closed the connection twice",
-                        replica_id=replica.replica_id,
-                    ) from None
-                stale_retry_left = False
-                self._metrics.retries_total.labels("stale_connection").inc()
+                if stale_retry_left:
+                    stale_retry_left = False
+                    self._metrics.retries_total.labels("stale_connection").inc()
+                    continue
+                failure: UpstreamError = UpstreamProtocolError(
+                    f"replica {replica.replica_id} closed the connection before answering",
+                    replica_id=replica.replica_id,
+                )
             except UpstreamError as error:
-                kind = failure_kind(error)
-                if kind is not None:
-                    self._registry.record_failure(replica, kind, error.retry_after_s)
-                if exchange.response_started or not retry.eligible(error, exchange.attempts, routing):
-                    raise
-                last_error = error
-                excluded.add(replica.replica_id)
-                await exchange.release()
-                await asyncio.sleep(retry.backoff_s(len(excluded)))
+                failure = error
+            kind = failure_kind(failure)
+            if kind is not None:
+                self._registry.record_failure(replica, kind, failure.retry_after_s)
+            if exchange.response_started or not retry.eligible(failure, exchange.attempts, routing):
+                raise failure
+            last_error = failure
+            excluded.add(replica.replica_id)
+            await exchange.release()
+            await asyncio.sleep(retry.backoff_s(len(excluded)))
 
     def _reclaim(
         self,

@@ -1,0 +1,77 @@
+"""`llm-gateway bench …` (also `python -m bench …`): the load generator and benchmark suite.
+
+    bench run       one target (a URL or a local fleet it starts), one workload, one or more load levels
+    bench compare   several policies / gateway configs on the same fleet shape and workload, one report
+    bench overhead  direct-to-engine vs through the gateway: added latency, CPU, max req/s, streams
+
+Wire-up: `add_arguments(parser)` adds the subcommands to a parser, `run(args)` runs the chosen one and
+returns the exit code (0 ok, 1 a run had no successful request, 2 bad arguments, 130 interrupted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from collections.abc import Callable
+from types import FrameType
+
+from bench import commands, overhead
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="bench_command", required=True, metavar="{run,compare,overhead}")
+    run_parser = sub.add_parser(
+        "run",
+        help="one target, one workload",
+        description=commands.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands.add_run_arguments(run_parser)
+    run_parser.set_defaults(bench_func=commands.run_command)
+    compare_parser = sub.add_parser(
+        "compare",
+        help="policies or configs side by side",
+        description=commands.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands.add_compare_arguments(compare_parser)
+    compare_parser.set_defaults(bench_func=commands.compare_command)
+    overhead_parser = sub.add_parser(
+        "overhead",
+        help="gateway overhead vs direct-to-engine",
+        description=overhead.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    overhead.add_arguments(overhead_parser)
+    overhead_parser.set_defaults(bench_func=overhead.run)
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the chosen subcommand; SIGTERM and Ctrl-C unwind through the fleet's cleanup."""
+    handler: Handler = args.bench_func
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        print("\nbench: interrupted; local processes stopped", file=sys.stderr)
+        return 130
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

@@ -1,0 +1,178 @@
+"""`bench run` and `bench compare`.
+
+run: one target (a URL, or a local fleet the benchmark starts), one workload, one or more load levels
+(`--rate 2 4 8` is a sweep: one run per level, each on a freshly started fleet).
+
+compare: several policies or gateway configs on the same fleet shape, workload, seed and load levels,
+one report. Runs are *sequential with a fresh fleet for every run* (engines and gateway restarted), not
+interleaved request by request: the engines' prefix caches and queues are the very state being
+compared, so interleaving would let one policy warm the caches (or fill the queues) the other one is
+measured on. To spread slow machine noise evenly, `--rounds R` repeats the whole comparison R times and
+rotates the order of the entries each round (A B C, B C A, C A B); every round is its own row.
+
+Special entries: `oracle` routes client-side straight to the engines, to the replica holding the longest
+prefix (the hit-ratio reference); `direct` sends to the first engine with no gateway.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench import options
+from bench.execute import Experiment, Target, run_experiment
+from bench.fleet import Fleet, GatewayOptions, pin_self
+from bench.report import environment, output_dir, write_report
+from bench.summary import RunResult
+
+CLIENT_SIDE = ("oracle", "direct")
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", default=None, help="target URL (default: start a local fleet)")
+    parser.add_argument(
+        "--engine-metrics", action="append", default=[], metavar="URL", help="engine to scrape (repeat)"
+    )
+    parser.add_argument("--policy", default=None, help="gateway policy, or oracle / direct (no gateway)")
+    options.add_fleet_arguments(parser)
+    options.add_experiment_arguments(parser)
+
+
+def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--policy", action="append", nargs="+", default=[], help="policies to compare (and oracle, direct)"
+    )
+    parser.add_argument(
+        "--config", action="append", default=[], metavar="LABEL=PATH", help="gateway configs to compare"
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="repeat with rotated order (default 1)")
+    options.add_fleet_arguments(parser)
+    options.add_experiment_arguments(parser)
+
+
+def run_on_fleet(
+    args: argparse.Namespace,
+    *,
+    label: str,
+    gateway: GatewayOptions | None,
+    oracle: bool,
+    level: float,
+    exp: Experiment,
+    log_dir: Path,
+) -> RunResult:
+    """Start a fresh fleet, run one experiment on it, stop the fleet."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    fleet = Fleet(
+        args.replicas,
+        options.engine_options(args),
+        gateway,
+        pinning=options.pinning(args),
+        base_port=args.base_port,
+        log_dir=log_dir,
+    )
+    with fleet:
+        target = Target(url=None if oracle else fleet.url, engines=fleet.engines, oracle=oracle)
+        result = run_experiment(label, level, exp, target)
+    result.params["fleet"] = {"replicas": args.replicas, "engine": options.engine_options(args).argv(0, 0)}
+    return result
+
+
+def _entries(args: argparse.Namespace) -> list[tuple[str, GatewayOptions | None, bool]]:
+    """(label, gateway options or None, oracle?) for every compared entry, in the order given."""
+    entries: list[tuple[str, GatewayOptions | None, bool]] = []
+    for name in (p for group in args.policy for p in group):
+        if name in CLIENT_SIDE:
+            entries.append((name, None, name == "oracle"))
+        else:
+            entries.append((name, options.gateway_options(args, policy=name), False))
+    for item in args.config:
+        label, sep, path = item.partition("=")
+        if not sep:
+            label, path = Path(item).stem, item
+        entries.append((label, options.gateway_options(args, config=path), False))
+    return entries
+
+
+def _finish(
+    command: str, args: argparse.Namespace, exp: Experiment, results: list[RunResult], out: Path
+) -> int:
+    meta: dict[str, Any] = {
+        "command": command,
+        "argv": sys.argv[1:],
+        "params": exp.params(),
+        "environment": environment(),
+    }
+    title = f"bench {command}: {args.name or exp.workload.name}"
+    written = write_report(out, title, meta, results, plots=not args.no_plots)
+    print((out / "report.md").read_text())
+    for r in results:
+        for warning in r.summary.get("warnings", []):
+            print(f"bench: warning: {r.label}: {warning}", file=sys.stderr)
+    print("written: " + ", ".join(str(p) for p in written), file=sys.stderr)
+    return 0 if all(r.summary["ok"] for r in results) else 1
+
+
+def run_command(args: argparse.Namespace) -> int:
+    local = args.url is None
+    exp = options.experiment(args, local=local)
+    out = Path(args.out) if args.out else output_dir("run", args.name or exp.workload.name)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.dump_workload:
+        count = options.dump_workload(exp, args.dump_workload, exp.load.requests or 1000)
+        print(f"wrote {count} requests to {args.dump_workload}", file=sys.stderr)
+    pin_self(args.pin_others)
+    results = []
+    for i, level in enumerate(options.levels(args)):
+        label = args.policy or ("target" if not local else "gateway")
+        if not local:
+            engines = {u.split("://", 1)[-1].rstrip("/"): u.rstrip("/") for u in args.engine_metrics}
+            results.append(run_experiment(label, level, exp, Target(args.url, engines)))
+            continue
+        gateway = None if args.policy in CLIENT_SIDE else options.gateway_options(args, policy=args.policy)
+        oracle = args.policy == "oracle"
+        results.append(
+            run_on_fleet(
+                args,
+                label=label,
+                gateway=gateway,
+                oracle=oracle,
+                level=level,
+                exp=exp,
+                log_dir=out / "logs" / f"{i:02d}",
+            )
+        )
+    return _finish("run", args, exp, results, out)
+
+
+def compare_command(args: argparse.Namespace) -> int:
+    entries = _entries(args)
+    if len(entries) < 1:
+        print("bench compare: give --policy NAME … and/or --config LABEL=PATH", file=sys.stderr)
+        return 2
+    exp = options.experiment(args, local=True)
+    out = Path(args.out) if args.out else output_dir("compare", args.name or exp.workload.name)
+    out.mkdir(parents=True, exist_ok=True)
+    pin_self(args.pin_others)
+    results: list[RunResult] = []
+    for round_index in range(args.rounds):
+        shift = round_index % len(entries)
+        order = entries[shift:] + entries[:shift]
+        for level in options.levels(args):
+            for label, gateway, oracle in order:
+                shown = label if args.rounds == 1 else f"{label} #{round_index + 1}"
+                log_dir = out / "logs" / f"{len(results):02d}-{label}"
+                results.append(
+                    run_on_fleet(
+                        args,
+                        label=shown,
+                        gateway=gateway,
+                        oracle=oracle,
+                        level=level,
+                        exp=exp,
+                        log_dir=log_dir,
+                    )
+                )
+    results.sort(key=lambda r: (r.level or 0.0, [e[0] for e in entries].index(r.label.split(" #")[0])))
+    return _finish("compare", args, exp, results, out)

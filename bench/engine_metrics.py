@@ -1,0 +1,161 @@
+"""Scraping the engines' Prometheus /metrics (vLLM names) during a run.
+
+`EngineSampler` polls every engine every `interval_s`: running and waiting requests and KV usage become a
+per-replica load time series; the prefix-cache counters (`vllm:prefix_cache_queries_total`,
+`vllm:prefix_cache_hits_total`, in tokens) are read at the start of the measured window (after warm-up)
+and at the end, and the hit ratio is the delta of hits over the delta of queries, summed over engines.
+Series with several label sets (one per model) are summed. An engine that does not answer is skipped for
+that sample.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from bench.stats import max_mean_ratio
+
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+KV_USAGE = "vllm:kv_cache_usage_perc"
+PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
+PREFIX_HITS = "vllm:prefix_cache_hits_total"
+_WANTED = (RUNNING, WAITING, KV_USAGE, PREFIX_QUERIES, PREFIX_HITS)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSnapshot:
+    running: float = 0.0
+    waiting: float = 0.0
+    kv_usage_ratio: float = 0.0
+    prefix_queries_tokens: float = 0.0
+    prefix_hits_tokens: float = 0.0
+
+    @property
+    def load(self) -> float:
+        return self.running + self.waiting
+
+
+def parse_metrics(text: str) -> EngineSnapshot:
+    """Sum the wanted vLLM series over their label sets (unknown and comment lines are ignored)."""
+    totals = dict.fromkeys(_WANTED, 0.0)
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name_part, _, value = line.rpartition(" ")
+        name = name_part.split("{", 1)[0].strip()
+        if name in totals:
+            with contextlib.suppress(ValueError):
+                totals[name] += float(value)
+    return EngineSnapshot(
+        running=totals[RUNNING],
+        waiting=totals[WAITING],
+        kv_usage_ratio=totals[KV_USAGE],
+        prefix_queries_tokens=totals[PREFIX_QUERIES],
+        prefix_hits_tokens=totals[PREFIX_HITS],
+    )
+
+
+def prefix_hit_ratio(
+    start: dict[str, EngineSnapshot], end: dict[str, EngineSnapshot]
+) -> tuple[float | None, float, float]:
+    """(hits ÷ queries, hits, queries) of the deltas between two scrapes, over engines in both."""
+    hits = queries = 0.0
+    for replica, last in end.items():
+        first = start.get(replica)
+        if first is None:
+            continue
+        hits += max(0.0, last.prefix_hits_tokens - first.prefix_hits_tokens)
+        queries += max(0.0, last.prefix_queries_tokens - first.prefix_queries_tokens)
+    return (hits / queries if queries > 0 else None), hits, queries
+
+
+@dataclass(slots=True)
+class LoadSeries:
+    """Samples of (t_s, replica, snapshot), t_s from the run's start."""
+
+    points: list[tuple[float, str, EngineSnapshot]] = field(default_factory=list)
+
+    def replicas(self) -> list[str]:
+        return sorted({replica for _, replica, _ in self.points})
+
+    def mean_load(self, from_s: float = 0.0, to_s: float = float("inf")) -> dict[str, float]:
+        sums: dict[str, list[float]] = {}
+        for t_s, replica, snap in self.points:
+            if from_s <= t_s <= to_s:
+                sums.setdefault(replica, []).append(snap.load)
+        return {r: sum(v) / len(v) for r, v in sums.items()}
+
+    def peak_load(self) -> dict[str, float]:
+        peaks: dict[str, float] = {}
+        for _, replica, snap in self.points:
+            peaks[replica] = max(peaks.get(replica, 0.0), snap.load)
+        return peaks
+
+
+class EngineSampler:
+    """Polls the engines in the background; `baseline()`/`finish()` bracket the measured window."""
+
+    def __init__(self, engines: dict[str, str], interval_s: float = 0.5) -> None:
+        self.engines = engines  # replica id (host:port) → base URL
+        self.interval_s = interval_s
+        self.series = LoadSeries()
+        self.start_counters: dict[str, EngineSnapshot] = {}
+        self.end_counters: dict[str, EngineSnapshot] = {}
+        self._http = httpx.AsyncClient(timeout=httpx.Timeout(2.0))
+        self._task: asyncio.Task[None] | None = None
+        self._run_start = time.perf_counter()
+
+    async def scrape(self) -> dict[str, EngineSnapshot]:
+        results = await asyncio.gather(*(self._one(url) for url in self.engines.values()))
+        return {r: s for r, s in zip(self.engines, results, strict=True) if s is not None}
+
+    async def _one(self, url: str) -> EngineSnapshot | None:
+        try:
+            response = await self._http.get(url + "/metrics")
+        except httpx.HTTPError:
+            return None
+        return parse_metrics(response.text) if response.status_code == 200 else None
+
+    def start(self, run_start: float) -> None:
+        self._run_start = run_start
+        if self.engines and self._task is None:
+            self._task = asyncio.create_task(self._poll())
+
+    async def baseline(self) -> None:
+        self.start_counters = await self.scrape()
+
+    async def finish(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self.engines:
+            self.end_counters = await self.scrape()
+        await self._http.aclose()
+
+    async def _poll(self) -> None:
+        while True:
+            t_s = time.perf_counter() - self._run_start
+            for replica, snap in (await self.scrape()).items():
+                self.series.points.append((t_s, replica, snap))
+            await asyncio.sleep(self.interval_s)
+
+    def summary(self, window_s: tuple[float, float]) -> dict[str, Any]:
+        ratio, hits, queries = prefix_hit_ratio(self.start_counters, self.end_counters)
+        mean = self.series.mean_load(*window_s)
+        return {
+            "prefix_cache_hit_ratio": ratio,
+            "prefix_cache_hit_tokens": hits,
+            "prefix_cache_query_tokens": queries,
+            "mean_load_per_replica": mean,
+            "peak_load_per_replica": self.series.peak_load(),
+            "load_max_mean_ratio": max_mean_ratio(mean.values()),
+            "samples": len(self.series.points),
+        }

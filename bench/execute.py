@@ -1,0 +1,162 @@
+"""One experiment against one target at one load level: build the plan, run it, summarise it.
+
+Simulated time. A local fleet whose engines run `--speed S` times faster than wall time serves in
+*simulated* seconds; with `time_scale = S` every user-facing time is in those units: rates are requests
+per simulated second (sent S× faster in wall time), durations, warm-up and SLOs are simulated seconds,
+and latencies and throughput are reported in simulated units (wall × S), so figures compare with the
+engine profile's physics. Rejection latency is the gateway's own and stays in wall milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from bench.arrivals import ClosedLoop, describe, make_arrivals
+from bench.client import BenchClient, Client, ClientOptions
+from bench.engine_metrics import EngineSampler, LoadSeries
+from bench.oracle import PrefixOracle
+from bench.progress import Progress
+from bench.rawsse import RawSseClient
+from bench.runner import LoadPlan, PickUrl, run_load
+from bench.sample import Sample
+from bench.stats import Slo
+from bench.summary import RunResult, summarize
+from bench.workload import RequestSpec, Workload, with_priorities
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSpec:
+    """The load as the user states it (simulated units when `time_scale` ≠ 1)."""
+
+    arrival: str = "poisson"
+    requests: int | None = None
+    duration_s: float | None = None
+    warmup_requests: int = 0
+    warmup_s: float = 0.0
+    burstiness: float = 1.0
+    spike_factor: float = 3.0
+    spike_start_s: float = 10.0
+    spike_duration_s: float = 10.0
+    trace_times_s: tuple[float, ...] = ()
+    seed: int = 0
+
+    @property
+    def level_kind(self) -> str:
+        return {"closed": "concurrency", "trace": "trace"}.get(self.arrival, "rate")
+
+    def plan(self, level: float, time_scale: float) -> LoadPlan:
+        k = time_scale
+        arrivals = make_arrivals(
+            self.arrival,
+            level if self.arrival == "closed" else level * k,
+            burstiness=self.burstiness,
+            spike_factor=self.spike_factor,
+            spike_start_s=self.spike_start_s / k,
+            spike_duration_s=self.spike_duration_s / k,
+            trace_times_s=tuple(t / k for t in self.trace_times_s),
+        )
+        return LoadPlan(
+            arrivals=arrivals,
+            requests=self.requests,
+            duration_s=self.duration_s / k if self.duration_s is not None else None,
+            warmup_requests=self.warmup_requests,
+            warmup_s=self.warmup_s / k,
+            seed=self.seed,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Experiment:
+    """Everything but the target and the load level."""
+
+    workload: Workload
+    load: LoadSpec
+    client: ClientOptions
+    slo: Slo
+    priority_mix: dict[str, float] = field(default_factory=dict)
+    api: str = "chat"
+    client_kind: str = "httpx"
+    time_scale: float = 1.0
+    sample_interval_s: float = 0.5
+    progress: bool = True
+
+    def specs(self) -> Iterator[RequestSpec]:
+        specs = with_priorities(self.workload.requests(self.load.seed), self.priority_mix, self.load.seed)
+        if self.api == "completions":
+            return (replace(s, prompt=s.prompt_text(), messages=()) for s in specs)
+        return specs
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "workload": self.workload.describe(),
+            "load": {k: v for k, v in _fields(self.load).items() if k != "trace_times_s"},
+            "stream": self.client.stream,
+            "client": self.client_kind,
+            "api": self.api,
+            "slo_ms": {"ttft": self.slo.ttft_s * 1000, "tpot": self.slo.tpot_s * 1000},
+            "priority_mix": self.priority_mix,
+            "time_scale": self.time_scale,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where requests go: a URL (gateway, engine or any OpenAI-compatible service), or the prefix
+    oracle over `engines`; `engines` (replica id → URL) are also scraped for /metrics."""
+
+    url: str | None
+    engines: dict[str, str] = field(default_factory=dict)
+    oracle: bool = False
+
+    def pick_url(self) -> PickUrl:
+        if self.oracle:
+            return PrefixOracle(list(self.engines.values())).pick
+        if self.url is None:
+            raise ValueError("a target needs a URL unless it is the oracle")
+        url = self.url.rstrip("/")
+        return lambda spec: url
+
+
+async def _run(label: str, exp: Experiment, target: Target, plan: LoadPlan) -> tuple[list[Sample], Any]:
+    client: Client = RawSseClient(exp.client) if exp.client_kind == "raw" else BenchClient(exp.client)
+    sampler = EngineSampler(target.engines, exp.sample_interval_s) if target.engines else None
+    progress = Progress(label, plan.requests, duration_s=plan.duration_s, enabled=exp.progress)
+    try:
+        record = await run_load(
+            plan,
+            exp.specs(),
+            client,
+            target.pick_url(),
+            sampler=sampler,
+            progress=progress,
+            label_replicas=target.oracle,
+        )
+    finally:
+        await client.aclose()
+    return record.samples, sampler
+
+
+def run_experiment(label: str, level: float | None, exp: Experiment, target: Target) -> RunResult:
+    """Run one experiment (its own event loop) and summarise it."""
+    k = exp.time_scale
+    plan = exp.load.plan(level if level is not None else 1.0, k)
+    samples, sampler = asyncio.run(_run(label, exp, target, plan))
+    measured = [s for s in samples if not s.warmup]
+    summary = summarize(measured, exp.slo, replica_ids=list(target.engines), time_scale=k)
+    series: LoadSeries | None = None
+    if sampler is not None:
+        window = summary["window_s"]
+        series = LoadSeries([(t * k, r, snap) for t, r, snap in sampler.series.points])
+        sampler.series = series
+        summary["engine"] = sampler.summary((window[0], window[1]))
+    params = {**exp.params(), "arrivals": describe(plan.arrivals), "target": target.url or "oracle"}
+    if isinstance(plan.arrivals, ClosedLoop):
+        params["concurrency"] = plan.arrivals.concurrency
+    return RunResult(label, level, exp.load.level_kind, samples, summary, params, series, time_scale=k)
+
+
+def _fields(obj: Any) -> dict[str, Any]:
+    return {name: getattr(obj, name) for name in obj.__dataclass_fields__}

@@ -1,0 +1,254 @@
+"""A local fleet the benchmark starts and stops itself: N mock-engine replicas and (optionally) the gateway,
+each a child process on 127.0.0.1.
+
+- Ports are ephemeral (bound to 0, released, handed to the child) unless `base_port` is given: then the
+  gateway listens on `base_port` and engine i on `base_port + 1 + i`.
+- Engines get the flags of `EngineOptions`: only those that are set are passed, so the launcher works
+  with the fixed-delay core (`--first-token-delay-ms`, `--token-delay-ms`) and with the physics core
+  (`--core physics --profile NAME --speed S`) alike.
+- The gateway config is a template (`gateway_config`, YAML) or generated: the launcher sets the server
+  address and points the pool of the served model at the engines it started; `policy` and
+  `pool_overrides` then override the pool's keys, and `extra_pools` are appended as given.
+- Pinning: with `Pinning(gateway_cpu=0, others_cpu=1)` the gateway runs under `taskset -c 0`, the engines
+  under `taskset -c 1` (the caller pins itself, the client, with `pin_self`).
+- Everything is stopped on exit, including Ctrl-C and exceptions (the `with` block), and if the benchmark
+  process itself is killed: children get SIGTERM from the kernel when their parent dies (PR_SET_PDEATHSIG).
+  Children run in their own session, so Ctrl-C reaches only the benchmark, which stops them in order
+  (SIGTERM, then SIGKILL after `stop_timeout_s`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+READY_TIMEOUT_S = 30.0
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOptions:
+    model: str = "bench-model"
+    core: str | None = None
+    profile: str | None = None
+    speed: float | None = None
+    first_token_delay_ms: float | None = None
+    token_delay_ms: float | None = None
+    seed: int = 0
+    extra_args: tuple[str, ...] = ()
+
+    def argv(self, port: int, replica: int) -> list[str]:
+        args = ["-m", "mock_engine", "--host", "127.0.0.1", "--port", str(port), "--model", self.model]
+        args += ["--seed", str(self.seed + replica)]
+        optional = {
+            "--core": self.core,
+            "--profile": self.profile,
+            "--speed": self.speed,
+            "--first-token-delay-ms": self.first_token_delay_ms,
+            "--token-delay-ms": self.token_delay_ms,
+        }
+        for flag, value in optional.items():
+            if value is not None:
+                args += [flag, str(value)]
+        return [*args, *self.extra_args]
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayOptions:
+    config_path: str | None = None
+    policy: str | None = None
+    pool_overrides: dict[str, Any] = field(default_factory=dict)
+    extra_pools: tuple[dict[str, Any], ...] = ()
+    log_level: str = "warning"
+
+
+@dataclass(frozen=True, slots=True)
+class Pinning:
+    gateway_cpu: int | None = None
+    others_cpu: int | None = None
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def pin_self(cpu: int | None) -> None:
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+
+
+def gateway_config(options: GatewayOptions, model: str, engine_urls: list[str], port: int) -> dict[str, Any]:
+    """The gateway's config: the template (or a minimal one) aimed at `engine_urls` on `port`."""
+    raw: dict[str, Any] = {}
+    if options.config_path:
+        loaded = yaml.safe_load(Path(options.config_path).read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{options.config_path}: top level must be a mapping")
+        raw = loaded
+    server = dict(raw.get("server") or {})
+    server.update({"host": "127.0.0.1", "port": port})
+    server.setdefault("drain_timeout_s", 1)
+    raw["server"] = server
+    pools = [dict(p) for p in raw.get("pools") or []]
+    target = next((p for p in pools if p.get("model") == model), pools[0] if pools else None)
+    if target is None:
+        target = {"engine": "vllm"}
+        pools.append(target)
+    target["model"] = model
+    target["replicas"] = {"static": engine_urls}
+    if options.policy:
+        target["policy"] = options.policy
+    target.update(options.pool_overrides)
+    raw["pools"] = pools + [dict(p) for p in options.extra_pools]
+    return raw
+
+
+def _die_with_parent() -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class Fleet:
+    """`with Fleet(...) as fleet:` — started on enter, stopped on exit (whatever happened)."""
+
+    def __init__(
+        self,
+        replicas: int,
+        engine: EngineOptions,
+        gateway: GatewayOptions | None = GatewayOptions(),
+        *,
+        pinning: Pinning = Pinning(),
+        base_port: int | None = None,
+        log_dir: Path | None = None,
+        stop_timeout_s: float = 5.0,
+    ) -> None:
+        if replicas < 1:
+            raise ValueError(f"replicas must be >= 1, got {replicas}")
+        self.engine = engine
+        self.gateway = gateway
+        self.pinning = pinning
+        self.stop_timeout_s = stop_timeout_s
+        self._log_dir = log_dir or Path(tempfile.mkdtemp(prefix="llm-gateway-bench-"))
+        self._log_dir.mkdir(parents=True, exist_ok=True)
+        self.gateway_port = base_port if base_port is not None else free_port()
+        self.engine_ports = [
+            base_port + 1 + i if base_port is not None else free_port() for i in range(replicas)
+        ]
+        self._procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.gateway_pid: int | None = None
+
+    @property
+    def engine_pids(self) -> list[int]:
+        return [proc.pid for name, proc in self._procs if name.startswith("engine-")]
+
+    @property
+    def engine_urls(self) -> list[str]:
+        return [f"http://127.0.0.1:{p}" for p in self.engine_ports]
+
+    @property
+    def engines(self) -> dict[str, str]:
+        """replica id (`host:port`, as in `x-gateway-replica`) → URL."""
+        return {f"127.0.0.1:{p}": f"http://127.0.0.1:{p}" for p in self.engine_ports}
+
+    @property
+    def gateway_url(self) -> str | None:
+        return f"http://127.0.0.1:{self.gateway_port}" if self.gateway is not None else None
+
+    @property
+    def url(self) -> str:
+        """Where clients send: the gateway, or the only engine when there is no gateway."""
+        return self.gateway_url or self.engine_urls[0]
+
+    def __enter__(self) -> Fleet:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        for i, port in enumerate(self.engine_ports):
+            argv = [sys.executable, *self.engine.argv(port, i)]
+            self._spawn(f"engine-{i}", argv, self.pinning.others_cpu)
+        for i, url in enumerate(self.engine_urls):
+            self._wait_ready(f"engine-{i}", url + "/health")
+        if self.gateway is None:
+            return
+        config = gateway_config(self.gateway, self.engine.model, self.engine_urls, self.gateway_port)
+        config_path = self._log_dir / "gateway.yaml"
+        config_path.write_text(json.dumps(config, indent=2))  # JSON is YAML
+        argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config_path)]
+        proc = self._spawn(
+            "gateway", [*argv, "--log-level", self.gateway.log_level], self.pinning.gateway_cpu
+        )
+        self.gateway_pid = proc.pid
+        self._wait_ready("gateway", f"{self.gateway_url}/readyz")
+
+    def _spawn(self, name: str, argv: list[str], cpu: int | None) -> subprocess.Popen[bytes]:
+        prefix = ["taskset", "-c", str(cpu)] if cpu is not None else []
+        log = (self._log_dir / f"{name}.log").open("wb")
+        proc = subprocess.Popen(
+            [*prefix, *argv],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - only a prctl, no locks
+        )
+        log.close()
+        self._procs.append((name, proc))
+        return proc
+
+    def _wait_ready(self, name: str, url: str) -> None:
+        proc = dict(self._procs)[name]
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited with {proc.returncode}:\n{self.log_tail(name)}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url, timeout=0.5).status_code == 200:
+                    return
+            time.sleep(0.05)
+        raise RuntimeError(f"{name} not ready at {url} within {READY_TIMEOUT_S} s:\n{self.log_tail(name)}")
+
+    def log_tail(self, name: str, lines: int = 20) -> str:
+        path = self._log_dir / f"{name}.log"
+        text = path.read_text(errors="replace") if path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self) -> None:
+        """SIGTERM to every child (gateway first), then SIGKILL whatever is left after the timeout."""
+        procs = list(reversed(self._procs))
+        for _, proc in procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_timeout_s
+        for _, proc in procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._procs.clear()
+        self.gateway_pid = None

@@ -1,0 +1,152 @@
+"""The overhead report: JSON plus a markdown table of each figure against the project's target."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.streams import StreamLevel
+
+# (figure, how to read it from the result, target text, target test)
+Check = tuple[str, Callable[[dict[str, Any]], float | None], str, Callable[[float], bool]]
+
+
+def _get(*path: str | int) -> Callable[[dict[str, Any]], float | None]:
+    def read(result: dict[str, Any]) -> float | None:
+        node: Any = result
+        for key in path:
+            if node is None:
+                return None
+            node = node.get(key) if isinstance(node, dict) else node[key]
+        return None if node is None else float(node)
+
+    return read
+
+
+def _mean_cpu(phase: str) -> Callable[[dict[str, Any]], float | None]:
+    def read(result: dict[str, Any]) -> float | None:
+        readings = [
+            r["schedstat_us"] for r in (result.get(phase) or {}).get("gateway_cpu_us_per_request", [])
+        ]
+        values = [float(v) for v in readings if v is not None]
+        return sum(values) / len(values) if values else None
+
+    return read
+
+
+def _max_sustained(path: str) -> Callable[[dict[str, Any]], float | None]:
+    def read(result: dict[str, Any]) -> float | None:
+        levels = [lv for lv in result.get("streams", []) if lv["path"] == path and lv["sustained"]]
+        return float(max(lv["streams"] for lv in levels)) if levels else None
+
+    return read
+
+
+CHECKS: tuple[Check, ...] = (
+    ("added latency p50, c=1 (ms)", _get("latency", "e2e_ms", "added", "p50"), "≤ 0.4", lambda v: v <= 0.4),
+    ("added latency p99, c=1 (ms)", _get("latency", "e2e_ms", "added", "p99"), "≤ 1", lambda v: v <= 1.0),
+    (
+        "added streamed TTFT p50 (ms)",
+        _get("stream_latency", "ttft_ms", "added", "p50"),
+        "≤ 0.5",
+        lambda v: v <= 0.5,
+    ),
+    ("added streamed e2e p50 (ms)", _get("stream_latency", "e2e_ms", "added", "p50"), "–", lambda v: True),
+    (
+        "gateway CPU per request (µs)",
+        _get("latency", "gateway_cpu_us_per_request", "stat_us"),
+        "≤ 250",
+        lambda v: v <= 250,
+    ),
+    (
+        "same, from schedstat (ns clock)",
+        _get("latency", "gateway_cpu_us_per_request", "schedstat_us"),
+        "≤ 250",
+        lambda v: v <= 250,
+    ),
+    ("gateway CPU per request at max req/s (µs)", _mean_cpu("throughput"), "≤ 250", lambda v: v <= 250),
+    (
+        "gateway CPU per 33-chunk stream (µs)",
+        _get("stream_latency", "gateway_cpu_us_per_request", "stat_us"),
+        "≤ 800",
+        lambda v: v <= 800,
+    ),
+    ("max req/s direct", _get("throughput", "direct_rps"), "–", lambda v: True),
+    ("max req/s through the gateway", _get("throughput", "gateway_rps"), "–", lambda v: True),
+    ("throughput gateway ÷ direct", _get("throughput", "ratio"), "≥ 0.7", lambda v: v >= 0.7),
+    ("concurrent streams sustained, gateway", _max_sustained("gateway"), "≥ 512", lambda v: v >= 512),
+    ("concurrent streams sustained, direct", _max_sustained("direct"), "–", lambda v: True),
+)
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.3f}" if abs(value) < 10 else f"{value:.0f}"
+
+
+def render_overhead(meta: dict[str, Any], result: dict[str, Any]) -> str:
+    params = meta.get("params", {})
+    delay_ms = params.get("stream_token_delay_ms")
+    lines = ["# Gateway overhead", "", f"pinning: {meta.get('pinning')}", ""]
+    lines += ["| figure | measured | target | met |", "|---|---|---|---|"]
+    for name, read, target, test in CHECKS:
+        value = read(result)
+        met = "–" if target == "–" or value is None else ("yes" if test(value) else "no")
+        lines.append(f"| {name} | {_fmt(value)} | {target} | {met} |")
+    lines += ["", "| phase | path | p50 ms | p99 ms | mean ms |", "|---|---|---|---|---|"]
+    for phase, metric in (("latency", "e2e_ms"), ("stream_latency", "ttft_ms"), ("stream_latency", "e2e_ms")):
+        entry = result.get(phase, {}).get(metric, {})
+        for path in ("direct", "gateway", "added"):
+            dist = entry.get(path)
+            if dist:
+                label = f"{phase} {metric.removesuffix('_ms')}"
+                lines.append(
+                    f"| {label} | {path} | {_fmt(dist['p50'])} | {_fmt(dist['p99'])} | {_fmt(dist['mean'])} |"
+                )
+    streams = [
+        StreamLevel(**{k: v for k, v in lv.items() if k not in ("sustained", "frames_per_s")})
+        for lv in result.get("streams", [])
+    ]
+    if streams:
+        nominal_ms = delay_ms * params.get("stream_tokens", 0) if delay_ms else None
+        lines += [
+            "",
+            f"Streams: {params.get('stream_tokens')} tokens every {delay_ms} ms (nominal duration "
+            f"{_fmt(nominal_ms)} ms); stalled = failed or a gap over {params.get('stall_ms')} ms.",
+            "",
+        ]
+        lines += [
+            "| streams | path | ok | stalled | frames/s | nominal tokens/s | stream e2e p50 ms "
+            "| max gap p99 ms | gateway CPU µs/stream | CPU gateway / engine / client |"
+        ]
+        lines.append("|---|---|---|---|---|---|---|---|---|---|")
+        for lv in streams:
+            gap = lv.max_gap_ms["p99"] if lv.max_gap_ms else None
+            cpu = (lv.cpu_us_per_stream or {}).get("stat_us")
+            nominal = f"{lv.streams * 1000 / delay_ms:.0f}" if delay_ms else "–"
+            e2e = _fmt(lv.e2e_ms["p50"]) if lv.e2e_ms else "–"
+            cells = (
+                lv.streams,
+                lv.path,
+                lv.ok,
+                lv.stalled,
+                f"{lv.frames_per_s:.0f}",
+                nominal,
+                e2e,
+                _fmt(gap),
+                _fmt(cpu),
+                " / ".join(
+                    f"{lv.cpu_util[k]:.0%}" for k in ("gateway", "engine", "client") if k in lv.cpu_util
+                )
+                or "–",
+            )
+            lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_overhead(out: Path, meta: dict[str, Any], result: dict[str, Any]) -> None:
+    (out / "overhead.json").write_text(json.dumps({"meta": meta, **result}, indent=2, default=str))
+    (out / "report.md").write_text(render_overhead(meta, result))

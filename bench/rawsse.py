@@ -1,0 +1,203 @@
+"""A lean HTTP/1.1 streaming client on bare asyncio streams (`--client raw`), the same `send` as
+`BenchClient` for streamed requests.
+
+Why: on a small machine the client shares cores with what it measures. httpx's connection pool does
+bookkeeping that grows with the number of open connections, so with hundreds of concurrent streams the
+client, not the gateway, sets the limit (measured at 512 streams: ~1 ms of client CPU per stream with
+this client, ~18 ms with httpx).
+
+It opens one connection per request (`connection: close`), sends one POST, and reads the chunked or
+plain body frame by frame, recording the same fields as `BenchClient`: TTFT at the first frame with
+content, output tokens from the usage event (else the content frames), the largest gap between frames
+after the first token, `[DONE]` or not, a terminal error event, and the response headers
+`x-gateway-replica`, `x-gateway-route`, `x-gateway-reject-reason`, `Retry-After`. No TLS, redirects or
+keep-alive: a measuring instrument for plain-HTTP targets on 127.0.0.1 or a LAN.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+
+from bench.client import ClientOptions, honour_retry_after, parse_retry_after, sample_base
+from bench.sample import Sample
+from bench.stats import tpot_s
+from bench.workload import RequestSpec
+
+CONTENT_MARKERS = (b'"content":"', b'"text":"')
+
+
+def _has_content(data: bytes) -> bool:
+    for marker in CONTENT_MARKERS:
+        at = data.find(marker)
+        if at >= 0 and data[at + len(marker) : at + len(marker) + 1] != b'"':
+            return True
+    return False
+
+
+def _request(url: str, spec: RequestSpec, options: ClientOptions) -> tuple[str, int, bytes]:
+    parts = urlsplit(url)
+    path = (parts.path.rstrip("/") or "") + ("/v1/chat/completions" if spec.chat else "/v1/completions")
+    body = orjson.dumps(spec.body(options.model, stream=True))
+    headers = {
+        "host": parts.netloc,
+        "content-type": "application/json",
+        "content-length": str(len(body)),
+        "connection": "close",
+        **options.extra_headers,
+        **spec.headers(),
+    }
+    if options.api_key:
+        headers["authorization"] = f"Bearer {options.api_key}"
+    head = f"POST {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+    return parts.hostname or "127.0.0.1", parts.port or 80, head.encode() + body
+
+
+def _headers(head: bytes) -> tuple[int, dict[str, str]]:
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ", 2)[1])
+    headers = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            headers[name.strip().lower()] = value.strip()
+    return status, headers
+
+
+async def _next_piece(reader: asyncio.StreamReader, chunked: bool) -> bytes:
+    """The next body bytes: one chunk of a chunked body, or whatever arrived of a plain one."""
+    if not chunked:
+        return await reader.read(65536)
+    size = int((await reader.readuntil(b"\r\n")).split(b";")[0].strip(), 16)
+    if size == 0:
+        return b""
+    return (await reader.readexactly(size + 2))[:-2]
+
+
+@dataclass(slots=True)
+class _Read:
+    ttft_s: float | None = None
+    frames: int = 0
+    content_frames: int = 0
+    usage_tokens: int | None = None
+    prompt_tokens: int | None = None
+    max_gap_s: float = 0.0
+    done: bool = False
+    error: str | None = None
+
+    def on_data(self, data: bytes, at_s: float) -> None:
+        if data == b"[DONE]":
+            self.done = True
+            return
+        self.frames += 1
+        if _has_content(data):
+            self.content_frames += 1
+            if self.ttft_s is None:
+                self.ttft_s = at_s
+        elif data.startswith(b'{"error"') or b'"usage":{' in data:
+            event = orjson.loads(data)
+            if "error" in event:
+                error = event["error"]
+                self.error = str(error.get("code") or "error") if isinstance(error, dict) else "error"
+            elif event.get("usage"):
+                self.usage_tokens = int(event["usage"].get("completion_tokens") or 0)
+                self.prompt_tokens = event["usage"].get("prompt_tokens")
+
+
+async def _read_events(reader: asyncio.StreamReader, chunked: bool, started: float) -> _Read:
+    found = _Read()
+    buffer = b""
+    last: float | None = None
+    while not found.done:
+        piece = await _next_piece(reader, chunked)
+        if not piece:
+            break
+        now = time.perf_counter()
+        buffer += piece
+        while b"\n\n" in buffer and not found.done:
+            event, buffer = buffer.split(b"\n\n", 1)
+            at = event.find(b"data:")
+            if at >= 0:
+                found.on_data(event[at + 5 :].strip(), now - started)
+        if found.ttft_s is not None:
+            if last is not None:
+                found.max_gap_s = max(found.max_gap_s, now - last)
+            last = now
+    return found
+
+
+class RawSseClient:
+    """Streams only (a non-streamed request still gets `stream: true`)."""
+
+    def __init__(self, options: ClientOptions) -> None:
+        self.options = options
+
+    async def aclose(self) -> None:
+        return None
+
+    async def send(
+        self, base_url: str, spec: RequestSpec, index: int, scheduled_s: float, run_start: float
+    ) -> Sample:
+        started = time.perf_counter()
+        base = sample_base(spec, index, scheduled_s, started, run_start)
+        return await honour_retry_after(
+            lambda: self._attempt(base_url, spec, base, started), self.options.retry_after_retries
+        )
+
+    async def _attempt(self, url: str, spec: RequestSpec, base: dict[str, Any], started: float) -> Sample:
+        host, port, request = _request(url, spec, self.options)
+        try:
+            async with asyncio.timeout(self.options.timeout_s):
+                return await self._exchange(host, port, request, base=base, started=started)
+        except (
+            OSError,
+            TimeoutError,
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+            ValueError,
+        ) as exc:
+            return Sample(
+                **base, status=0, ok=False, e2e_s=time.perf_counter() - started, error=type(exc).__name__
+            )
+
+    async def _exchange(
+        self, host: str, port: int, request: bytes, *, base: dict[str, Any], started: float
+    ) -> Sample:
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            writer.write(request)
+            status, headers = _headers(await reader.readuntil(b"\r\n\r\n"))
+            meta: dict[str, Any] = {
+                "replica": headers.get("x-gateway-replica"),
+                "route": headers.get("x-gateway-route"),
+                "reject_reason": headers.get("x-gateway-reject-reason"),
+                "retry_after_s": parse_retry_after(headers.get("retry-after")),
+            }
+            if status != 200:
+                return Sample(**base, status=status, ok=False, e2e_s=time.perf_counter() - started, **meta)
+            chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+            found = await _read_events(reader, chunked, started)
+        finally:
+            writer.close()
+        e2e = time.perf_counter() - started
+        tokens = found.usage_tokens if found.usage_tokens is not None else found.content_frames
+        ttft = found.ttft_s
+        return Sample(
+            **base,
+            status=200,
+            ok=found.done and found.error is None,
+            e2e_s=e2e,
+            ttft_s=ttft,
+            tpot_s=tpot_s(e2e, ttft, tokens) if ttft is not None else None,
+            output_tokens=tokens,
+            prompt_tokens=found.prompt_tokens,
+            frames=found.frames,
+            max_gap_s=found.max_gap_s,
+            error=found.error or (None if found.done else "truncated"),
+            **meta,
+        )

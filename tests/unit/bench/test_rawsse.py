@@ -1,0 +1,106 @@
+"""The bare-asyncio SSE client: content detection, request framing, header parsing, and a full exchange
+against a scripted asyncio server (chunked body, usage, reject answers)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from bench.client import ClientOptions
+from bench.rawsse import RawSseClient, _has_content, _headers, _request
+from bench.workload import RequestSpec
+
+SPEC = RequestSpec(messages=(("user", "hi"),), max_tokens=2, session_id="s9")
+
+
+def test_content_detection_skips_role_and_empty_chunks() -> None:
+    assert not _has_content(b'{"choices":[{"delta":{"role":"assistant","content":""}}]}')
+    assert _has_content(b'{"choices":[{"delta":{"content":" hi"}}]}')
+    assert _has_content(b'{"choices":[{"text":"x","finish_reason":null}]}')
+    assert not _has_content(b'{"choices":[],"usage":{"completion_tokens":3}}')
+
+
+def test_request_framing() -> None:
+    options = ClientOptions(model="m", api_key="k", extra_headers={"x-extra": "1"})
+    host, port, raw = _request("http://127.0.0.1:8123", RequestSpec(prompt="p", max_tokens=2), options)
+    assert (host, port) == ("127.0.0.1", 8123)
+    head, body = raw.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"POST /v1/completions HTTP/1.1\r\nhost: 127.0.0.1:8123")
+    assert f"content-length: {len(body)}".encode() in head
+    assert b"authorization: Bearer k" in head and b"x-extra: 1" in head
+    assert b'"stream":true' in body and b'"include_usage":true' in body
+
+
+def test_header_parsing() -> None:
+    status, headers = _headers(
+        b"HTTP/1.1 429 Too Many\r\nRetry-After: 4\r\nX-Gateway-Reject-Reason: queue_full\r\n\r\n"
+    )
+    assert (
+        status == 429 and headers["retry-after"] == "4" and headers["x-gateway-reject-reason"] == "queue_full"
+    )
+
+
+def chunk(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+async def serve(answer: list[bytes | float]) -> tuple[asyncio.Server, str, list[bytes]]:
+    requests: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        requests.append(await reader.readuntil(b"\r\n\r\n"))
+        for part in answer:
+            if isinstance(part, float):
+                await asyncio.sleep(part)
+            else:
+                writer.write(part)
+                await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, f"http://127.0.0.1:{port}", requests
+
+
+@pytest.fixture
+async def closer() -> AsyncIterator[list[asyncio.Server]]:
+    servers: list[asyncio.Server] = []
+    yield servers
+    for server in servers:
+        server.close()
+
+
+async def test_chunked_stream_with_usage(closer: list[asyncio.Server]) -> None:
+    head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nx-gateway-replica: r:1\r\n\r\n"
+    role = b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n'
+    token = b'data: {"choices":[{"delta":{"content":" a"}}]}\n\n'
+    usage = b'data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2}}\n\n'
+    parts: list[bytes | float] = [head, chunk(role), 0.03, chunk(token), chunk(token[:20]), chunk(token[20:])]
+    server, url, seen = await serve([*parts, chunk(usage + b"data: [DONE]\n\n"), b"0\r\n\r\n"])
+    closer.append(server)
+    sample = await RawSseClient(ClientOptions(model="m")).send(url, SPEC, 0, 0.0, time.perf_counter())
+    assert sample.ok and sample.status == 200 and sample.replica == "r:1"
+    assert sample.ttft_s is not None and sample.ttft_s >= 0.03
+    assert sample.output_tokens == 2 and sample.frames == 4
+    assert b"x-session-id: s9" in seen[0]
+
+
+async def test_reject_and_truncation(closer: list[asyncio.Server]) -> None:
+    reject = b"HTTP/1.1 503 Unavailable\r\nretry-after: 2\r\nx-gateway-reject-reason: no_replica\r\n\r\n"
+    server, url, _ = await serve([reject])
+    closer.append(server)
+    sample = await RawSseClient(ClientOptions(model="m")).send(url, SPEC, 0, 0.0, time.perf_counter())
+    assert (sample.status, sample.reject_reason, sample.retry_after_s, sample.rejected) == (
+        503,
+        "no_replica",
+        2.0,
+        True,
+    )
+    cut = b"HTTP/1.1 200 OK\r\n\r\n" + b'data: {"choices":[{"delta":{"content":" a"}}]}\n\n'
+    server, url, _ = await serve([cut])
+    closer.append(server)
+    sample = await RawSseClient(ClientOptions(model="m")).send(url, SPEC, 0, 0.0, time.perf_counter())
+    assert not sample.ok and sample.error == "truncated" and sample.output_tokens == 1

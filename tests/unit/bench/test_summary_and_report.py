@@ -1,0 +1,166 @@
+"""Run summaries from hand-made samples, and the markdown / JSON / overhead reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.overhead_report import render_overhead
+from bench.report import markdown_table, render_markdown, write_report
+from bench.sample import Sample
+from bench.stats import Slo
+from bench.summary import RunResult, scale_sample, summarize
+
+SLO = Slo(ttft_s=0.5, tpot_s=0.05)
+
+
+def ok(
+    index: int, sent: float, e2e: float, ttft: float, *, tpot: float, tokens: int, replica: str, **kw: object
+) -> Sample:
+    return Sample(index, sent, sent, 200, True, e2e, ttft, tpot, tokens, replica=replica, **kw)  # type: ignore[arg-type]
+
+
+def samples() -> list[Sample]:
+    return [
+        ok(0, 0.0, 1.0, 0.2, tpot=0.04, tokens=20, replica="a:1", priority="critical"),
+        ok(1, 1.0, 2.0, 0.4, tpot=0.03, tokens=40, replica="a:1", priority="batch"),
+        ok(2, 2.0, 2.0, 0.9, tpot=0.01, tokens=10, replica="b:2", priority="batch"),  # TTFT over the SLO
+        Sample(
+            3, 3.0, 3.0, 429, False, 0.002, reject_reason="queue_full", retry_after_s=2.0, priority="batch"
+        ),
+        Sample(4, 3.5, 3.5, 503, False, 0.004, reject_reason="no_replica", priority="critical"),
+        Sample(5, 3.6, 3.6, 0, False, 0.5, error="ConnectError"),
+    ]
+
+
+def test_summary_counts_window_throughput_and_goodput() -> None:
+    summary = summarize(samples(), SLO, replica_ids=["a:1", "b:2", "c:3"])
+    assert (summary["requests"], summary["ok"], summary["rejected"], summary["errors"]) == (6, 3, 2, 1)
+    assert summary["window_s"] == [0.0, 4.1]  # last answer: 3.6 + 0.5
+    assert summary["throughput"]["requests_per_s"] == pytest.approx(3 / 4.1)
+    assert summary["throughput"]["output_tokens_per_s"] == pytest.approx(70 / 4.1)
+    assert summary["goodput"]["requests"] == 2
+    assert summary["goodput"]["output_tokens"] == 60
+    assert summary["goodput"]["attainment_ratio"] == pytest.approx(2 / 6)
+    assert summary["ttft_ms"]["p50"] == pytest.approx(400.0)
+    assert summary["e2e_ms"]["max"] == pytest.approx(2000.0)
+    assert summary["replicas"]["requests"] == {"a:1": 2, "b:2": 1, "c:3": 0}
+    assert summary["replicas"]["max_mean_ratio"] == pytest.approx(2.0)  # mean 1
+
+
+def test_summary_outcomes_and_classes() -> None:
+    summary = summarize(samples(), SLO)
+    outcomes = summary["outcomes"]
+    assert set(outcomes) == {"queue_full", "no_replica", "ConnectError"}
+    assert outcomes["queue_full"]["latency_ms"]["p50"] == pytest.approx(2.0)
+    assert outcomes["queue_full"]["retry_after_present_ratio"] == 1.0
+    assert outcomes["queue_full"]["retry_after_mean_s"] == 2.0
+    assert outcomes["no_replica"]["retry_after_present_ratio"] == 0.0
+    classes = summary["per_class"]
+    assert classes["critical"]["attainment_ratio"] == pytest.approx(0.5)
+    assert classes["batch"]["requests"] == 3 and classes["batch"]["slo_met"] == 1
+    assert classes["default"]["requests"] == 1
+
+
+def test_time_scale_reports_simulated_latency_but_wall_rejections() -> None:
+    summary = summarize(samples(), Slo(ttft_s=5.0, tpot_s=0.5), time_scale=10.0)
+    assert summary["ttft_ms"]["p50"] == pytest.approx(4000.0)
+    assert summary["window_s"] == pytest.approx([0.0, 41.0])
+    assert summary["throughput"]["requests_per_s"] == pytest.approx(3 / 41.0)
+    assert summary["goodput"]["requests"] == 2  # 9 s TTFT misses the 5 s SLO
+    assert summary["outcomes"]["queue_full"]["latency_ms"]["p50"] == pytest.approx(2.0)
+    scaled = scale_sample(samples()[0], 10.0)
+    assert (scaled.ttft_s, scaled.tpot_s, scaled.sent_s) == pytest.approx((2.0, 0.4, 0.0))
+
+
+def result(label: str = "prefix-affinity", level: float = 4.0) -> RunResult:
+    summary = summarize(samples(), SLO, replica_ids=["a:1", "b:2"])
+    summary["engine"] = {"prefix_cache_hit_ratio": 0.875, "load_max_mean_ratio": 1.1}
+    return RunResult(label, level, "rate", samples(), summary, params={"x": 1})
+
+
+def test_markdown_table_row() -> None:
+    table = markdown_table([result()]).splitlines()
+    assert table[0].startswith("| run | load | req | ok | rej | err | TTFT p50/p95/p99 ms")
+    cells = [c.strip() for c in table[2].strip("|").split("|")]
+    assert cells[:6] == ["prefix-affinity", "4.00", "6", "3", "2", "1"]
+    assert cells[6] == "400 / 850 / 890"  # 200, 400, 900 ms
+    assert cells[13] == "33%" and cells[14] == "88%" and cells[15] == "1.33" and cells[16] == "1.10"
+
+
+def test_render_markdown_lists_classes_and_outcomes() -> None:
+    text = render_markdown("bench run: x", {"params": {"workload": {"name": "zipf"}}}, [result()])
+    assert text.startswith("# bench run: x")
+    assert '- workload: `{"name": "zipf"}`' in text
+    assert "| prefix-affinity | 4.00 | 33% of 3 | 50% of 2 | 0% of 1 |" in text  # batch, critical, default
+    assert "queue_full × 1 (status 429)" in text and "Retry-After on 100%" in text
+
+
+def test_write_report_files(tmp_path: Path) -> None:
+    written = write_report(tmp_path, "t", {"params": {}}, [result(), result("round-robin", 8.0)], plots=False)
+    names = sorted(p.name for p in written)
+    assert names == [
+        "report.json",
+        "report.md",
+        "samples-00-prefix-affinity.jsonl",
+        "samples-01-round-robin.jsonl",
+    ]
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert [r["label"] for r in data["runs"]] == ["prefix-affinity", "round-robin"]
+    assert data["runs"][0]["goodput"]["requests"] == 2
+    rows = (tmp_path / "samples-00-prefix-affinity.jsonl").read_text().splitlines()
+    assert Sample.from_json(json.loads(rows[3])) == samples()[3]
+
+
+def test_write_report_with_plots(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    written = write_report(tmp_path, "t", {"params": {}}, [result(), result(level=8.0)], plots=True)
+    assert {"latency_cdf.png", "goodput_vs_load.png"} <= {p.name for p in written}
+
+
+def test_overhead_report_checks_targets() -> None:
+    result = {
+        "latency": {
+            "e2e_ms": {
+                "direct": {"p50": 1.0, "p99": 2.0, "mean": 1.1},
+                "gateway": {"p50": 1.3, "p99": 3.5, "mean": 1.5},
+                "added": {"p50": 0.3, "p99": 1.5, "mean": 0.4},
+            },
+            "gateway_cpu_us_per_request": {"stat_us": 400.0, "schedstat_us": 390.0},
+        },
+        "throughput": {"direct_rps": 1000.0, "gateway_rps": 800.0, "ratio": 0.8},
+        "streams": [
+            {
+                "path": "gateway",
+                "streams": 64,
+                "ok": 64,
+                "stalled": 0,
+                "sustained": True,
+                "frames": 100,
+                "frames_per_s": 50.0,
+                "wall_s": 2.0,
+                "max_gap_ms": {"p50": 1, "p99": 2, "max": 3},
+                "ttft_ms": None,
+                "cpu_us_per_stream": {"stat_us": 700.0},
+            },
+        ],
+    }
+    meta = {"pinning": {}, "params": {"stream_token_delay_ms": 50.0, "stream_tokens": 32, "stall_ms": 1000}}
+    text = render_overhead(meta, result)
+    assert "| added latency p50, c=1 (ms) | 0.300 | ≤ 0.4 | yes |" in text
+    assert "| added latency p99, c=1 (ms) | 1.500 | ≤ 1 | no |" in text
+    assert "| gateway CPU per request (µs) | 400 | ≤ 250 | no |" in text
+    assert "| throughput gateway ÷ direct | 0.800 | ≥ 0.7 | yes |" in text
+    assert "| concurrent streams sustained, gateway | 64 | ≥ 512 | no |" in text
+    assert "| 64 | gateway | 64 | 0 | 50 | 1280 | – | 2.000 | 700 | – |" in text  # nominal 64 × 20/s
+    assert "nominal duration 1600 ms" in text
+
+
+def test_a_late_client_is_flagged() -> None:
+    on_time = [Sample(i, 0.1 * i, 0.1 * i, 200, True, 0.1, 0.05) for i in range(10)]
+    late = [Sample(i, 0.1 * i, 0.1 * i + 0.2, 200, True, 0.1, 0.05) for i in range(10)]
+    assert summarize(on_time, SLO)["warnings"] == []
+    assert "sent late" in summarize(late, SLO)["warnings"][0]
+    assert summarize(on_time, SLO)["wall_frames_per_s"] == 0.0  # no frames recorded
