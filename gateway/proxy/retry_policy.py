@@ -8,6 +8,8 @@ Retries happen only before the first byte reached the client, and only when all 
   retrying a long generation can double its cost;
 - the pool's retry budget has room (`admission.retry_budget.RetryBudget`: retries ≤ budget_ratio ×
   requests + a floor, over a sliding window), so an overloaded fleet does not get a retry storm.
+  A connect failure is the exception: the request never reached an engine, so retrying it elsewhere
+  adds no load anywhere, and it is not charged to the budget (max_attempts still bounds it).
 Each retry makes a fresh routing decision with the failed replicas excluded. Backoff is full jitter:
     sleep = uniform(0, min(backoff_max_s, backoff_initial_s × 2^(retry − 1)))
 An engine's `Retry-After` is honoured by holding that replica out for that long (registry), not by
@@ -71,8 +73,10 @@ class RetryPolicy:
             return False
         return routing.estimated_total_tokens <= self._settings.max_retry_tokens
 
-    def spend(self) -> bool:
-        """Take one retry from the budget; False when the budget is exhausted."""
+    def spend(self, error: UpstreamError) -> bool:
+        """Take one retry from the budget (connect failures are free); False when it is exhausted."""
+        if isinstance(error, UpstreamConnectError):
+            return True
         return self.budget.try_spend()
 
     def backoff_s(self, retry_number: int) -> float:

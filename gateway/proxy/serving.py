@@ -223,7 +223,7 @@ class RequestServer:
                 retry_after_s=pool.retry_after_s(),
             )
         if last_error is not None:
-            if not retry.spend():
+            if not retry.spend(last_error):
                 claim.release()
                 raise last_error
             self._metrics.retries_total.labels(str(failure_kind(last_error))).inc()
