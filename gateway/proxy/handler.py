@@ -45,7 +45,7 @@ from gateway.proxy.idempotency import (
 )
 from gateway.proxy.relay import finish_body
 from gateway.proxy.serving import RequestServer
-from gateway.settings import Settings
+from gateway.settings import Settings, SloSettings
 from gateway.upstream.registry import Pool, ReplicaRegistry
 
 logger = logging.getLogger(__name__)
@@ -200,16 +200,51 @@ class ProxyHandler:
             return
         m.ttft_seconds.labels(model).observe(exchange.ttft_s)
         usage = exchange.usage or {}
-        prompt_tokens = usage.get("prompt_tokens")
+        self._account_tokens(exchange.tenant, usage)
         completion_tokens = usage.get("completion_tokens")
-        tenant = exchange.tenant
-        if isinstance(prompt_tokens, int):
-            m.tokens_total.labels("input").inc(prompt_tokens)
-            if tenant is not None:
-                m.tenant_tokens_total.labels(tenant, "input").inc(prompt_tokens)
-        if isinstance(completion_tokens, int):
-            m.tokens_total.labels("output").inc(completion_tokens)
-            if tenant is not None:
-                m.tenant_tokens_total.labels(tenant, "output").inc(completion_tokens)
-            if completion_tokens > 1 and exchange.parsed is not None and exchange.parsed.stream:
-                m.tpot_seconds.labels(model).observe((elapsed_s - exchange.ttft_s) / (completion_tokens - 1))
+        if not isinstance(completion_tokens, int):
+            return
+        streamed = exchange.parsed is not None and exchange.parsed.stream
+        tpot_s = None
+        if streamed and completion_tokens > 1:
+            tpot_s = (elapsed_s - exchange.ttft_s) / (completion_tokens - 1)
+            m.tpot_seconds.labels(model).observe(tpot_s)
+        if _met_slo(
+            exchange.pool.settings.slo,
+            ttft_s=exchange.ttft_s,
+            tpot_s=tpot_s,
+            e2e_s=elapsed_s,
+            completion_tokens=completion_tokens,
+            streamed=streamed,
+        ):
+            m.goodput_requests_total.labels(model).inc()
+            m.goodput_tokens_total.labels(model).inc(completion_tokens)
+
+    def _account_tokens(self, tenant: str | None, usage: dict[str, Any]) -> None:
+        m = self._metrics
+        for direction, key in (("input", "prompt_tokens"), ("output", "completion_tokens")):
+            count = usage.get(key)
+            if isinstance(count, int):
+                m.tokens_total.labels(direction).inc(count)
+                if tenant is not None:
+                    m.tenant_tokens_total.labels(tenant, direction).inc(count)
+
+
+def _met_slo(
+    slo: SloSettings,
+    *,
+    ttft_s: float,
+    tpot_s: float | None,
+    e2e_s: float,
+    completion_tokens: int,
+    streamed: bool,
+) -> bool:
+    """Goodput test. Streams: TTFT ≤ slo.ttft_s and TPOT ≤ slo.tpot_s. A non-streamed response shows
+    neither, so it counts when it arrived within the time a stream meeting both would have finished:
+    e2e ≤ slo.ttft_s + slo.tpot_s × (completion_tokens − 1)."""
+    if streamed:
+        ttft_ok = slo.ttft_s is None or ttft_s <= slo.ttft_s
+        return ttft_ok and (slo.tpot_s is None or tpot_s is None or tpot_s <= slo.tpot_s)
+    if slo.ttft_s is None:
+        return True
+    return e2e_s <= slo.ttft_s + (slo.tpot_s or 0.0) * max(0, completion_tokens - 1)

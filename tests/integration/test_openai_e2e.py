@@ -106,3 +106,21 @@ def test_response_headers_explain_the_route(fleet: Fleet) -> None:
     assert raw.headers["x-gateway-replica"] in {e.url.removeprefix("http://") for e in fleet.engines}
     assert raw.headers["x-gateway-route"].startswith("policy=least-load; branch=")
     assert "upstream-ttft;dur=" in raw.headers["server-timing"]
+
+
+def test_goodput_counts_requests_within_the_slo(mock_engines, gateways) -> None:
+    from tests.integration.conftest import pool
+    from tests.servers import gateway_settings
+
+    engine = mock_engines(model=MODEL, token_delay_ms=20)
+    fast = gateways(gateway_settings([pool([engine], slo={"ttft_s": 2.0, "tpot_s": 0.5})]))
+    slow = gateways(gateway_settings([pool([engine], slo={"ttft_s": 2.0, "tpot_s": 0.001})]))
+    for gateway in (fast, slow):
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=0)
+        list(
+            client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=5, stream=True
+            )
+        )
+    good = [g.app.state.metrics.goodput_tokens_total.labels(MODEL)._value.get() for g in (fast, slow)]
+    assert good == [5, 0], "20 ms per token meets a 500 ms TPOT SLO, not a 1 ms one"
