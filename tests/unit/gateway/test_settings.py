@@ -92,3 +92,13 @@ def test_examples_are_valid() -> None:
     assert examples, "examples/ must hold working configs"
     for example in examples:
         load_settings(example, environ={})
+
+
+def test_the_readme_configuration_block_is_valid() -> None:
+    import yaml
+
+    readme = Path(__file__).resolve().parents[3].joinpath("README.md").read_text()
+    section = readme.split("## Configuration", 1)[1]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    settings = parse_settings(yaml.safe_load(block))
+    assert settings.pools[0].model == "demo-model"
