@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import httpx
 
 from bench.stats import max_mean_ratio
+from gateway.upstream.engine_metrics import ExpositionError, parse_exposition
 
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
@@ -42,16 +44,13 @@ class EngineSnapshot:
 
 
 def parse_metrics(text: str) -> EngineSnapshot:
-    """Sum the wanted vLLM series over their label sets (unknown and comment lines are ignored)."""
-    totals = dict.fromkeys(_WANTED, 0.0)
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        name_part, _, value = line.rpartition(" ")
-        name = name_part.split("{", 1)[0].strip()
-        if name in totals:
-            with contextlib.suppress(ValueError):
-                totals[name] += float(value)
+    """Sum the wanted vLLM series over their label sets (the gateway's exposition parser; NaN and
+    ±Inf samples are skipped). Text that is not a valid exposition reads as an empty snapshot."""
+    try:
+        samples = parse_exposition(text, _WANTED)
+    except ExpositionError:
+        return EngineSnapshot()
+    totals = {name: sum(s.value for s in samples.get(name, ()) if math.isfinite(s.value)) for name in _WANTED}
     return EngineSnapshot(
         running=totals[RUNNING],
         waiting=totals[WAITING],

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
-import uuid
 from typing import Any
 
 import aiohttp
@@ -95,7 +95,7 @@ class ProxyHandler:
         await self._server.aclose()
 
     async def __call__(self, endpoint: Endpoint, scope: Scope, receive: Receive, send: Send) -> None:
-        exchange = Exchange(request_id=header(scope, b"x-request-id") or uuid.uuid4().hex, send=send)
+        exchange = Exchange(request_id=header(scope, b"x-request-id") or os.urandom(16).hex(), send=send)
         outcome = OUTCOME_SUCCESS
         task = asyncio.current_task()
         assert task is not None
