@@ -7,6 +7,7 @@ import asyncio
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
@@ -96,3 +97,13 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float = 2.0, poll_s: float = 0.01) -> bool:
+    """Poll `predicate` until it holds or `timeout_s` passes; returns its last value (for asserts)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(poll_s)
+    return predicate()

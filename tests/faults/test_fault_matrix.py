@@ -16,7 +16,7 @@ import pytest
 from mock_engine.faults import FaultSettings
 from tests.faults.conftest import MATRIX
 from tests.faults.traffic import MODEL, VIOLATIONS, Outcome, run_traffic, tally
-from tests.servers import ServerThread, free_port, gateway_settings
+from tests.servers import ServerThread, free_port, gateway_settings, wait_until
 
 REQUESTS = 40
 TIMEOUTS = {"connect_s": 0.5, "ttft_s": 0.6, "idle_s": 0.4, "nonstream_s": 2.0}
@@ -40,15 +40,6 @@ def _gateway(gateways: Callable[[dict[str, Any]], ServerThread], urls: list[str]
     return gateways(gateway_settings([pool]))
 
 
-def _settle(predicate: Callable[[], bool], timeout_s: float = 3.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
-
-
 def _check(
     name: str, outcomes: list[Outcome], allowed: set[str], gateway: ServerThread, engines: list[ServerThread]
 ) -> None:
@@ -59,9 +50,9 @@ def _check(
     slowest = max(o.duration_s for o in outcomes)
     assert slowest <= DEADLINE_BOUND_S, f"a request outlived its deadlines: {slowest:.2f} s"
     registry = gateway.app.state.registry
-    assert _settle(lambda: registry.total_inflight() == 0), "gateway in-flight did not return to zero"
+    assert wait_until(lambda: registry.total_inflight() == 0), "gateway in-flight did not return to zero"
     assert all(r.inflight_requests == 0 for r in registry.all_replicas())
-    assert _settle(lambda: all(e.app.counters.active == 0 for e in engines)), "an engine kept working"
+    assert wait_until(lambda: all(e.app.counters.active == 0 for e in engines)), "an engine kept working"
     metrics = gateway.app.state.metrics
     by_reason = {
         s.labels["reason"]: s.value

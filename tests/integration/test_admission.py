@@ -11,7 +11,7 @@ import time
 import httpx
 
 from tests.integration.conftest import MODEL, pool
-from tests.servers import free_port, gateway_settings
+from tests.servers import free_port, gateway_settings, wait_until
 
 CHAT = "/v1/chat/completions"
 
@@ -34,15 +34,6 @@ def _contract(response: httpx.Response, status: int, reason: str) -> int:
     return retry_after
 
 
-def _wait_until(predicate, timeout_s: float = 2.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
-
-
 def test_the_per_replica_cap_holds_and_queued_requests_all_finish(mock_engines, gateways) -> None:
     engines = [mock_engines(model=MODEL, token_delay_ms=5) for _ in range(2)]
     gateway = gateways(gateway_settings([pool(engines, max_concurrency_per_replica=2)]))
@@ -55,7 +46,7 @@ def test_the_per_replica_cap_holds_and_queued_requests_all_finish(mock_engines, 
     assert {r.status_code for r in responses} == {200}
     assert max(e.app.counters.max_active for e in engines) <= 2
     assert any(int(r.headers["x-gateway-queue-ms"]) > 0 for r in responses), "some requests had to queue"
-    assert _wait_until(lambda: gateway.app.state.registry.total_inflight() == 0)
+    assert wait_until(lambda: gateway.app.state.registry.total_inflight() == 0)
 
 
 def test_queue_timeout_and_queue_full(mock_engines, gateways) -> None:
@@ -96,7 +87,7 @@ def test_queue_timeout_and_queue_full(mock_engines, gateways) -> None:
             refused, displaced = asyncio.run(one_queued_one_refused())
             _contract(refused, 429, "queue_full")
             _contract(displaced, 429, "queue_full")
-    assert _wait_until(lambda: gateway.app.state.registry.total_inflight() == 0)
+    assert wait_until(lambda: gateway.app.state.registry.total_inflight() == 0)
 
 
 def test_a_waiter_whose_client_leaves_is_never_dispatched(mock_engines, gateways) -> None:
@@ -107,7 +98,7 @@ def test_a_waiter_whose_client_leaves_is_never_dispatched(mock_engines, gateways
             with contextlib.suppress(httpx.ReadTimeout):
                 httpx.post(gateway.url + CHAT, json=_body(max_tokens=5), timeout=0.2)
             depth = gateway.app.state.metrics.queue_depth
-            assert _wait_until(lambda: depth.labels(MODEL, "interactive")._value.get() == 0)
+            assert wait_until(lambda: depth.labels(MODEL, "interactive")._value.get() == 0)
             for _ in held.iter_lines():
                 pass
     time.sleep(0.2)

@@ -13,18 +13,9 @@ from typing import Any
 import httpx
 
 from tests.integration.conftest import MODEL, Fleet, pool
-from tests.servers import ServerThread, gateway_settings
+from tests.servers import ServerThread, gateway_settings, wait_until
 
 ERROR_CODES = {"bad_request", "model_not_found"}
-
-
-def _wait_until(predicate: Callable[[], bool], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 def _slow_fleet(
@@ -53,9 +44,9 @@ def test_client_disconnect_mid_stream_aborts_upstream_within_1s(mock_engines, ga
         assert any("content" in line for line in received)
         assert fleet.inflight() == {fleet.engines[0].url.removeprefix("http://"): 1}
     left_at = time.monotonic()
-    assert _wait_until(lambda: engine_counters.aborted == 1, 1.0), "engine did not see the abort within 1 s"
+    assert wait_until(lambda: engine_counters.aborted == 1, 1.0), "engine did not see the abort within 1 s"
     abort_latency_s = time.monotonic() - left_at
-    assert _wait_until(lambda: set(fleet.inflight_gauge().values()) == {0.0}, 1.0)
+    assert wait_until(lambda: set(fleet.inflight_gauge().values()) == {0.0}, 1.0)
     assert set(fleet.inflight().values()) == {0}
     assert engine_counters.finished == 0 and abort_latency_s < 1.0
 
@@ -65,8 +56,8 @@ def test_client_disconnect_while_waiting_for_a_non_streamed_answer(mock_engines,
     body = {"model": MODEL, "prompt": "long", "max_tokens": 2000}
     with httpx.Client(timeout=0.3) as client, contextlib.suppress(httpx.ReadTimeout):
         client.post(fleet.gateway.url + "/v1/completions", json=body)
-    assert _wait_until(lambda: fleet.engines[0].app.counters.aborted == 1, 1.0)
-    assert _wait_until(lambda: set(fleet.inflight().values()) == {0}, 1.0)
+    assert wait_until(lambda: fleet.engines[0].app.counters.aborted == 1, 1.0)
+    assert wait_until(lambda: set(fleet.inflight().values()) == {0}, 1.0)
     outcomes = fleet.app.state.metrics.requests_total.collect()[0].samples
     assert any(s.labels["outcome"] == "client_disconnect" and s.value == 1 for s in outcomes)
 
@@ -119,7 +110,7 @@ def test_burst_of_200_mixed_requests_all_end_and_inflight_returns_to_zero(fleet:
         "model_not_found": 40,
         "bad_request": 40,
     }
-    assert _wait_until(lambda: set(fleet.inflight().values()) == {0}, 2.0), fleet.inflight()
+    assert wait_until(lambda: set(fleet.inflight().values()) == {0}, 2.0), fleet.inflight()
     assert set(fleet.inflight_gauge().values()) == {0.0}
     engine_active = [e.app.counters.active for e in fleet.engines]
-    assert _wait_until(lambda: all(e.app.counters.active == 0 for e in fleet.engines), 2.0), engine_active
+    assert wait_until(lambda: all(e.app.counters.active == 0 for e in fleet.engines), 2.0), engine_active

@@ -3,13 +3,11 @@ in-flight stream but gets nothing new, and a removed replica leaves once idle.""
 
 from __future__ import annotations
 
-import time
-
 import httpx
 
 from gateway.upstream.discovery.types import ReplicaSet
 from tests.integration.conftest import MODEL, pool
-from tests.servers import gateway_settings
+from tests.servers import gateway_settings, wait_until
 
 CHAT = "/v1/chat/completions"
 
@@ -42,10 +40,7 @@ def test_join_drain_and_leave(mock_engines, gateways) -> None:
                 assert client.post(CHAT, json=_body()).headers["x-gateway-replica"] != held_id
             lines = [line for line in held.iter_lines() if line]
             assert lines[-1] == "data: [DONE]", "the in-flight stream on the leaving replica finishes"
-        deadline = time.monotonic() + 2
-        while held_id in target_pool.replicas and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert held_id not in target_pool.replicas, "removed once idle"
+        assert wait_until(lambda: held_id not in target_pool.replicas), "removed once idle"
         text = client.get("/metrics").text
         assert f'llm_gateway_inflight{{replica="{held_id}"}}' not in text
         assert f'llm_gateway_replicas{{pool="{MODEL}",state="ready"}} 1.0' in text

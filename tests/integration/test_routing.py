@@ -3,12 +3,10 @@ spills to the next replica on the ring once its owner is over the bound."""
 
 from __future__ import annotations
 
-import time
-
 import httpx
 
 from tests.integration.conftest import MODEL, pool
-from tests.servers import gateway_settings
+from tests.servers import gateway_settings, wait_until
 
 SYSTEM = "You are a meticulous assistant for the fleet operations team. " * 20
 
@@ -51,9 +49,7 @@ def test_hot_prefix_spills_to_the_next_ring_replica_when_over_bound(mock_engines
             route = _route(spilled)
             assert route["branch"] == "spillover" and int(route["hops"]) >= 1
             assert spilled.headers["x-gateway-replica"] != owner
-        deadline = time.monotonic() + 2
-        while gateway.app.state.registry.total_inflight() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        assert wait_until(lambda: gateway.app.state.registry.total_inflight() == 0)
         after = client.post("/v1/chat/completions", json=_chat("after"))
         assert after.headers["x-gateway-replica"] == owner, "affinity returns once the owner is under bound"
     samples = gateway.app.state.metrics.routing_decisions_total.collect()[0].samples
