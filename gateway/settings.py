@@ -195,6 +195,13 @@ class StateSettings(_Strict):
     backend: Literal["memory", "redis"] = "memory"
     url: str = "redis://127.0.0.1:6379/0"
     on_error: Literal["fail_open", "fail_closed"] = "fail_open"
+    key_prefix: str = Field("llm-gateway:", min_length=1)
+    """Prefix of every Redis key: deployments (or tests) sharing one Redis keep apart by it."""
+    replica_lease_ttl_s: float = Field(10.0, gt=0)
+    """Expiry of a replica slot credit unless renewed (every ttl / 3): how long the slots held by a
+    gateway that died without releasing them stay taken (`gateway.upstream.slot_credits`)."""
+    replica_credit_linger_s: float = Field(1.0, gt=0)
+    """How long an idle replica slot credit stays with this gateway before it goes back to Redis."""
 
 
 class PriorityClassSettings(_Strict):

@@ -9,8 +9,11 @@ or a higher class displaces it (429 `queue_full`). Routing runs at dispatch time
 goes where it is cheapest when it leaves the queue.
 
 `PoolDispatcher.claim` is the one synchronous "route and take a slot" step; admission's `try_dispatch`
-and the retry loop both use it. State lives in memory or, with `state.backend: redis`, in Redis
-(rate limits and tenant concurrency shared by every gateway instance).
+and the retry loop both use it. State lives in memory or, with `state.backend: redis`, in Redis:
+rate limits and tenant concurrency shared by every gateway instance, and the per-replica cap held
+across instances through slot credits (`gateway.upstream.slot_credits`): a replica is routable only
+while this instance holds a free credit on it; the credits' refiller wakes the controllers when
+credits arrive.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from gateway.proxy.attempts import UpstreamOpener
 from gateway.settings import AdmissionSettings, Settings
 from gateway.upstream.registry import Pool, ReplicaRegistry
 from gateway.upstream.replica import InflightGuard
+from gateway.upstream.slot_credits import SlotCredits
 from router.types import Decision, RoutingRequest
 
 
@@ -49,18 +53,33 @@ class Dispatch:
 class PoolDispatcher:
     """Route and claim a slot on one pool, synchronously."""
 
-    def __init__(self, pool: Pool, registry: ReplicaRegistry, opener: UpstreamOpener) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        registry: ReplicaRegistry,
+        opener: UpstreamOpener,
+        credits: SlotCredits | None = None,
+    ) -> None:
         self._pool = pool
         self._registry = registry
         self._opener = opener
+        self._credits = credits
 
     def claim(self, routing: RoutingRequest) -> Dispatch | None:
-        """A slot on the replica routing picks among eligible replicas under their cap, or None."""
+        """A slot on the replica routing picks among eligible replicas under their cap (with shared
+        state: under this instance's credits), or None."""
+        if self._credits is not None:
+            self._credits.sync(self._pool)
         decision = self._opener.decide(self._pool, routing)
         if decision is None:
+            if self._credits is not None:
+                self._credits.wake()  # the refiller looks for credits while requests wait
             return None
         replica = self._pool.replicas[decision.replica_id]
-        return Dispatch(decision, self._registry.acquire(replica, routing.estimated_total_tokens))
+        dispatch = Dispatch(decision, self._registry.acquire(replica, routing.estimated_total_tokens))
+        if self._credits is not None:
+            self._credits.on_dispatch(replica)
+        return dispatch
 
     def try_dispatch(self, request: AdmissionRequest) -> Dispatch | None:
         """Admission's hook: a slot now, None to wait, `no_replica` when nothing is up at all."""
@@ -131,10 +150,27 @@ def tenant_gate(
         metrics.state_errors_total.labels(str(operation)).inc()
 
     backend = RedisBackend.from_url(
-        state.url, on_error=FailureMode(state.on_error), on_error_callback=count_error
+        state.url,
+        on_error=FailureMode(state.on_error),
+        key_prefix=state.key_prefix,
+        on_error_callback=count_error,
     )
     gate = TenantGate(RedisRateLimitStore(backend), RedisLeaseStore(backend, LeaseScope.TENANT), clock)
     return gate, backend
+
+
+def slot_credits(settings: Settings, backend: RedisBackend | None, clock: Clock) -> SlotCredits | None:
+    """Replica slot credits on Redis (None with memory state: each instance's own cap is the cap)."""
+    if backend is None:
+        return None
+    state = settings.state
+    return SlotCredits(
+        RedisLeaseStore(backend, LeaseScope.REPLICA),
+        backend,
+        clock,
+        ttl_s=state.replica_lease_ttl_s,
+        linger_s=state.replica_credit_linger_s,
+    )
 
 
 def build_controllers(
@@ -145,12 +181,16 @@ def build_controllers(
     gate: TenantGate,
     clock: Clock,
     metrics: GatewayMetrics,
+    credits: SlotCredits | None = None,
 ) -> dict[str, tuple[PoolDispatcher, AdmissionController[Dispatch]]]:
-    """One dispatcher and controller per pool; every slot release wakes the controllers."""
+    """One dispatcher and controller per pool; every slot release wakes the controllers (and the
+    credits' refiller); a credit that arrives wakes its pool's controller."""
     config = admission_config(settings.admission)
     built: dict[str, tuple[PoolDispatcher, AdmissionController[Dispatch]]] = {}
+    if credits is not None:
+        registry.add_release_listener(credits.wake)
     for pool in registry.pools.values():
-        dispatcher = PoolDispatcher(pool, registry, opener)
+        dispatcher = PoolDispatcher(pool, registry, opener, credits)
         controller: AdmissionController[Dispatch] = AdmissionController(
             dispatcher.try_dispatch,
             gate,
@@ -159,5 +199,7 @@ def build_controllers(
             observer=MetricsObserver(metrics, pool.model),
         )
         registry.add_release_listener(controller.on_release)
+        if credits is not None:
+            credits.attach(pool, waiting=controller.__len__, on_credit=controller.on_release)
         built[pool.model] = (dispatcher, controller)
     return built

@@ -25,7 +25,7 @@ from gateway.api.request_parsing import ParsedRequest, rewrite_body
 from gateway.autoscaling import AutoscaleSignals
 from gateway.errors import NoReplica, UpstreamError, UpstreamProtocolError, from_refusal
 from gateway.metrics import GatewayMetrics
-from gateway.proxy.admission import Dispatch, PoolDispatcher, build_controllers, tenant_gate
+from gateway.proxy.admission import Dispatch, PoolDispatcher, build_controllers, slot_credits, tenant_gate
 from gateway.proxy.attempts import StaleConnection, UpstreamOpener, forwarded_headers
 from gateway.proxy.exchange import Exchange
 from gateway.proxy.relay import SSE_CONTENT_TYPE, StreamRelay, relay_full
@@ -61,8 +61,15 @@ class RequestServer:
         self._metrics = metrics
         self._opener = UpstreamOpener(session, registry, metrics)
         self._gate, self._state_backend = tenant_gate(settings, clock, metrics)
+        self._credits = slot_credits(settings, self._state_backend, clock)
         self._pools = build_controllers(
-            settings, registry=registry, opener=self._opener, gate=self._gate, clock=clock, metrics=metrics
+            settings,
+            registry=registry,
+            opener=self._opener,
+            gate=self._gate,
+            clock=clock,
+            metrics=metrics,
+            credits=self._credits,
         )
         self.signals = AutoscaleSignals(registry, metrics, clock, self.queue_depth)
         self._retry_policies = {
@@ -88,6 +95,8 @@ class RequestServer:
             controller.reject_waiting(error.reason, error.retry_after_s, error.message)
 
     async def aclose(self) -> None:
+        if self._credits is not None:
+            await self._credits.aclose()
         if self._state_backend is not None:
             await self._state_backend.aclose()
 

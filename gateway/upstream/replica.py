@@ -43,6 +43,9 @@ class Replica:
     hold_until_s: float = 0.0
     engine: EngineLoad | None = None
     next_health_probe_s: float | None = field(default=None)
+    credit_limit: Callable[[], int] | None = None
+    """This instance's slot limit when the cap is shared across instances through Redis
+    (`gateway.upstream.slot_credits`); None: `max_concurrency` alone."""
 
     def healthy_at(self, now_s: float) -> bool:
         return self.active_up and now_s >= self.hold_until_s
@@ -64,9 +67,15 @@ class Replica:
             breaker_open=not self.breaker.allows(),
             inflight_requests=self.inflight_requests,
             inflight_tokens=self.inflight_tokens,
-            max_concurrency=self.max_concurrency,
+            max_concurrency=self.effective_max_concurrency(),
             engine=self.engine,
         )
+
+    def effective_max_concurrency(self) -> int | None:
+        """The cap routing applies: `max_concurrency`, lowered to this instance's credits when shared."""
+        if self.credit_limit is None or self.max_concurrency is None:
+            return self.max_concurrency
+        return min(self.max_concurrency, self.credit_limit())
 
     def seconds_until_eligible(self, now_s: float) -> float | None:
         """When this replica may take traffic again by itself (None: only an operator can say)."""
