@@ -1,0 +1,157 @@
+"""Settings of one pool (`pools[]` in the config): replicas, policy, caps, timers, retries, breaker,
+health checks, engine scraping, SLO and the autoscaling signal. Validated with the rest of the config
+by `gateway.settings`; every model forbids unknown keys.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gateway.upstream.discovery.settings import ReplicaSources
+from gateway.upstream.scraper import ScrapeSettings
+from router.keys import KeySettings
+from router.presets import PolicyContext, build_policy, known_policies
+
+
+class StrictModel(BaseModel):
+    """Frozen, and unknown keys are errors: a typo never silently falls back to a default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TimeoutSettings(StrictModel):
+    """Upstream timers. `ttft_s` bounds the wait for response headers / the first content chunk."""
+
+    connect_s: float = Field(2.0, gt=0)
+    ttft_s: float = Field(15.0, gt=0)
+    idle_s: float = Field(30.0, gt=0)
+    total_s: float | None = Field(None, gt=0)
+    nonstream_s: float = Field(600.0, gt=0)
+    """Bound on a non-streaming upstream response: the engine sends nothing until it has finished."""
+    max_ttft_s: float = Field(120.0, gt=0)
+    """Ceiling for the per-request `x-gateway-ttft-timeout-ms` override."""
+    max_idle_s: float = Field(300.0, gt=0)
+    """Ceiling for the per-request `x-gateway-idle-timeout-ms` override."""
+
+
+class RetrySettings(StrictModel):
+    """Retries happen only before the first byte (see `gateway.proxy.retry_policy`).
+
+    `max_attempts` counts the first try. The budget allows `budget_ratio` × requests plus
+    `budget_min_per_s` retries per second over a 10 s window. Backoff is full jitter:
+    uniform(0, min(backoff_max_s, backoff_initial_s × 2^(retry − 1))). Requests whose estimated size
+    (prompt + max_tokens) exceeds `max_retry_tokens` are never retried automatically.
+    """
+
+    max_attempts: int = Field(3, ge=1, le=10)
+    budget_ratio: float = Field(0.1, ge=0, le=1)
+    budget_min_per_s: float = Field(0.5, ge=0)
+    backoff_initial_s: float = Field(0.025, ge=0)
+    backoff_max_s: float = Field(1.0, ge=0)
+    max_retry_tokens: int = Field(32768, ge=0)
+
+
+class BreakerSettings(StrictModel):
+    """Per-replica circuit breaker (`gateway.upstream.breaker`)."""
+
+    consecutive_failures: int = Field(5, ge=1)
+    failure_ratio: float = Field(0.5, gt=0, le=1)
+    min_requests: int = Field(20, ge=1)
+    window_s: float = Field(10.0, gt=0)
+    open_s: float = Field(5.0, gt=0)
+    max_open_s: float = Field(60.0, gt=0)
+
+
+class HealthCheckSettings(StrictModel):
+    """Active health checks: GET `path` (default: the engine flavour's health endpoint) every
+    `interval_s`; `unhealthy_threshold` failures in a row take a replica out, `healthy_threshold`
+    successes in a row bring it back."""
+
+    enabled: bool = True
+    path: str | None = None
+    interval_s: float = Field(5.0, gt=0)
+    timeout_s: float = Field(2.0, gt=0)
+    healthy_threshold: int = Field(2, ge=1)
+    unhealthy_threshold: int = Field(2, ge=1)
+
+
+class AutoscaleSignalSettings(StrictModel):
+    """The live autoscaling signal (`llm_gateway_desired_replicas{pool}`; capacity/autoscale*.py).
+
+    `decode_tokens_per_s` is T_dec, one replica's aggregate decode rate at `b_max` concurrent streams
+    (from `llm-gateway plan` or a load test); `b_max` defaults to `max_concurrency_per_replica`.
+    """
+
+    decode_tokens_per_s: float = Field(gt=0)
+    b_max: int | None = Field(None, ge=1)
+    ttft_p95_slo_s: float | None = Field(None, gt=0)
+    tpot_p95_slo_s: float | None = Field(None, gt=0)
+    window_s: float = Field(60.0, gt=0)
+    evaluation_period_s: float = Field(15.0, gt=0)
+    scale_up_utilisation_ratio: float = Field(0.8, gt=0, le=1)
+    scale_down_utilisation_ratio: float = Field(0.6, gt=0, le=1)
+    scale_down_cooldown_s: float = Field(300.0, ge=0)
+    min_replicas: int = Field(1, ge=0)
+    max_replicas: int | None = Field(None, ge=1)
+
+
+class SloSettings(StrictModel):
+    """The latency objective a request must meet to count as goodput (the field's definition: both
+    TTFT and TPOT within bounds). An unset bound always holds."""
+
+    ttft_s: float | None = Field(2.0, gt=0)
+    tpot_s: float | None = Field(0.05, gt=0)
+
+
+EngineFlavour = Literal["vllm", "sglang", "tgi", "llamacpp", "openai"]
+
+
+class PoolSettings(StrictModel):
+    model: str = Field(min_length=1)
+    upstream_model: str | None = None
+    engine: EngineFlavour = "vllm"
+    replicas: ReplicaSources
+    """`static: [urls]`, or one dynamic source: `dns: {name, port, refresh_s}` or
+    `kubernetes: {namespace, service | selector, port, ...}` (gateway/upstream/discovery/settings.py)."""
+    policy: str = "least-load"
+    policy_options: dict[str, Any] = Field(default_factory=dict)
+    max_concurrency_per_replica: int | None = Field(None, ge=1)
+    timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)
+    retries: RetrySettings = Field(default_factory=RetrySettings)
+    breaker: BreakerSettings = Field(default_factory=BreakerSettings)
+    health: HealthCheckSettings = Field(default_factory=HealthCheckSettings)
+    scrape: ScrapeSettings = Field(default_factory=ScrapeSettings)
+    slo: SloSettings = Field(default_factory=SloSettings)
+    autoscale: AutoscaleSignalSettings | None = None
+    """Off unless configured: the signal needs the replica's measured decode rate."""
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, name: str) -> str:
+        known = known_policies()
+        if name not in known:
+            raise ValueError(f"unknown policy {name!r}; known: {', '.join(known)}")
+        return name
+
+    @model_validator(mode="after")
+    def _autoscale_has_b_max(self) -> PoolSettings:
+        if (
+            self.autoscale is not None
+            and self.autoscale.b_max is None
+            and self.max_concurrency_per_replica is None
+        ):
+            raise ValueError("autoscale.b_max: set it, or max_concurrency_per_replica")
+        return self
+
+    @model_validator(mode="after")
+    def _valid_policy_options(self) -> PoolSettings:
+        """Build the policy once so a bad `policy_options` entry fails at start, naming the option."""
+        try:
+            build_policy(self.policy, PolicyContext(rng=random.Random(0), options=self.policy_options))
+            KeySettings.from_options(self.policy_options)
+        except (ValueError, KeyError) as exc:
+            raise ValueError(f"policy_options: {exc}") from None
+        return self
