@@ -159,8 +159,12 @@ def tenant_gate(
     return gate, backend
 
 
-def slot_credits(settings: Settings, backend: RedisBackend | None, clock: Clock) -> SlotCredits | None:
-    """Replica slot credits on Redis (None with memory state: each instance's own cap is the cap)."""
+def slot_credits(
+    settings: Settings, backend: RedisBackend | None, clock: Clock, metrics: GatewayMetrics
+) -> SlotCredits | None:
+    """Replica slot credits on Redis (None with memory state: each instance's own cap is the cap).
+    A failure of the refiller loop itself is logged with its stack trace and counted as
+    `llm_gateway_state_errors_total{operation="slot_credit_refill"}`."""
     if backend is None:
         return None
     state = settings.state
@@ -170,6 +174,7 @@ def slot_credits(settings: Settings, backend: RedisBackend | None, clock: Clock)
         clock,
         ttl_s=state.replica_lease_ttl_s,
         linger_s=state.replica_credit_linger_s,
+        on_error=metrics.state_errors_total.labels("slot_credit_refill").inc,
     )
 
 

@@ -61,7 +61,7 @@ class RequestServer:
         self._metrics = metrics
         self._opener = UpstreamOpener(session, registry, metrics)
         self._gate, self._state_backend = tenant_gate(settings, clock, metrics)
-        self._credits = slot_credits(settings, self._state_backend, clock)
+        self._credits = slot_credits(settings, self._state_backend, clock, metrics)
         self._pools = build_controllers(
             settings,
             registry=registry,

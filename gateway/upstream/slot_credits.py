@@ -87,12 +87,14 @@ class SlotCredits:
         ttl_s: float,
         linger_s: float,
         autostart: bool = True,
+        on_error: Callable[[], None] | None = None,
     ) -> None:
         if ttl_s <= 0 or linger_s <= 0:
             raise ValueError("ttl_s and linger_s must be > 0")
         self.store = store
         self.health = health
         self.clock = clock
+        self._on_error = on_error
         self.ttl_s = ttl_s
         self.linger_s = linger_s
         self._autostart = autostart
@@ -188,6 +190,8 @@ class SlotCredits:
                 due_s = await self.step()
             except Exception:
                 logger.exception("slot credit refiller failed; retrying in %.1f s", PROBE_INTERVAL_S)
+                if self._on_error is not None:
+                    self._on_error()
                 due_s = self.clock.now_s() + PROBE_INTERVAL_S
             timeout_s = None if due_s is None else max(MIN_TICK_S, due_s - self.clock.now_s())
             with contextlib.suppress(TimeoutError):
