@@ -20,7 +20,7 @@ from gateway.errors import UpstreamConnectError, UpstreamStatusError, UpstreamTT
 from gateway.metrics import GatewayMetrics
 from gateway.proxy.exchange import Exchange
 from gateway.proxy.timers import RequestTimers
-from gateway.upstream.registry import Pool, ReplicaRegistry
+from gateway.upstream.registry import Pool
 from gateway.upstream.replica import Replica
 from router.types import Decision, RoutingRequest
 
@@ -43,11 +43,8 @@ def _retry_after_s(response: aiohttp.ClientResponse) -> float | None:
 class UpstreamOpener:
     """Routing decisions and single attempts for the handler's retry loop."""
 
-    def __init__(
-        self, session: aiohttp.ClientSession, registry: ReplicaRegistry, metrics: GatewayMetrics
-    ) -> None:
+    def __init__(self, session: aiohttp.ClientSession, metrics: GatewayMetrics) -> None:
         self._session = session
-        self._registry = registry
         self._metrics = metrics
 
     def decide(self, pool: Pool, routing: RoutingRequest) -> Decision | None:

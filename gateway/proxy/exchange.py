@@ -68,7 +68,7 @@ class Exchange:
         self.guard = guard
         self.attempt_started_s = time.perf_counter()
 
-    async def release(self) -> None:
+    def release(self) -> None:
         """Release the in-flight guard and close the upstream response: a response read to its end has
         already returned its connection to the pool; an unfinished one is closed, which aborts the
         generation on the engine (the client left, or the attempt failed)."""

@@ -59,7 +59,7 @@ class RequestServer:
     ) -> None:
         self._registry = registry
         self._metrics = metrics
-        self._opener = UpstreamOpener(session, registry, metrics)
+        self._opener = UpstreamOpener(session, metrics)
         self._gate, self._state_backend = tenant_gate(settings, clock, metrics)
         self._credits = slot_credits(settings, self._state_backend, clock, metrics)
         self._pools = build_controllers(
@@ -149,7 +149,7 @@ class RequestServer:
                     queue_wait_s=grant.queue_wait_s,
                 )
         finally:
-            await exchange.release()
+            exchange.release()
             await grant.release()
             actual = _actual_tokens(exchange)
             if actual is not None:
@@ -211,7 +211,7 @@ class RequestServer:
                 raise failure
             last_error = failure
             excluded.add(replica.replica_id)
-            await exchange.release()
+            exchange.release()
             await asyncio.sleep(retry.backoff_s(len(excluded)))
 
     def _reclaim(

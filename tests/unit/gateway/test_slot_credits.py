@@ -145,7 +145,7 @@ def instance(
         linger_s=LINGER_S,
         autostart=False,
     )
-    opener = UpstreamOpener(None, registry, metrics)  # type: ignore[arg-type]  # decide() only
+    opener = UpstreamOpener(None, metrics)  # type: ignore[arg-type]  # decide() only
     pools = build_controllers(
         settings,
         registry=registry,
