@@ -20,17 +20,24 @@ answers again. Recovery needs nothing: redis-py reconnects on the next call and 
 loading the script into a restarted server. Other Redis errors (a script bug) are raised, not hidden.
 The client is built with short socket timeouts (default 0.25 s) and no client-side retries: admission
 must answer fast, and the failure policy is the retry.
+
+Waiting: `subscribe(operation, channel)` is the one non-script call — a pub/sub subscription that a
+script's `PUBLISH` wakes (scripts cannot block). It is confirmed by the server before it is handed out, so
+a message published after `subscribe` returns is never missed; each `wait(timeout_s)` overrides the short
+socket timeout for that read only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from enum import StrEnum
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
@@ -130,6 +137,10 @@ class RedisOperation(StrEnum):
     LEASE_RENEW = "lease_renew"
     LEASE_RELEASE = "lease_release"
     LEASE_COUNT = "lease_count"
+    IDEMPOTENCY_CLAIM = "idempotency_claim"
+    IDEMPOTENCY_WAIT = "idempotency_wait"
+    IDEMPOTENCY_RENEW = "idempotency_renew"
+    IDEMPOTENCY_COMPLETE = "idempotency_complete"
 
 
 def make_redis_client(url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Redis:
@@ -252,6 +263,37 @@ class RedisBackend:
         self._record_success()
         return reply
 
+    @contextlib.asynccontextmanager
+    async def subscribe(
+        self, operation: RedisOperation, channel: str
+    ) -> AsyncIterator[ChannelSubscription | None]:
+        """A server-confirmed subscription to `channel` (its own connection, closed on exit), or None
+        when Redis is unreachable (counted and logged like `run`)."""
+        pubsub = self._client.pubsub()
+        try:
+            yield await self._confirm_subscription(operation, channel, pubsub)
+        finally:
+            await pubsub.aclose()  # type: ignore[no-untyped-call]  # untyped in redis-py
+
+    async def _confirm_subscription(
+        self, operation: RedisOperation, channel: str, pubsub: PubSub
+    ) -> ChannelSubscription | None:
+        try:
+            async with asyncio.timeout(self._deadline_s):
+                await pubsub.subscribe(channel)
+                confirmed = await pubsub.get_message(timeout=self._deadline_s)
+            if confirmed is None or confirmed["type"] != "subscribe":
+                raise RedisTimeoutError(f"SUBSCRIBE {channel} was not confirmed")
+        except _UNREACHABLE as exc:
+            self._record_failure(operation, exc)
+            return None
+        self._record_success()
+
+        def unreachable(exc: BaseException) -> None:
+            self._record_failure(operation, exc)
+
+        return ChannelSubscription(pubsub, self._deadline_s, unreachable)
+
     async def aclose(self) -> None:
         """Close the client's connections."""
         await self._client.aclose()
@@ -280,6 +322,28 @@ class RedisBackend:
         if self._outage_started_s is not None:
             logger.warning("redis reachable again after %.1f s", self._clock.now_s() - self._outage_started_s)
             self._outage_started_s = None
+
+
+class ChannelSubscription:
+    """One confirmed pub/sub subscription (see `RedisBackend.subscribe`)."""
+
+    def __init__(
+        self, pubsub: PubSub, deadline_s: float, on_unreachable: Callable[[BaseException], None]
+    ) -> None:
+        self._pubsub = pubsub
+        self._deadline_s = deadline_s
+        self._on_unreachable = on_unreachable
+
+    async def wait(self, timeout_s: float) -> bool:
+        """Wait until a message arrives or `timeout_s` passes (callers re-check either way); False when
+        Redis became unreachable meanwhile (counted and logged)."""
+        try:
+            async with asyncio.timeout(timeout_s + self._deadline_s):
+                await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=timeout_s)
+        except _UNREACHABLE as exc:
+            self._on_unreachable(exc)
+            return False
+        return True
 
 
 class RedisRateLimitStore:

@@ -24,6 +24,7 @@ class ErrorCode(StrEnum):
     QUEUE_TIMEOUT = "queue_timeout"
     NO_REPLICA = "no_replica"
     DRAINING = "draining"
+    STATE_UNAVAILABLE = "state_unavailable"
     UPSTREAM_CONNECT = "upstream_connect"
     UPSTREAM_TTFT_TIMEOUT = "upstream_ttft_timeout"
     UPSTREAM_IDLE_TIMEOUT = "upstream_idle_timeout"
@@ -121,6 +122,13 @@ class NoReplica(Unavailable):
 
 class Draining(Unavailable):
     code = ErrorCode.DRAINING
+
+
+class StateUnavailable(Unavailable):
+    """Shared state (Redis) is unreachable and `state.on_error` is `fail_closed`; Retry-After is the
+    outage's age so far."""
+
+    code = ErrorCode.STATE_UNAVAILABLE
 
 
 class UpstreamError(GatewayError):

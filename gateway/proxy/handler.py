@@ -36,13 +36,14 @@ from gateway.metrics import GatewayMetrics
 from gateway.proxy.admission import tenant_directory
 from gateway.proxy.exchange import Exchange
 from gateway.proxy.idempotency import (
-    IdempotencyCache,
+    IdempotencyStore,
     ResponseRecorder,
     StoredResponse,
     body_digest,
     idempotency_scope,
     replay_headers,
 )
+from gateway.proxy.idempotency_redis import idempotency_store
 from gateway.proxy.relay import finish_body
 from gateway.proxy.serving import RequestServer
 from gateway.settings import Settings, SloSettings
@@ -74,7 +75,7 @@ class ProxyHandler:
         self._metrics = metrics
         self._directory = tenant_directory(settings)
         self._server = RequestServer(settings, registry, session, metrics, clock=clock, rng=rng)
-        self._idempotency = IdempotencyCache(clock)
+        self._idempotency: IdempotencyStore = idempotency_store(self._server.state_backend, clock)
         self.draining = False
         self._active: dict[asyncio.Task[Any], Exchange] = {}
 
@@ -171,7 +172,7 @@ class ProxyHandler:
             await self._server.serve(exchange, parsed, pool, scope, tenant=tenant, priority=priority)
             outcome = recorder.stored()
         finally:
-            self._idempotency.complete(scoped, outcome)
+            await self._idempotency.complete(scoped, outcome)
 
     async def _answer_error(self, exchange: Exchange, error: GatewayError) -> None:
         self._metrics.rejections_total.labels(str(error.code)).inc()

@@ -8,7 +8,9 @@ Scope of a key: (model, tenant or client key, Idempotency-Key). Within `ttl_s`:
 - a leader that fails (error status, disconnect, timeout) stores nothing: waiters wake up and the
   next one becomes the leader, so a client retry after an error really retries;
 - the same key with a different body is a 400 `bad_request` (a client bug, not a duplicate).
-Entries are kept in memory (per gateway instance), bounded by `max_entries` (oldest evicted first).
+`IdempotencyStore` is what the handler depends on. `IdempotencyCache` keeps entries in memory (per
+gateway instance), bounded by `max_entries` (oldest evicted first); with `state.backend: redis`,
+`gateway.proxy.idempotency_redis.RedisIdempotencyStore` gives the same semantics across instances.
 Streaming requests are not covered: a stream cannot be replayed byte-exact without buffering it all.
 """
 
@@ -18,6 +20,7 @@ import asyncio
 import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from admission.clock import Clock
 from gateway.api.asgi_io import Message, Send
@@ -47,8 +50,25 @@ def body_digest(raw: bytes) -> bytes:
     return hashlib.sha256(raw).digest()
 
 
+DIFFERENT_BODY_MESSAGE = "Idempotency-Key was already used with a different request body"
+
+
+class IdempotencyStore(Protocol):
+    """Claim a key, then complete it: the contract of the module docstring."""
+
+    async def claim(self, key: tuple[str, ...], digest: bytes) -> StoredResponse | None:
+        """A stored response to replay (waiting for a running leader first), or None when the caller
+        is now the leader for `key` and must call `complete` exactly once.
+        Raises `BadRequest` when `key` was claimed with another body `digest`."""
+        ...
+
+    async def complete(self, key: tuple[str, ...], response: StoredResponse | None) -> None:
+        """The leader's outcome: a response to store, or None (failed: the next duplicate runs)."""
+        ...
+
+
 class IdempotencyCache:
-    """See the module docstring."""
+    """`IdempotencyStore` in memory; see the module docstring."""
 
     def __init__(
         self, clock: Clock, ttl_s: float = DEFAULT_TTL_S, max_entries: int = DEFAULT_MAX_ENTRIES
@@ -68,12 +88,12 @@ class IdempotencyCache:
                 self._evict_overflow()
                 return None
             if entry.body_digest != digest:
-                raise BadRequest("Idempotency-Key was already used with a different request body")
+                raise BadRequest(DIFFERENT_BODY_MESSAGE)
             if entry.response is not None:
                 return entry.response
             await entry.done.wait()
 
-    def complete(self, key: tuple[str, ...], response: StoredResponse | None) -> None:
+    async def complete(self, key: tuple[str, ...], response: StoredResponse | None) -> None:
         """The leader's outcome: a response to store, or None (failed: the next duplicate runs)."""
         entry = self._entries.get(key)
         if entry is None:

@@ -18,6 +18,7 @@ import aiohttp
 from admission.clock import Clock
 from admission.grant import AdmissionRequest
 from admission.outcomes import AdmissionRefused
+from admission.redis_store import RedisBackend
 from admission.retry_budget import RetryBudget
 from admission.tenants import Tenant
 from gateway.api.asgi_io import Scope, header
@@ -84,6 +85,11 @@ class RequestServer:
             )
             for pool in registry.pools.values()
         }
+
+    @property
+    def state_backend(self) -> RedisBackend | None:
+        """The shared-state (Redis) backend built by `tenant_gate`, None with memory state."""
+        return self._state_backend
 
     def queue_depth(self, model: str) -> int:
         """Requests of `model`'s pool waiting for a replica slot."""

@@ -15,7 +15,7 @@ OK = StoredResponse(200, [(b"content-type", b"application/json")], b"{}")
 async def test_first_claim_leads_then_duplicates_replay() -> None:
     cache = IdempotencyCache(FakeClock())
     assert await cache.claim(KEY, body_digest(b"a")) is None
-    cache.complete(KEY, OK)
+    await cache.complete(KEY, OK)
     assert await cache.claim(KEY, body_digest(b"a")) == OK
 
 
@@ -25,7 +25,7 @@ async def test_concurrent_duplicate_waits_for_the_leader() -> None:
     waiter = asyncio.create_task(cache.claim(KEY, body_digest(b"a")))
     await asyncio.sleep(0)
     assert not waiter.done()
-    cache.complete(KEY, OK)
+    await cache.complete(KEY, OK)
     assert await waiter == OK
 
 
@@ -34,7 +34,7 @@ async def test_failed_leader_hands_over_to_the_next_duplicate() -> None:
     assert await cache.claim(KEY, body_digest(b"a")) is None
     waiter = asyncio.create_task(cache.claim(KEY, body_digest(b"a")))
     await asyncio.sleep(0)
-    cache.complete(KEY, None)
+    await cache.complete(KEY, None)
     assert await waiter is None, "the waiter becomes the new leader"
 
 
@@ -42,7 +42,7 @@ async def test_different_body_is_a_bad_request_and_entries_expire() -> None:
     clock = FakeClock()
     cache = IdempotencyCache(clock, ttl_s=10)
     await cache.claim(KEY, body_digest(b"a"))
-    cache.complete(KEY, OK)
+    await cache.complete(KEY, OK)
     with pytest.raises(BadRequest):
         await cache.claim(KEY, body_digest(b"b"))
     clock.advance(11)
@@ -54,5 +54,5 @@ async def test_bounded_entries() -> None:
     for i in range(5):
         key = ("m", "c", str(i))
         await cache.claim(key, b"")
-        cache.complete(key, OK)
+        await cache.complete(key, OK)
     assert len(cache._entries) == 2
