@@ -59,15 +59,24 @@ class PoolDispatcher:
         registry: ReplicaRegistry,
         opener: UpstreamOpener,
         credits: SlotCredits | None = None,
+        max_inflight: int | None = None,
     ) -> None:
         self._pool = pool
         self._registry = registry
         self._opener = opener
         self._credits = credits
+        self._max_inflight = max_inflight
 
     def claim(self, routing: RoutingRequest) -> Dispatch | None:
         """A slot on the replica routing picks among eligible replicas under their cap (with shared
-        state: under this instance's credits), or None."""
+        state: under this instance's credits), or None.
+
+        The process's upstream connection limit (`upstream.max_connections`) is a cap too: at the limit
+        nothing is claimed and requests wait in admission like any capped request. Left to the HTTP
+        client's own pool, they would wait inside it and its timeouts would be blamed on the replicas
+        (connect failures trip breakers), turning a gateway-local limit into a fleet outage."""
+        if self._max_inflight is not None and self._registry.total_inflight() >= self._max_inflight:
+            return None
         if self._credits is not None:
             self._credits.sync(self._pool)
         decision = self._opener.decide(self._pool, routing)
@@ -195,7 +204,7 @@ def build_controllers(
     if credits is not None:
         registry.add_release_listener(credits.wake)
     for pool in registry.pools.values():
-        dispatcher = PoolDispatcher(pool, registry, opener, credits)
+        dispatcher = PoolDispatcher(pool, registry, opener, credits, settings.upstream.max_connections)
         controller: AdmissionController[Dispatch] = AdmissionController(
             dispatcher.try_dispatch,
             gate,

@@ -18,11 +18,16 @@ import httpx
 
 from gateway.settings import UpstreamClientSettings
 
+CONNECTION_HEADROOM = 16
+"""Connections above `max_connections`: admission caps in-flight requests at `max_connections`
+(`gateway.proxy.admission.PoolDispatcher.claim`), so the pool itself never makes a request wait; the
+headroom covers connections still closing."""
+
 
 def build_proxy_session(settings: UpstreamClientSettings) -> aiohttp.ClientSession:
     """Must be called inside the running event loop (app start-up)."""
     connector = aiohttp.TCPConnector(
-        limit=settings.max_connections,
+        limit=settings.max_connections + CONNECTION_HEADROOM,
         limit_per_host=0,
         keepalive_timeout=settings.keepalive_expiry_s,
         enable_cleanup_closed=True,

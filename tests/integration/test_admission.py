@@ -159,3 +159,22 @@ def test_tenants_are_authenticated_rate_limited_and_clamped(mock_engines, gatewa
         if s.name.endswith("_count")
     }
     assert counts.get("batch") == 3 and "critical" not in counts, "team-a's critical was clamped to batch"
+
+
+def test_the_connection_limit_queues_instead_of_failing_replicas(mock_engines, gateways) -> None:
+    engine = mock_engines(model=MODEL, token_delay_ms=5)
+    raw = gateway_settings([pool([engine], timeouts={"connect_s": 0.1})])
+    raw["upstream"] = {"max_connections": 2}
+    gateway = gateways(raw)
+
+    async def burst() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=20) as client:
+            return await asyncio.gather(*(client.post(CHAT, json=_body(max_tokens=40)) for _ in range(12)))
+
+    responses = asyncio.run(burst())
+    assert {r.status_code for r in responses} == {200}, "requests beyond the limit wait, they do not fail"
+    assert engine.app.counters.max_active <= 2, "never more than the limit in flight"
+    assert all(
+        r.breaker.state == "closed" and r.consecutive_connect_failures == 0
+        for r in gateway.app.state.registry.all_replicas()
+    ), "a local limit is not a replica failure"
