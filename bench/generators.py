@@ -75,7 +75,9 @@ class MultiTurn:
 
         threads = [new_thread() for _ in range(self.active)]
         while True:
-            for slot in range(self.active):
+            # A fresh seeded order each round: a fixed cycle of `active` threads would make round robin
+            # over a replica count dividing `active` pin every thread to one replica (accidental affinity).
+            for slot in rng.sample(range(self.active), self.active):
                 session, history = threads[slot]
                 history.append(("user", synthetic_text(rng, self.user_tokens)))
                 yield RequestSpec(

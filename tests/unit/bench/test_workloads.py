@@ -190,3 +190,14 @@ def test_trace_round_trip_and_errors(tmp_path: Path) -> None:
     bad.write_text('# comment\n\n{"max_tokens": 3}\n')
     with pytest.raises(ValueError, match=r"bad\.jsonl:3"):
         read_trace(bad)
+
+
+def test_multi_turn_order_does_not_pin_threads_under_round_robin() -> None:
+    from itertools import islice
+
+    from bench.generators import MultiTurn
+
+    replicas_by_thread: dict[str, set[int]] = {}
+    for i, spec in enumerate(islice(MultiTurn(active=32, turns=8).requests(seed=3), 32 * 6)):
+        replicas_by_thread.setdefault(spec.session_id, set()).add(i % 4)
+    assert sum(len(seen) > 1 for seen in replicas_by_thread.values()) > len(replicas_by_thread) // 2
