@@ -12,7 +12,7 @@ MINIMAL = {"pools": [{"model": "m", "replicas": {"static": ["http://127.0.0.1:81
 def test_defaults_fill_a_minimal_config() -> None:
     settings = parse_settings(MINIMAL)
     pool = settings.pools[0]
-    assert pool.policy == "least-load" and pool.engine == "vllm"
+    assert pool.policy == "prefix-index" and pool.engine == "vllm"
     assert pool.timeouts.ttft_s == 15.0 and pool.retries.max_attempts == 3
     assert settings.state.backend == "memory"
 
