@@ -66,11 +66,22 @@ from admission.timers import LoopTimers, TimerHandle, Timers
 @dataclass(frozen=True, slots=True)
 class AdmissionConfig:
     """A pool's queue: classes (highest first, with max wait and optional own depth), the global
-    depth (default 2000) and the Retry-After ceiling (default 120 s)."""
+    depth (default 2000), the Retry-After ceiling (default 120 s), and early refusal.
+
+    `early_refusal_ratio` (None: off): refuse an arrival at once with `queue_full` when its expected
+    wait already exceeds that multiple of its class's `max_wait_s`,
+
+        expected_wait_s = (ahead_of(class) + 1) / measured dispatch rate,
+
+    instead of queueing it only to answer `queue_timeout` after the full wait: a refusal that is
+    certain anyway should be fast (and its Retry-After is the same estimate). No prediction is made
+    before a dispatch rate has been measured.
+    """
 
     classes: tuple[PriorityClass, ...] = DEFAULT_PRIORITY_CLASSES
     max_queue_depth: int = DEFAULT_MAX_QUEUE_DEPTH
     max_retry_after_s: int = DEFAULT_MAX_RETRY_AFTER_S
+    early_refusal_ratio: float | None = None
 
 
 @dataclass(eq=False, slots=True)
@@ -177,6 +188,7 @@ class AdmissionController(Generic[T]):
             if token is not None:
                 self._record_dispatch(priority, 0.0, fast_path=True)
                 return token, 0.0
+        self._refuse_if_hopeless(priority)
         waiter: _Waiter[T] = _Waiter(request, asyncio.get_running_loop().create_future())
         pushed = self._queue.push(
             waiter, priority, request.tenant.name, request.estimated_tokens, request.weight
@@ -194,6 +206,22 @@ class AdmissionController(Generic[T]):
         except asyncio.CancelledError:
             self._abandon(pushed.entry)
             raise
+
+    def _refuse_if_hopeless(self, priority: str) -> None:
+        """Early refusal (see `AdmissionConfig.early_refusal_ratio`)."""
+        ratio = self._config.early_refusal_ratio
+        rate = self._meter.rate_per_s()
+        if ratio is None or not rate:
+            return
+        expected_wait_s = (self._queue.ahead_of(priority) + 1) / rate
+        max_wait_s = self._queue.priority_class(priority).max_wait_s
+        if expected_wait_s > ratio * max_wait_s:
+            raise self._queue_refusal(
+                RejectReason.QUEUE_FULL,
+                priority,
+                f"the {priority} queue would take about {expected_wait_s:.1f} s, "
+                f"over its {max_wait_s:g} s limit",
+            )
 
     def _pump(self) -> None:
         if self._pumping:  # try_dispatch or a token release called back into us: go round again

@@ -144,7 +144,11 @@ def tenant_directory(settings: Settings) -> TenantDirectory:
 
 def admission_config(settings: AdmissionSettings) -> AdmissionConfig:
     classes = tuple(PriorityClass(name, c.max_wait_s, c.max_depth) for name, c in settings.classes.items())
-    return AdmissionConfig(classes=classes, max_queue_depth=settings.max_queue_depth)
+    return AdmissionConfig(
+        classes=classes,
+        max_queue_depth=settings.max_queue_depth,
+        early_refusal_ratio=settings.early_refusal_ratio,
+    )
 
 
 def tenant_gate(

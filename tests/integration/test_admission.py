@@ -59,6 +59,7 @@ def test_queue_timeout_and_queue_full(mock_engines, gateways) -> None:
             "batch": {"max_wait_s": 5},
         },
         "max_queue_depth": 1,
+        "early_refusal_ratio": None,
     }
     gateway = gateways(raw)
     with httpx.Client(base_url=gateway.url, timeout=10) as client:
@@ -178,3 +179,19 @@ def test_the_connection_limit_queues_instead_of_failing_replicas(mock_engines, g
         r.breaker.state == "closed" and r.consecutive_connect_failures == 0
         for r in gateway.app.state.registry.all_replicas()
     ), "a local limit is not a replica failure"
+
+
+def test_a_hopeless_wait_is_refused_at_arrival_not_after_it(mock_engines, gateways) -> None:
+    engine = mock_engines(model=MODEL, token_delay_ms=20)
+    raw = gateway_settings([pool([engine], max_concurrency_per_replica=1)])
+    raw["admission"] = {"classes": {"interactive": {"max_wait_s": 0.3}}}
+    gateway = gateways(raw)
+    with httpx.Client(base_url=gateway.url, timeout=10) as client:
+        with client.stream("POST", CHAT, json=_body(max_tokens=300, stream=True)) as held:
+            assert held.status_code == 200
+            started = time.monotonic()
+            refused = client.post(CHAT, json=_body())
+            elapsed_s = time.monotonic() - started
+            _contract(refused, 429, "queue_full")
+            assert "limit" in refused.json()["error"]["message"]
+            assert elapsed_s < 0.2, "refused at once, not after the 0.3 s class limit"

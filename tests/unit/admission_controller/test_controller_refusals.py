@@ -202,3 +202,33 @@ async def test_default_loop_timer_expires_waiters_in_real_time() -> None:
     assert 0.04 <= clock.now_s() - started_s < 1.0
     await first.release()
     assert fleet.dispatched == ["running"]
+
+
+async def test_early_refusal_when_the_expected_wait_exceeds_the_class_limit() -> None:
+    from admission.controller import AdmissionConfig, AdmissionController
+
+    h = make_harness(slots=1)
+    config = AdmissionConfig(early_refusal_ratio=1.0)
+    controller = AdmissionController(
+        h.fleet.try_dispatch, h.gate, clock=h.clock, config=config, timers=h.timers
+    )
+    h.fleet.controller = controller
+    first = await controller.admit(req("running"))
+    assert controller.dispatch_rate_per_s() is not None
+    queued = [asyncio.create_task(controller.admit(req(f"i{n}"))) for n in range(3)]
+    await settle()
+    h.clock.advance(5.0)  # one dispatch in 5 s: about 0.2 per second measured
+    rate = controller.dispatch_rate_per_s()
+    assert rate is not None and (3 + 1) / rate > 10.0, "four ahead at this rate cannot make the 10 s limit"
+    with pytest.raises(AdmissionRefused) as refused:
+        await controller.admit(req("hopeless"))
+    assert refused.value.reason is RejectReason.QUEUE_FULL and "over its 10 s limit" in str(refused.value)
+    assert refused.value.retry_after_s >= 1
+    assert "hopeless" not in h.fleet.asked
+    critical = asyncio.create_task(controller.admit(req("c", "critical")))
+    await settle()
+    assert not critical.done(), "nothing is ahead of a critical arrival: it queues"
+    await first.release()
+    for task in (critical, *queued):
+        await settle()
+        await (await task).release()
