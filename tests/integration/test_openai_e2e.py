@@ -6,6 +6,7 @@ import openai
 import pytest
 
 from tests.integration.conftest import MODEL, Fleet
+from tests.servers import wait_until
 
 
 def _client(fleet: Fleet) -> openai.OpenAI:
@@ -35,8 +36,9 @@ def test_chat_streaming_strips_usage_the_client_did_not_ask_for(fleet: Fleet) ->
     assert len(text.split()) == 4
     assert all(c.usage is None for c in chunks)
     assert all(c.choices for c in chunks), "the usage-only chunk must not reach a client that did not ask"
-    tokens = fleet.app.state.metrics.tokens_total.labels("output")._value.get()
-    assert tokens == 4, "the gateway still accounts the tokens from the usage it asked for"
+    output_tokens = fleet.app.state.metrics.tokens_total.labels("output")
+    # accounted in the handler's `finally`, just after the last byte reached the client
+    assert wait_until(lambda: output_tokens._value.get() == 4), "the gateway accounts the usage it asked for"
 
 
 def test_chat_streaming_keeps_usage_when_asked(fleet: Fleet) -> None:
@@ -122,5 +124,8 @@ def test_goodput_counts_requests_within_the_slo(mock_engines, gateways) -> None:
                 model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=5, stream=True
             )
         )
+    for g in (fast, slow):  # accounting happens in the handler's `finally`, after the last byte
+        done = g.app.state.metrics.requests_total.labels(MODEL, "success")
+        assert wait_until(lambda done=done: done._value.get() == 1)
     good = [g.app.state.metrics.goodput_tokens_total.labels(MODEL)._value.get() for g in (fast, slow)]
     assert good == [5, 0], "20 ms per token meets a 500 ms TPOT SLO, not a 1 ms one"
