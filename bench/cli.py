@@ -21,32 +21,36 @@ from bench import commands, overhead
 Handler = Callable[[argparse.Namespace], int]
 
 
+_SUBCOMMANDS: tuple[tuple[str, str, str | None, Callable[[argparse.ArgumentParser], None], Handler], ...] = (
+    ("run", "one target, one workload", commands.__doc__, commands.add_run_arguments, commands.run_command),
+    (
+        "compare",
+        "policies or configs side by side",
+        commands.__doc__,
+        commands.add_compare_arguments,
+        commands.compare_command,
+    ),
+    (
+        "overhead",
+        "gateway overhead vs direct-to-engine",
+        overhead.__doc__,
+        overhead.add_arguments,
+        overhead.run,
+    ),
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="bench_command", required=True, metavar="{run,compare,overhead}")
-    run_parser = sub.add_parser(
-        "run",
-        help="one target, one workload",
-        description=commands.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    commands.add_run_arguments(run_parser)
-    run_parser.set_defaults(bench_func=commands.run_command)
-    compare_parser = sub.add_parser(
-        "compare",
-        help="policies or configs side by side",
-        description=commands.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    commands.add_compare_arguments(compare_parser)
-    compare_parser.set_defaults(bench_func=commands.compare_command)
-    overhead_parser = sub.add_parser(
-        "overhead",
-        help="gateway overhead vs direct-to-engine",
-        description=overhead.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    overhead.add_arguments(overhead_parser)
-    overhead_parser.set_defaults(bench_func=overhead.run)
+    for name, help_text, description, add_args, handler in _SUBCOMMANDS:
+        subparser = sub.add_parser(
+            name,
+            help=help_text,
+            description=description,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        add_args(subparser)
+        subparser.set_defaults(bench_func=handler)
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
