@@ -31,8 +31,9 @@ is eligible at all): on the fast path that refusal propagates; from the queue, t
 the round continues with the next one. Any other exception fails that waiter the same way.
 
 Retry-After of every queue refusal: `queue_retry_after_s(ahead, λ, drain_bound)` — `ahead` = waiters at
-or above the class, λ = measured dispatch rate (`DispatchRateMeter`, all dispatches incl. fast path),
-capped by the time by which everything ahead has left the queue; clamped to [1, max_retry_after_s].
+or above the class, λ = measured dispatch rate of the class and those below it (`DispatchRateMeter`s,
+all dispatches incl. fast path; the classes above take the rest), capped by the time by which
+everything ahead has left the queue; clamped to [1, max_retry_after_s].
 
 Every refusal raised by `admit` is counted in `stats.rejected` and reported to the observer once.
 Tokens charged by the rate limiter are refunded when the request does not run (see `TenantGate`).
@@ -58,6 +59,7 @@ from admission.priority_queue import (
     PriorityQueue,
     QueueEntry,
 )
+from admission.release_forecast import ReleaseForecast
 from admission.retry_after import DEFAULT_MAX_RETRY_AFTER_S, queue_retry_after_s
 from admission.tenant_gate import TenantGate
 from admission.timers import LoopTimers, TimerHandle, Timers
@@ -69,13 +71,22 @@ class AdmissionConfig:
     depth (default 2000), the Retry-After ceiling (default 120 s), and early refusal.
 
     `early_refusal_ratio` (None: off): refuse an arrival at once with `queue_full` when its expected
-    wait already exceeds that multiple of its class's `max_wait_s`,
+    wait already exceeds that multiple of its class's `max_wait_s`, instead of queueing it only to
+    answer `queue_timeout` after the full wait: a refusal that is certain anyway should be fast.
 
-        expected_wait_s = (ahead_of(class) + 1) / measured dispatch rate,
+    The expected wait of an arrival of class k counts everything that will be dispatched before it:
+    the `ahead_k` waiters now queued at or above k, and the higher classes that keep arriving while it
+    waits (they overtake it). With μ the measured dispatch rate and λ_above the part of it taken by
+    the classes strictly above k, these are served at μ − λ_above, which is the measured dispatch rate
+    of class k and the classes below it (`serving_rate_per_s`):
 
-    instead of queueing it only to answer `queue_timeout` after the full wait: a refusal that is
-    certain anyway should be fast (and its Retry-After is the same estimate). No prediction is made
-    before a dispatch rate has been measured.
+        expected_wait_s = (ahead_k + 1) / (μ − λ_above)        (∞ when μ − λ_above = 0)
+
+    A class that the classes above leave no capacity to is refused at arrival rather than after its
+    `max_wait_s`. The estimate is consulted only when the fast path found no free slot, so a class
+    whose rate decayed while it was idle is dispatched again as soon as a slot is free at its arrival
+    (which records a rate for it). Its Retry-After uses the same rate (`queue_retry_after_s`). No
+    prediction is made before any dispatch has been measured.
     """
 
     classes: tuple[PriorityClass, ...] = DEFAULT_PRIORITY_CLASSES
@@ -113,6 +124,8 @@ class AdmissionController(Generic[T]):
             clock, self._config.classes, self._config.max_queue_depth
         )
         self._meter = DispatchRateMeter(clock)
+        self._class_meters = {name: DispatchRateMeter(clock) for name in self._queue.class_names}
+        self._forecast = ReleaseForecast(clock)
         self.stats = AdmissionStats()
         self._timer: TimerHandle | None = None
         self._timer_at_s = math.inf
@@ -135,6 +148,16 @@ class AdmissionController(Generic[T]):
     def dispatch_rate_per_s(self) -> float | None:
         """Measured dispatches per second (None before the first)."""
         return self._meter.rate_per_s()
+
+    def serving_rate_per_s(self, priority: str) -> float | None:
+        """Measured dispatches per second of class `priority` and the classes below it: the rate at
+        which its waiters move once the classes above have taken their share (μ − λ_above, see
+        `AdmissionConfig`). None before the first dispatch of any class."""
+        if self._meter.rate_per_s() is None:
+            return None
+        names = self._queue.class_names
+        at_and_below = names[names.index(self._queue.priority_class(priority).name) :]
+        return sum(self._class_meters[name].rate_per_s() or 0.0 for name in at_and_below)
 
     async def admit(self, request: AdmissionRequest) -> Grant[T]:
         """Admit `request` or raise `AdmissionRefused`; ValueError for an unknown class or negative
@@ -161,6 +184,7 @@ class AdmissionController(Generic[T]):
             gate=self._gate,
             tenant_pass=tenant_pass,
             clock=self._clock,
+            forecast=self._forecast,
         )
 
     def on_release(self) -> None:
@@ -210,18 +234,28 @@ class AdmissionController(Generic[T]):
     def _refuse_if_hopeless(self, priority: str) -> None:
         """Early refusal (see `AdmissionConfig.early_refusal_ratio`)."""
         ratio = self._config.early_refusal_ratio
-        rate = self._meter.rate_per_s()
-        if ratio is None or not rate:
+        rate = None if ratio is None else self.serving_rate_per_s(priority)
+        total_rate = self._meter.rate_per_s()
+        if ratio is None or rate is None or total_rate is None:
             return
-        expected_wait_s = (self._queue.ahead_of(priority) + 1) / rate
+        ahead = self._queue.ahead_of(priority)
         max_wait_s = self._queue.priority_class(priority).max_wait_s
-        if expected_wait_s > ratio * max_wait_s:
-            raise self._queue_refusal(
-                RejectReason.QUEUE_FULL,
-                priority,
-                f"the {priority} queue would take about {expected_wait_s:.1f} s, "
-                f"over its {max_wait_s:g} s limit",
+        budget_s = ratio * max_wait_s
+        if ahead + 1 > rate * budget_s:  # expected wait (ahead + 1) / rate over the budget
+            wait = (
+                f"about {(ahead + 1) / rate:.1f} s"
+                if rate > 0
+                else "indefinitely (the classes above take all)"
             )
+            why = f"the {priority} queue would take {wait}, over its {max_wait_s:g} s limit"
+            raise self._queue_refusal(RejectReason.QUEUE_FULL, priority, why)
+        releases = math.ceil(ahead + 1 + (total_rate - rate) * budget_s)  # incl. later higher arrivals
+        if self._forecast.releases_due(releases, budget_s) is False:
+            why = (
+                f"the {priority} queue needs {releases} replica slots freed within {budget_s:g} s "
+                "and the requests running now are not expected to free them in time"
+            )
+            raise self._queue_refusal(RejectReason.QUEUE_FULL, priority, why)
 
     def _pump(self) -> None:
         if self._pumping:  # try_dispatch or a token release called back into us: go round again
@@ -294,7 +328,7 @@ class AdmissionController(Generic[T]):
     def _queue_refusal(self, reason: RejectReason, priority: str, message: str) -> AdmissionRefused:
         retry_after_s = queue_retry_after_s(
             self._queue.ahead_of(priority),
-            self._meter.rate_per_s(),
+            self.serving_rate_per_s(priority),
             self._queue.drain_bound_s(priority),
             self._config.max_retry_after_s,
         )
@@ -306,6 +340,7 @@ class AdmissionController(Generic[T]):
 
     def _record_dispatch(self, priority: str, queue_wait_s: float, fast_path: bool) -> None:
         self._meter.record()
+        self._class_meters[priority].record()
         self.stats.record_dispatch(priority, queue_wait_s, fast_path)
         if self._observer is not None:
             self._observer.dispatched(priority, queue_wait_s)

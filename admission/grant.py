@@ -7,8 +7,9 @@ e.g. its in-flight guard wrapped with the routing decision. The token must alrea
 must be idempotent: the controller releases a token itself when a waiter is cancelled in the instant
 between being dispatched and resuming, and `Grant.release()` releases it on every path.
 
-`Grant.release()` is the one release of everything admission gave: the token (synchronously, first),
-then the tenant's bulkhead lease; idempotent, for the caller's `finally`. `Grant.reconcile(actual)`
+`Grant.release()` is the one release of everything admission gave: the token (synchronously, first,
+after telling the controller's `ReleaseForecast` how long the slot was held), then the tenant's
+bulkhead lease; idempotent, for the caller's `finally`. `Grant.reconcile(actual)`
 corrects the token bucket once the actual usage is known (once; later calls do nothing).
 """
 
@@ -19,6 +20,7 @@ from typing import Generic, Protocol, TypeVar
 
 from admission.clock import Clock
 from admission.rate_limit import RateLimitResult
+from admission.release_forecast import ReleaseForecast
 from admission.tenant_gate import TenantGate, TenantPass
 from admission.tenants import Tenant
 from router.types import RoutingRequest
@@ -61,7 +63,9 @@ class Grant(Generic[T]):
 
     __slots__ = (
         "_clock",
+        "_forecast",
         "_gate",
+        "_hold_key",
         "_pass",
         "_released",
         "dispatched_at_s",
@@ -79,6 +83,7 @@ class Grant(Generic[T]):
         gate: TenantGate,
         tenant_pass: TenantPass,
         clock: Clock,
+        forecast: ReleaseForecast | None = None,
     ) -> None:
         self.token = token
         self.request = request
@@ -88,6 +93,8 @@ class Grant(Generic[T]):
         self._pass = tenant_pass
         self._clock = clock
         self._released = False
+        self._forecast = forecast
+        self._hold_key = forecast.hold() if forecast is not None else -1
 
     @property
     def queue_wait_ms(self) -> float:
@@ -109,6 +116,8 @@ class Grant(Generic[T]):
         if self._released:
             return
         self._released = True
+        if self._forecast is not None:
+            self._forecast.release(self._hold_key)
         try:
             self.token.release()
         finally:

@@ -115,8 +115,10 @@ class AdmissionSettings(StrictModel):
     classes: dict[str, PriorityClassSettings] = Field(default_factory=_default_classes)
     max_queue_depth: int = Field(2000, ge=1)
     early_refusal_ratio: float | None = Field(1.0, gt=0)
-    """Refuse at arrival (429 `queue_full`) when the expected wait exceeds this × the class's max wait,
-    rather than after it; null waits the full `max_wait_s` before `queue_timeout`."""
+    """Refuse at arrival (429 `queue_full`) when the request is not expected to be dispatched within this
+    × the class's max wait — by the measured dispatch rate of its class and those below, and by the
+    release forecast of the requests running now (`admission.controller.AdmissionConfig`) — rather than
+    after it; null waits the full `max_wait_s` before `queue_timeout`."""
     default_priority: str = "interactive"
     allow_anonymous: bool = False
 

@@ -6,11 +6,12 @@ import math
 
 import pytest
 
+from admission.grant import Grant
 from admission.outcomes import AdmissionRefused, RejectReason
 from admission.priority_queue import PriorityClass
 from admission.retry_after import queue_retry_after_s
 
-from .fakes import make_harness, req, settle
+from .fakes import Harness, Slot, make_harness, req, settle
 
 
 def refusal_of(task: asyncio.Task[object]) -> AdmissionRefused:
@@ -100,11 +101,11 @@ async def test_a_waiter_past_its_deadline_gets_queue_timeout_before_it_could_be_
 async def test_expiry_retry_after_uses_the_measured_dispatch_rate() -> None:
     classes = (PriorityClass("critical", 30.0), PriorityClass("interactive", 2.0))
     h = make_harness(slots=1, classes=classes)
-    grant = await h.controller.admit(req("g0", "critical"))
+    grant = await h.controller.admit(req("g0", "interactive"))
     for n in range(1, 5):  # four more dispatches, one per second: rate ≈ 1/s
         h.clock.advance(1.0)
         await grant.release()
-        grant = await h.controller.admit(req(f"g{n}", "critical"))
+        grant = await h.controller.admit(req(f"g{n}", "interactive"))
     waiters = [asyncio.create_task(h.controller.admit(req(f"c{n}", "critical"))) for n in range(3)]
     doomed = asyncio.create_task(h.controller.admit(req("i", "interactive")))
     await settle()
@@ -115,6 +116,30 @@ async def test_expiry_retry_after_uses_the_measured_dispatch_rate() -> None:
     assert rate is not None
     assert refused.retry_after_s == queue_retry_after_s(3, rate, drain_bound_s=28.0)  # 3 critical ahead
     assert refused.retry_after_s == math.ceil(3 / rate) > 1
+    for task in waiters:
+        task.cancel()
+    await grant.release()
+
+
+async def test_retry_after_of_a_class_the_higher_classes_starve_is_the_drain_bound() -> None:
+    """Every dispatch so far went to critical: interactive is served at 0/s, so its Retry-After is the
+    time by which the critical waiters ahead have left the queue, not ahead ÷ the total rate."""
+    classes = (PriorityClass("critical", 30.0), PriorityClass("interactive", 2.0))
+    h = make_harness(slots=1, classes=classes)
+    grant = await h.controller.admit(req("g0", "critical"))
+    for n in range(1, 5):
+        h.clock.advance(1.0)
+        await grant.release()
+        grant = await h.controller.admit(req(f"g{n}", "critical"))
+    waiters = [asyncio.create_task(h.controller.admit(req(f"c{n}", "critical"))) for n in range(3)]
+    doomed = asyncio.create_task(h.controller.admit(req("i", "interactive")))
+    await settle()
+    assert h.controller.serving_rate_per_s("interactive") == 0.0
+    total = h.controller.dispatch_rate_per_s()
+    assert total is not None and math.ceil(3 / total) < 28
+    h.timers.advance(2.0)
+    await settle()
+    assert refusal_of(doomed).retry_after_s == queue_retry_after_s(3, 0.0, drain_bound_s=28.0) == 28
     for task in waiters:
         task.cancel()
     await grant.release()
@@ -232,3 +257,83 @@ async def test_early_refusal_when_the_expected_wait_exceeds_the_class_limit() ->
     for task in (critical, *queued):
         await settle()
         await (await task).release()
+
+
+async def _dispatch_one_per_second(h: Harness, priorities: list[str]) -> Grant[Slot]:
+    """Dispatch one request per second through the fast path, of the given classes in turn; return
+    the grant still holding the fleet's single slot."""
+    grant = await h.controller.admit(req("g0", priorities[0]))
+    for n, priority in enumerate(priorities[1:], start=1):
+        h.clock.advance(1.0)
+        await grant.release()
+        grant = await h.controller.admit(req(f"g{n}", priority))
+    return grant
+
+
+async def test_early_refusal_counts_the_higher_classes_that_will_overtake() -> None:
+    """Half the dispatches go to critical: an interactive arrival behind 2 interactive waiters needs 3
+    dispatches of the ~0.5/s left to its class (≈ 6 s > 4 s), though at the total ~1/s it would seem to
+    make it (≈ 3 s): it is refused at arrival, not after 4 s of waiting."""
+    classes = (PriorityClass("critical", 30.0), PriorityClass("interactive", 4.0))
+    h = make_harness(slots=1, classes=classes, early_refusal_ratio=1.0)
+    grant = await _dispatch_one_per_second(h, ["critical", "interactive"] * 4)
+    total, serving = h.controller.dispatch_rate_per_s(), h.controller.serving_rate_per_s("interactive")
+    assert total is not None and serving is not None
+    assert 3 / total <= 4.0 < 3 / serving
+    waiters = [asyncio.create_task(h.controller.admit(req(f"w{n}"))) for n in range(2)]
+    await settle()
+    with pytest.raises(AdmissionRefused) as refused:
+        await h.controller.admit(req("overtaken"))
+    assert refused.value.reason is RejectReason.QUEUE_FULL
+    assert "over its 4 s limit" in str(refused.value)
+    assert refused.value.retry_after_s == queue_retry_after_s(2, serving, drain_bound_s=4.0)
+    critical = asyncio.create_task(h.controller.admit(req("c", "critical")))
+    await settle()
+    assert not critical.done(), "critical has nothing above it: 1 / ~0.5 s is within 30 s, it queues"
+    for task in (critical, *waiters):
+        task.cancel()
+    await grant.release()
+
+
+async def test_a_class_starved_by_the_classes_above_is_refused_at_arrival() -> None:
+    h = make_harness(slots=1, early_refusal_ratio=1.0)
+    grant = await _dispatch_one_per_second(h, ["interactive"] * 5)
+    assert h.controller.serving_rate_per_s("batch") == 0.0
+    with pytest.raises(AdmissionRefused) as refused:
+        await h.controller.admit(req("b", "batch"))
+    assert "indefinitely" in str(refused.value) and refused.value.retry_after_s >= 1
+    assert "b" not in h.fleet.dispatched
+    await grant.release()
+    late = await h.controller.admit(req("b-late", "batch"))
+    assert h.fleet.dispatched[-1] == "b-late", "a free slot at arrival takes the fast path, whatever the rate"
+    assert (h.controller.serving_rate_per_s("batch") or 0.0) > 0.0
+    await late.release()
+
+
+async def test_early_refusal_when_the_running_cohort_frees_no_slot_in_time() -> None:
+    """4 slots taken together by a cohort that holds them ~4 s: the average rate (8 dispatches in 4 s)
+    says an arrival would wait about half a second, but no slot frees up within its 2 s limit — it is
+    refused at once. 2.5 s later the cohort is due within 2 s and an arrival queues."""
+    classes = (PriorityClass("critical", 30.0), PriorityClass("interactive", 2.0))
+    h = make_harness(slots=4, classes=classes, early_refusal_ratio=1.0)
+    first = [await h.controller.admit(req(f"a{n}")) for n in range(4)]
+    h.clock.advance(4.0)
+    for grant in first:
+        await grant.release()
+    cohort = [await h.controller.admit(req(f"b{n}")) for n in range(4)]
+    rate = h.controller.serving_rate_per_s("interactive")
+    assert rate is not None and 1 / rate < 2.0, "the rate alone would queue it"
+    with pytest.raises(AdmissionRefused) as refused:
+        await h.controller.admit(req("too-early"))
+    assert refused.value.reason is RejectReason.QUEUE_FULL
+    assert "not expected to free them in time" in str(refused.value)
+    h.clock.advance(2.5)
+    waiter = asyncio.create_task(h.controller.admit(req("in-time")))
+    await settle()
+    assert not waiter.done(), "the cohort is due within 2 s: it waits"
+    await cohort[0].release()
+    await settle()
+    assert h.fleet.dispatched[-1] == "in-time"
+    for grant in (*cohort, await waiter):
+        await grant.release()
+    assert h.fleet.in_use == 0

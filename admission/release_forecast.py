@@ -1,0 +1,84 @@
+"""Forecast of replica-slot releases from the grants held now: when will the next k slots free up?
+
+The measured dispatch rate μ says how many slots free up per second *on average*. When requests are
+alike in length it is a poor guide to the next few seconds: a burst of dispatches becomes a cohort that
+finishes together about one service time later, so slots free up in waves with nothing in between, and
+a waiter that arrives just after a wave waits a whole service time, whatever μ says. The controller's
+early refusal therefore also asks this forecast, which knows when each held grant was dispatched:
+
+    grant i (dispatched at d_i) is expected to release at d_i + S
+    releases within h seconds  R(h) = #{i : d_i + S ≤ now + h}
+
+where S is the mean hold time (dispatch → release) of completed grants, an exponentially weighted mean
+over completions (weight `DEFAULT_SMOOTHING` = 0.05 per completion: about the last 20 count).
+Grants older than S count as releasing at once. Grants dispatched later cannot release within h
+when h < S; for h ≥ S the forecast cannot say (those would count too) and answers None, as it does
+before the first completion.
+
+Grants are kept in dispatch order (the clock is monotonic), so "are at least k releases due within h"
+is one look at the k-th oldest held grant: O(k) in C, no sorting.
+"""
+
+from __future__ import annotations
+
+from itertools import islice
+
+from admission.clock import Clock
+
+DEFAULT_SMOOTHING = 0.05
+
+
+class ReleaseForecast:
+    """Held grants by dispatch time, and the mean hold time of completed ones (see the module doc)."""
+
+    def __init__(self, clock: Clock, smoothing: float = DEFAULT_SMOOTHING) -> None:
+        if not 0.0 < smoothing <= 1.0:
+            raise ValueError(f"smoothing must be in (0, 1] (got {smoothing})")
+        self._clock = clock
+        self._smoothing = smoothing
+        self._held: dict[int, float] = {}
+        self._next_key = 0
+        self._mean_hold_s: float | None = None
+
+    def __len__(self) -> int:
+        """Grants held now."""
+        return len(self._held)
+
+    @property
+    def mean_hold_s(self) -> float | None:
+        """S: the smoothed hold time of completed grants (None before the first completion)."""
+        return self._mean_hold_s
+
+    def hold(self) -> int:
+        """A grant was dispatched now; returns its key for `release`."""
+        key = self._next_key
+        self._next_key += 1
+        self._held[key] = self._clock.now_s()
+        return key
+
+    def release(self, key: int) -> None:
+        """The grant `key` released its slot now (its hold time updates S). Unknown keys are ignored,
+        so a double release cannot skew S."""
+        dispatched_at_s = self._held.pop(key, None)
+        if dispatched_at_s is None:
+            return
+        hold_s = max(0.0, self._clock.now_s() - dispatched_at_s)
+        if self._mean_hold_s is None:
+            self._mean_hold_s = hold_s
+        else:
+            self._mean_hold_s += self._smoothing * (hold_s - self._mean_hold_s)
+
+    def releases_due(self, count: int, within_s: float) -> bool | None:
+        """Whether at least `count` held grants are expected to release within `within_s` (R(h) ≥ k).
+
+        None when the forecast cannot tell: no completion measured yet, or `within_s` ≥ S (grants
+        dispatched meanwhile would release too). `count` ≤ 0 is trivially True."""
+        if count <= 0:
+            return True
+        mean_hold_s = self._mean_hold_s
+        if mean_hold_s is None or within_s >= mean_hold_s:
+            return None
+        kth_oldest = next(islice(iter(self._held.values()), count - 1, None), None)
+        if kth_oldest is None:
+            return False
+        return kth_oldest + mean_hold_s <= self._clock.now_s() + within_s
