@@ -21,6 +21,27 @@ PREFIX = "llm_gateway"
 _LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320)
 _TPOT_BUCKETS_S = (0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0)
 _DECIDE_BUCKETS_S = (1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3)
+# Refusals at arrival take about a millisecond, queue timeouts a class's max wait (seconds to minutes).
+_REJECTION_BUCKETS_S = (
+    0.0005,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+    120,
+    300,
+)
 
 METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -146,6 +167,14 @@ class GatewayMetrics:
             f"{PREFIX}_rejections_total",
             "Requests answered with a contract error, by reason",
             ["reason"],
+            registry=r,
+        )
+        self.rejection_duration_seconds = Histogram(
+            f"{PREFIX}_rejection_duration_seconds",
+            "Time from the request reaching the gateway's handler to its error response being written, "
+            "by reason (errors before the first byte; a stream's terminal error event is not counted)",
+            ["reason"],
+            buckets=_REJECTION_BUCKETS_S,
             registry=r,
         )
         self.goodput_requests_total = Counter(

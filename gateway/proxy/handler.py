@@ -186,6 +186,7 @@ class ProxyHandler:
         if exchange.decision is not None:
             headers.append(("x-gateway-replica", exchange.decision.replica_id))
         await send_response(exchange.send, answer.status, headers, answer.body)
+        self._metrics.rejection_duration_seconds.labels(str(error.code)).observe(exchange.elapsed_s())
 
     def _account(self, exchange: Exchange, outcome: str) -> None:
         model = exchange.pool.model if exchange.pool is not None else UNKNOWN_MODEL_LABEL

@@ -195,6 +195,7 @@ def test_every_expression_names_only_known_metrics() -> None:
         "llm_gateway_replica_up",
         "llm_gateway_scrape_errors_total",
         "llm_gateway_rejections_total",
+        "llm_gateway_rejection_duration_seconds_bucket",
         "llm_gateway_tokens_total",
     ],
 )

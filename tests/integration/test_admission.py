@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import hashlib
 import time
+from typing import Any
 
 import httpx
 
@@ -89,6 +90,17 @@ def test_queue_timeout_and_queue_full(mock_engines, gateways) -> None:
             _contract(refused, 429, "queue_full")
             _contract(displaced, 429, "queue_full")
     assert wait_until(lambda: gateway.app.state.registry.total_inflight() == 0)
+    durations = gateway.app.state.metrics.rejection_duration_seconds
+    assert wait_until(lambda: _histogram(durations, "queue_full")[0] == 2)
+    count, sum_s = _histogram(durations, "queue_timeout")
+    assert count == 1 and 0.25 <= sum_s < 2.0, "a queue timeout is timed from arrival to its 429"
+
+
+def _histogram(histogram: Any, reason: str) -> tuple[float, float]:
+    """(count, sum) of one label of a prometheus_client Histogram."""
+    samples = {s.name: s.value for s in histogram.collect()[0].samples if s.labels.get("reason") == reason}
+    prefix = "llm_gateway_rejection_duration_seconds"
+    return samples.get(f"{prefix}_count", 0.0), samples.get(f"{prefix}_sum", 0.0)
 
 
 def test_a_waiter_whose_client_leaves_is_never_dispatched(mock_engines, gateways) -> None:
@@ -195,3 +207,6 @@ def test_a_hopeless_wait_is_refused_at_arrival_not_after_it(mock_engines, gatewa
             _contract(refused, 429, "queue_full")
             assert "limit" in refused.json()["error"]["message"]
             assert elapsed_s < 0.2, "refused at once, not after the 0.3 s class limit"
+    durations = gateway.app.state.metrics.rejection_duration_seconds
+    assert wait_until(lambda: _histogram(durations, "queue_full")[0] == 1)
+    assert _histogram(durations, "queue_full")[1] < 0.2
