@@ -4,6 +4,8 @@
 per-replica load time series; the prefix-cache counters (`vllm:prefix_cache_queries_total`,
 `vllm:prefix_cache_hits_total`, in tokens) are read at the start of the measured window (after warm-up)
 and at the end, and the hit ratio is the delta of hits over the delta of queries, summed over engines.
+Given the gateway's URL, the same two scrapes read its rejection-latency histogram
+(`bench.gateway_rejections`).
 Series with several label sets (one per model) are summed. An engine that does not answer is skipped for
 that sample.
 """
@@ -19,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from bench.gateway_rejections import Histograms, parse_rejection_histograms, summarize_rejections
 from bench.stats import max_mean_ratio
 from gateway.upstream.engine_metrics import ExpositionError, parse_exposition
 
@@ -100,9 +103,14 @@ class LoadSeries:
 class EngineSampler:
     """Polls the engines in the background; `baseline()`/`finish()` bracket the measured window."""
 
-    def __init__(self, engines: dict[str, str], interval_s: float = 0.5) -> None:
+    def __init__(
+        self, engines: dict[str, str], interval_s: float = 0.5, gateway_url: str | None = None
+    ) -> None:
         self.engines = engines  # replica id (host:port) → base URL
         self.interval_s = interval_s
+        self.gateway_url = gateway_url.rstrip("/") if gateway_url else None
+        self.start_rejections: Histograms = {}
+        self.end_rejections: Histograms = {}
         self.series = LoadSeries()
         self.start_counters: dict[str, EngineSnapshot] = {}
         self.end_counters: dict[str, EngineSnapshot] = {}
@@ -128,6 +136,16 @@ class EngineSampler:
 
     async def baseline(self) -> None:
         self.start_counters = await self.scrape()
+        self.start_rejections = await self._gateway_rejections()
+
+    async def _gateway_rejections(self) -> Histograms:
+        if self.gateway_url is None:
+            return {}
+        try:
+            response = await self._http.get(self.gateway_url + "/metrics")
+        except httpx.HTTPError:
+            return {}
+        return parse_rejection_histograms(response.text) if response.status_code == 200 else {}
 
     async def finish(self) -> None:
         if self._task is not None:
@@ -137,6 +155,7 @@ class EngineSampler:
             self._task = None
         if self.engines:
             self.end_counters = await self.scrape()
+        self.end_rejections = await self._gateway_rejections()
         await self._http.aclose()
 
     async def _poll(self) -> None:
@@ -157,4 +176,5 @@ class EngineSampler:
             "peak_load_per_replica": self.series.peak_load(),
             "load_max_mean_ratio": max_mean_ratio(mean.values()),
             "samples": len(self.series.points),
+            "gateway_rejections": summarize_rejections(self.start_rejections, self.end_rejections),
         }

@@ -122,7 +122,11 @@ class Target:
 
 async def _run(label: str, exp: Experiment, target: Target, plan: LoadPlan) -> tuple[list[Sample], Any]:
     client: Client = RawSseClient(exp.client) if exp.client_kind == "raw" else BenchClient(exp.client)
-    sampler = EngineSampler(target.engines, exp.sample_interval_s) if target.engines else None
+    sampler = (
+        EngineSampler(target.engines, exp.sample_interval_s, gateway_url=target.url)
+        if target.engines
+        else None
+    )
     progress = Progress(label, plan.requests, duration_s=plan.duration_s, enabled=exp.progress)
     try:
         record = await run_load(

@@ -138,9 +138,20 @@ def outcome_lines(results: Sequence[RunResult]) -> list[str]:
                 f"- {r.label} @ {_fmt(r.level, 2)}: {reason} × {entry['count']} (status "
                 f"{', '.join(map(str, entry['status']))}), latency p50/p99 "
                 f"{_fmt(latency['p50'], 2)}/{_fmt(latency['p99'], 2)} ms, Retry-After on "
-                f"{entry['retry_after_present_ratio']:.0%}"
+                f"{entry['retry_after_present_ratio']:.0%}" + _gateway_side(r.summary, reason)
             )
     return lines
+
+
+def _gateway_side(summary: dict[str, Any], reason: str) -> str:
+    """The gateway's own timing of these rejections (its histogram over the window), when scraped."""
+    entry = ((summary.get("engine") or {}).get("gateway_rejections") or {}).get(reason)
+    if not entry:
+        return ""
+    within = entry["within_5ms_ratio"]
+    p50, p99 = _fmt(entry["p50_ms"], 2), _fmt(entry["p99_ms"], 2)
+    share = "–" if within is None else f"{within:.1%}"
+    return f"; gateway-side × {entry['count']}: p50/p99 {p50}/{p99} ms, {share} within 5 ms"
 
 
 def render_markdown(title: str, meta: dict[str, Any], results: Sequence[RunResult]) -> str:

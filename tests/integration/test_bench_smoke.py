@@ -84,3 +84,24 @@ async def test_raw_sse_client_and_httpx_client_agree_on_a_mock_engine() -> None:
         assert sample.max_gap_s is not None and sample.max_gap_s < 0.5
     assert raw.frames == via_httpx.frames == 8  # role, 5 tokens, finish, usage
     assert raw.output_tokens == via_httpx.output_tokens == 5
+
+
+def test_bench_reports_the_gateway_side_rejection_latency(tmp_path: Path) -> None:
+    """Tenants are configured and the client sends no key: every request is a 401, which the gateway
+    times itself; the report carries its histogram over the window (no warm-up: all 20 requests)."""
+    config = tmp_path / "gateway.yaml"
+    config.write_text(
+        "pools: [{model: bench-model, engine: vllm, replicas: {static: []}}]\n"
+        "tenants: [{name: only, api_key_hashes: ['" + "0" * 64 + "']}]\n"
+    )
+    out = tmp_path / "report"
+    argv = ["run", "--replicas", "1", *ENGINE_FLAGS, "--gateway-config", str(config)]
+    argv += ["--workload", "no-sharing", "-p", "prompt_tokens=16", "-p", "output_tokens=4"]
+    argv += ["--requests", "20", "--warmup-requests", "0", "--rate", "40", "--seed", "3"]
+    assert main([*argv, "--out", str(out), "--quiet", "--no-plots"]) == 1, "no request succeeded: exit 1"
+    run = json.loads((out / "report.json").read_text())["runs"][0]
+    assert (run["ok"], run["rejected"], run["errors"]) == (0, 0, 20), "a 401 is an error, not a shed"
+    gateway_side = run["engine"]["gateway_rejections"]
+    assert set(gateway_side) == {"unauthorized"} and gateway_side["unauthorized"]["count"] == 20
+    assert 0 < gateway_side["unauthorized"]["p99_ms"] < 1000
+    assert "gateway-side × 20" in (out / "report.md").read_text()

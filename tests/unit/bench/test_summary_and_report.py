@@ -164,3 +164,15 @@ def test_a_late_client_is_flagged() -> None:
     assert summarize(on_time, SLO)["warnings"] == []
     assert "sent late" in summarize(late, SLO)["warnings"][0]
     assert summarize(on_time, SLO)["wall_frames_per_s"] == 0.0  # no frames recorded
+
+
+def test_outcomes_show_the_gateway_side_rejection_latency_when_scraped() -> None:
+    run = result()
+    run.summary["engine"] = {
+        "gateway_rejections": {
+            "queue_full": {"count": 1, "p50_ms": 0.75, "p99_ms": 1.98, "within_5ms_ratio": 1.0},
+        }
+    }
+    text = render_markdown("t", {"params": {}}, [run])
+    assert "gateway-side × 1: p50/p99 0.75/1.98 ms, 100.0% within 5 ms" in text
+    assert "gateway-side" not in render_markdown("t", {"params": {}}, [result()])
