@@ -2,7 +2,8 @@
 
 One primitive serves two caps:
 - `LeaseScope.REPLICA`: per-replica concurrency (`max_concurrency_per_replica`, B_max), so the cap holds
-  across gateway instances when the store is Redis;
+  across gateway instances when the store is Redis; the resource is a pool's replica
+  (`{model}@{host}:{port}`), so pools naming the same engine address keep separate caps;
 - `LeaseScope.TENANT`: the tenant bulkhead (max concurrent requests of a tenant).
 
 Protocol (same in memory and Redis, `admission.redis_leases`):
@@ -38,7 +39,7 @@ class LeaseScope(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """A held slot: `resource_id` (replica or tenant id), a unique `lease_id`, its renewal ttl."""
+    """A held slot: `resource_id` (a pool's replica or a tenant), a unique `lease_id`, its renewal ttl."""
 
     scope: LeaseScope
     resource_id: str

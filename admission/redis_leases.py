@@ -1,7 +1,9 @@
 """Slot leases in Redis, so a concurrency cap holds across gateway instances (see `admission.leases`).
 
 Each resource is a sorted set `{prefix}lease:{scope}:{resource_id}` of lease ids scored by expiry time
-(Redis server `TIME`, seconds). Every operation is one atomic Lua script:
+(Redis server `TIME`, seconds), e.g. `llm-gateway:lease:replica:{model}@{host}:{port}` for a pool's
+slots on a replica (one cap per pool and replica; the id is built by
+`gateway.upstream.slot_credit_ledger.slot_resource_id`). Every operation is one atomic Lua script:
 
 - acquire: `ZREMRANGEBYSCORE -inf now` (reclaim expired leases, e.g. of an instance killed with
   SIGKILL) → `ZCARD` → if below cap, `ZADD now + ttl` — prune, check and add cannot interleave with

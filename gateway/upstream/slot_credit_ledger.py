@@ -1,6 +1,17 @@
 """The local ledger of replica slot credits: what one gateway instance holds per replica, and the limit
 routing sees (`Replica.credit_limit`). Synchronous and clock-driven; the refiller that talks to the
-lease store, and the rules themselves, are in `gateway.upstream.slot_credits`."""
+lease store, and the rules themselves, are in `gateway.upstream.slot_credits`.
+
+Lease resource ids (`LeaseScope.REPLICA`; in Redis the key is `{prefix}lease:replica:{resource id}`):
+- a replica's slots: `{model}@{host}:{port}` (`slot_resource_id`). The cap is per pool and per replica,
+  as `max_concurrency_per_replica` is configured per pool and as memory state applies it (each pool has
+  its own `Replica` and in-flight count): two pools that name the same engine address hold separate
+  caps on it, each with its own limit, and never share or fight over one set of leases. An engine
+  serving several models therefore takes up to the sum of their caps; set the caps for that. The id is
+  built from the configuration only (model name, normalized `host:port`), so every instance derives
+  the same one; a replica id never contains `@`, so the split at the last `@` is unambiguous;
+- a pool's starving presence: `pool-demand/{model}` (`PoolCredits.presence_id`).
+"""
 
 from __future__ import annotations
 
@@ -20,6 +31,12 @@ ACQUIRE_RETRY_MAX_S = 0.25
 ACQUIRE_RETRY_BELOW_SHARE_MAX_S = 0.05
 SHED_HOLDOFF_S = 0.3
 PRESENCE_PREFIX = "pool-demand/"
+
+
+def slot_resource_id(model: str, replica_id: str) -> str:
+    """The lease resource holding the slots of `model`'s pool on replica `replica_id` (`host:port`):
+    `{model}@{replica_id}`, one cap per pool and replica (module docstring)."""
+    return f"{model}@{replica_id}"
 
 
 class CreditOwner(Protocol):
@@ -80,6 +97,7 @@ class ReplicaCredits:
         assert replica.max_concurrency is not None
         self.replica = replica
         self.cap = replica.max_concurrency
+        self.resource_id = slot_resource_id(pool.pool.model, replica.replica_id)
         self._pool = pool
         self.credits: list[HeldCredit] = []
         self.peak = 0

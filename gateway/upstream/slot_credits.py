@@ -1,12 +1,14 @@
 """Slot credits: the per-replica concurrency cap held across gateway instances (`state.backend: redis`).
 
-A credit is a replica slot lease (`admission.leases`, `LeaseScope.REPLICA`, resource = replica id,
-cap = `max_concurrency_per_replica`) that this instance acquired ahead of use. Dispatch stays
-synchronous: `Replica.credit_limit` lowers the cap in the replica's view to what this instance may use
-now, so `router.eligibility` — the one definition — sees a replica as eligible only while this
-instance has a usable credit on it that no request occupies. Credits are not bound to requests: every
-in-flight request on a capped replica occupies one, so held credits bound this instance's in-flight
-requests, and the lease cap in Redis bounds the sum over instances.
+A credit is a replica slot lease (`admission.leases`, `LeaseScope.REPLICA`, resource =
+`{model}@{host}:{port}`, cap = the pool's `max_concurrency_per_replica`) that this instance acquired
+ahead of use: the cap is per pool and replica, so pools naming the same engine address do not share it
+(`gateway.upstream.slot_credit_ledger`). Dispatch stays synchronous: `Replica.credit_limit` lowers the
+cap in the replica's view to what this instance may use now, so `router.eligibility` — the one
+definition — sees a replica as eligible only while this instance has a usable credit on it that no
+request occupies. Credits are not bound to requests: every in-flight request on a capped replica
+occupies one, so held credits bound this instance's in-flight requests, and the lease cap in Redis
+bounds the sum over instances.
 
 The limit on a replica (`ReplicaCredits.limit`):
 - uncontended: the credits held;
@@ -289,7 +291,7 @@ class SlotCredits:
             if not picks:
                 return
             leases = await self._calls(
-                [self.store.acquire(rc.replica.replica_id, rc.cap, self.ttl_s) for rc in picks]
+                [self.store.acquire(rc.resource_id, rc.cap, self.ttl_s) for rc in picks]
             )
             got = self._accept(pc, picks, leases)
             if got:
@@ -386,6 +388,6 @@ class SlotCredits:
             self._last_loss_log_s = now_s
             logger.warning(
                 "replica %s: a slot credit expired before its renewal (%d lost so far)",
-                rc.replica.replica_id,
+                rc.resource_id,
                 self.leases_lost_total,
             )

@@ -225,7 +225,9 @@ def unexpired_leases(fleet: Fleet) -> int:
     total = 0
     for engine in fleet.engines:
         total += int(
-            client.zcount(f"{fleet.key_prefix}lease:replica:127.0.0.1:{engine.port}", f"({now_s}", "+inf")
+            client.zcount(
+                f"{fleet.key_prefix}lease:replica:{MODEL}@127.0.0.1:{engine.port}", f"({now_s}", "+inf"
+            )
         )
     client.close()
     return total

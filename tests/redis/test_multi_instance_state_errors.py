@@ -11,7 +11,7 @@ from admission.outcomes import FailureMode
 from admission.redis_leases import RedisLeaseStore
 from admission.redis_store import RedisOperation
 from gateway.upstream.slot_credit_ledger import CreditMode
-from tests.unit.gateway.test_slot_credits import RIDS, TTL_S, instance
+from tests.unit.gateway.test_slot_credits import RIDS, TTL_S, instance, slots
 
 from .conftest import BackendFactory, TcpProxy
 
@@ -56,7 +56,7 @@ async def test_credits_follow_on_error_while_redis_is_down_and_recover(
         await one.finish(len(one.grants))
         await one.step()
         for rid in RIDS:  # the held credits are the leases in Redis, and bound what runs
-            assert one.inflight(rid) <= one.held(rid) == await store.count(rid) <= 2
+            assert one.inflight(rid) <= one.held(rid) == await store.count(slots(rid)) <= 2
     assert served == 5 and len(one.controller) == 0
     await one.credits.aclose()
-    assert [await store.count(rid) for rid in RIDS] == [0, 0]
+    assert [await store.count(slots(rid)) for rid in RIDS] == [0, 0]

@@ -13,7 +13,7 @@ import pytest
 from admission.clock import FakeClock
 from admission.controller import AdmissionController
 from admission.grant import AdmissionRequest, Grant
-from admission.leases import Lease, LeaseScope, MemoryLeaseStore
+from admission.leases import Lease, LeaseScope, LeaseStore, MemoryLeaseStore
 from admission.tenant_gate import TenantGate
 from admission.tenants import Tenant
 from gateway.metrics import GatewayMetrics
@@ -21,7 +21,7 @@ from gateway.proxy.admission import Dispatch, build_controllers
 from gateway.proxy.attempts import UpstreamOpener
 from gateway.settings import parse_settings
 from gateway.upstream.registry import Pool, ReplicaRegistry
-from gateway.upstream.slot_credit_ledger import PRESENCE_PREFIX, CreditMode
+from gateway.upstream.slot_credit_ledger import PRESENCE_PREFIX, CreditMode, StateHealth, slot_resource_id
 from gateway.upstream.slot_credits import SlotCredits
 from router.types import RoutingRequest
 from tests.servers import gateway_settings
@@ -31,6 +31,13 @@ URLS = ["http://10.0.0.1:8000", "http://10.0.0.2:8000"]
 RIDS = ["10.0.0.1:8000", "10.0.0.2:8000"]
 TTL_S = 3.0
 LINGER_S = 1.0
+SHARED_URL, SHARED_RID = "http://10.0.0.9:8000", "10.0.0.9:8000"
+SHARED_CAPS = {"pool-a": 1, "pool-b": 2}
+
+
+def slots(rid: str, model: str = MODEL) -> str:
+    """The lease resource of `model`'s slots on replica `rid`."""
+    return slot_resource_id(model, rid)
 
 
 class FlakyStore:
@@ -87,11 +94,11 @@ class Instance:
         return self.pool.replicas[rid].inflight_requests
 
     def held(self, rid: str) -> int:
-        return self.credits.held(MODEL, rid)
+        return self.credits.held(self.pool.model, rid)
 
     async def submit(self, count: int) -> None:
         for _ in range(count):
-            request = AdmissionRequest(Tenant("t"), "interactive", 0, RoutingRequest(model=MODEL))
+            request = AdmissionRequest(Tenant("t"), "interactive", 0, RoutingRequest(model=self.pool.model))
             self.waiting.append(asyncio.create_task(self.controller.admit(request)))
         await settle()
 
@@ -120,7 +127,7 @@ class Instance:
 
 
 async def total(store: MemoryLeaseStore) -> int:
-    return sum([await store.count(rid) for rid in RIDS])
+    return sum([await store.count(slots(rid)) for rid in RIDS])
 
 
 async def settle() -> None:
@@ -129,12 +136,28 @@ async def settle() -> None:
 
 
 def instance(
-    store: FlakyStore | MemoryLeaseStore, clock: FakeClock, health: FlakyStore | None = None, cap: int = 2
+    store: LeaseStore, clock: FakeClock, health: StateHealth | None = None, cap: int = 2
 ) -> Instance:
-    raw = gateway_settings(
-        [{"model": MODEL, "replicas": {"static": URLS}, "max_concurrency_per_replica": cap}],
-    )
-    settings = parse_settings(raw)
+    pools = [{"model": MODEL, "replicas": {"static": URLS}, "max_concurrency_per_replica": cap}]
+    return instance_pools(store, clock, health, pools)[MODEL]
+
+
+def shared_address_instance(
+    store: LeaseStore, clock: FakeClock, health: StateHealth | None = None
+) -> dict[str, Instance]:
+    """One gateway instance whose pools (`SHARED_CAPS`: model → cap) all name the engine `SHARED_URL`;
+    the `Instance`s share its registry and credits (step the credits once, then collect each pool)."""
+    pools = [
+        {"model": model, "replicas": {"static": [SHARED_URL]}, "max_concurrency_per_replica": cap}
+        for model, cap in SHARED_CAPS.items()
+    ]
+    return instance_pools(store, clock, health, pools)
+
+
+def instance_pools(
+    store: LeaseStore, clock: FakeClock, health: StateHealth | None, pools: list[dict[str, object]]
+) -> dict[str, Instance]:
+    settings = parse_settings(gateway_settings(pools))
     metrics = GatewayMetrics()
     registry = ReplicaRegistry(settings, metrics, clock, random.Random(0))
     credits = SlotCredits(
@@ -146,7 +169,7 @@ def instance(
         autostart=False,
     )
     opener = UpstreamOpener(None, metrics)  # type: ignore[arg-type]  # decide() only
-    pools = build_controllers(
+    built = build_controllers(
         settings,
         registry=registry,
         opener=opener,
@@ -155,7 +178,10 @@ def instance(
         metrics=metrics,
         credits=credits,
     )
-    return Instance(registry, registry.pools[MODEL], pools[MODEL][1], credits)
+    return {
+        model: Instance(registry, registry.pools[model], controller, credits)
+        for model, (_, controller) in built.items()
+    }
 
 
 class _Up:
@@ -187,7 +213,7 @@ async def test_a_replica_without_a_credit_is_not_routable_until_one_is_acquired_
     assert one.held(busy) == 2  # the occupied credit and the spare
     other = next(rid for rid in RIDS if rid != busy)
     assert one.held(other) == 1  # a spare, so routing keeps its choice
-    assert await store.count(busy) == 2 and await store.count(other) == 1
+    assert await store.count(slots(busy)) == 2 and await store.count(slots(other)) == 1
     one.check_invariant()
 
 
@@ -218,7 +244,7 @@ async def test_idle_credits_go_back_after_the_linger_and_renewals_keep_busy_ones
         await one.step()
         one.check_invariant()
     busy = one.grants[0].token.decision.replica_id
-    assert await store.count(busy) == 1 and one.held(busy) == 1
+    assert await store.count(slots(busy)) == 1 and one.held(busy) == 1
     assert one.credits.leases_lost_total == 0
     await one.finish(1)
     clock.advance(LINGER_S)
@@ -255,7 +281,7 @@ async def test_the_cap_holds_across_instances_and_both_get_served(
             inst.check_invariant()
         for rid in RIDS:
             assert one.inflight(rid) + two.inflight(rid) <= 2
-            assert await store.count(rid) <= 2
+            assert await store.count(slots(rid)) <= 2
         clock.advance(0.1)
         for inst in (one, two):
             await inst.finish(1)
@@ -379,7 +405,7 @@ async def test_three_starving_instances_share_the_slots_fairly(
             await inst.step()
         for rid in RIDS:
             assert sum(inst.inflight(rid) for inst in instances) <= 4
-            assert await store.count(rid) <= 4
+            assert await store.count(slots(rid)) <= 4
         clock.advance(0.05)
         for n, inst in enumerate(instances):
             for grant in list(inst.grants):
@@ -390,3 +416,17 @@ async def test_three_starving_instances_share_the_slots_fairly(
             await inst.collect()
     assert min(served) >= 0.25 * sum(served), served
     assert sum(served) >= 180, served  # one instance alone serves 200 here: ≥ 90 % of that
+
+
+async def test_pools_naming_the_same_engine_address_each_hold_their_own_cap(
+    clock: FakeClock, store: MemoryLeaseStore
+) -> None:
+    """Pool A (cap 1) and pool B (cap 2) on one engine address: separate leases, each pool its own cap."""
+    one = shared_address_instance(store, clock)
+    for pool in one.values():
+        await pool.submit(3)
+    await one["pool-a"].step()
+    await one["pool-b"].collect()
+    assert [len(one[model].grants) for model in SHARED_CAPS] == [1, 2]  # at the same time
+    assert [await store.count(slots(SHARED_RID, model)) for model in SHARED_CAPS] == [1, 2]
+    assert await store.count(SHARED_RID) == 0  # no lease keyed by the address alone
