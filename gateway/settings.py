@@ -31,6 +31,7 @@ from gateway.pool_settings import (
     StrictModel,
     TimeoutSettings,
 )
+from gateway.proxy.idempotency import DEFAULT_LEASE_S, DEFAULT_MAX_STORED_BYTES, DEFAULT_TTL_S
 
 __all__ = [
     "AdminSettings",
@@ -40,6 +41,7 @@ __all__ = [
     "ConfigError",
     "EngineFlavour",
     "HealthCheckSettings",
+    "IdempotencySettings",
     "PoolSettings",
     "RetrySettings",
     "ServerSettings",
@@ -90,6 +92,24 @@ class StateSettings(StrictModel):
     gateway that died without releasing them stay taken (`gateway.upstream.slot_credits`)."""
     replica_credit_linger_s: float = Field(1.0, gt=0)
     """How long an idle replica slot credit stays with this gateway before it goes back to Redis."""
+
+
+class IdempotencySettings(StrictModel):
+    """`Idempotency-Key` on non-streaming requests (`gateway.proxy.idempotency`): kept in memory per
+    instance, or in Redis across instances with `state.backend: redis`."""
+
+    ttl_s: float = Field(DEFAULT_TTL_S, gt=0, allow_inf_nan=False)
+    """Seconds (default 600) a completed response is replayed to duplicates, counted from its completion.
+    Past it the entry is gone: the same key runs again as a new request, with any body (in memory the
+    oldest of 10,000 entries also goes early when a new key needs room)."""
+    lease_s: float = Field(DEFAULT_LEASE_S, gt=0, allow_inf_nan=False)
+    """Redis only. Seconds (default 10) a running leader's claim lasts unless renewed; it is renewed
+    every lease / 3 while the request runs. When a gateway dies mid-request, the lease runs out and the
+    next duplicate (on any instance) runs instead of waiting: at most this long after the death."""
+    max_stored_bytes: int = Field(DEFAULT_MAX_STORED_BYTES, gt=0)
+    """Bytes (default 1048576 = 1 MiB) of the largest response stored for replay: headers + body (in
+    Redis as stored: headers as JSON, a non-UTF-8 body as base64). A larger response is still answered
+    but not stored (logged): waiting and later duplicates run again, as after a failed leader."""
 
 
 class PriorityClassSettings(StrictModel):
@@ -162,6 +182,7 @@ class Settings(StrictModel):
     pools: list[PoolSettings] = Field(default_factory=list)
     upstream: UpstreamClientSettings = Field(default_factory=UpstreamClientSettings)
     state: StateSettings = Field(default_factory=StateSettings)
+    idempotency: IdempotencySettings = Field(default_factory=IdempotencySettings)
     admin: AdminSettings = Field(default_factory=AdminSettings)
     admission: AdmissionSettings = Field(default_factory=AdmissionSettings)
     tenants: list[TenantSettings] = Field(default_factory=list)

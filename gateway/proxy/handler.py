@@ -75,7 +75,9 @@ class ProxyHandler:
         self._metrics = metrics
         self._directory = tenant_directory(settings)
         self._server = RequestServer(settings, registry, session, metrics, clock=clock, rng=rng)
-        self._idempotency: IdempotencyStore = idempotency_store(self._server.state_backend, clock)
+        self._idempotency: IdempotencyStore = idempotency_store(
+            self._server.state_backend, clock, settings.idempotency
+        )
         self.draining = False
         self._active: dict[asyncio.Task[Any], Exchange] = {}
 

@@ -1,10 +1,12 @@
 """`Idempotency-Key` for non-streaming requests: a duplicate gets the first response, never a second
 generation.
 
-Scope of a key: (model, tenant or client key, Idempotency-Key). Within `ttl_s`:
-- the first request with a key is the *leader*: it runs, and a 2xx answer is stored;
+Scope of a key: (model, tenant or client key, Idempotency-Key).
+- the first request with a key is the *leader*: it runs, and a 2xx answer is stored — unless its headers
+  + body exceed `max_stored_bytes`: then it is answered, but released as by a failed leader (below);
 - a duplicate that arrives while the leader runs waits for it and replays its answer;
-- a duplicate after it replays the stored answer (with `x-gateway-idempotent-replay: true`);
+- a duplicate within `ttl_s` of the leader's completion replays the stored answer (with
+  `x-gateway-idempotent-replay: true`); after that the key is new again;
 - a leader that fails (error status, disconnect, timeout) stores nothing: waiters wake up and the
   next one becomes the leader, so a client retry after an error really retries;
 - the same key with a different body is a 400 `bad_request` (a client bug, not a duplicate).
@@ -12,12 +14,16 @@ Scope of a key: (model, tenant or client key, Idempotency-Key). Within `ttl_s`:
 gateway instance), bounded by `max_entries` (oldest evicted first); with `state.backend: redis`,
 `gateway.proxy.idempotency_redis.RedisIdempotencyStore` gives the same semantics across instances.
 Streaming requests are not covered: a stream cannot be replayed byte-exact without buffering it all.
+`ttl_s`, `max_stored_bytes` (and the Redis store's `lease_s`) are the `idempotency:` settings
+(`gateway.settings.IdempotencySettings`); the defaults below are theirs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
+import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -26,7 +32,11 @@ from admission.clock import Clock
 from gateway.api.asgi_io import Message, Send
 from gateway.errors import BadRequest
 
+logger = logging.getLogger(__name__)
+
 DEFAULT_TTL_S = 600.0
+DEFAULT_LEASE_S = 10.0
+DEFAULT_MAX_STORED_BYTES = 1 << 20
 DEFAULT_MAX_ENTRIES = 10_000
 REPLAY_HEADER = b"x-gateway-idempotent-replay"
 
@@ -41,13 +51,18 @@ class StoredResponse:
 @dataclass(slots=True)
 class _Entry:
     body_digest: bytes
-    expires_at_s: float
+    expires_at_s: float = math.inf  # set when a response is stored: `ttl_s` after completion
     response: StoredResponse | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 def body_digest(raw: bytes) -> bytes:
     return hashlib.sha256(raw).digest()
+
+
+def stored_size_bytes(response: StoredResponse) -> int:
+    """What `max_stored_bytes` bounds in memory: header names and values plus the body."""
+    return sum(len(name) + len(value) for name, value in response.headers) + len(response.body)
 
 
 DIFFERENT_BODY_MESSAGE = "Idempotency-Key was already used with a different request body"
@@ -71,11 +86,17 @@ class IdempotencyCache:
     """`IdempotencyStore` in memory; see the module docstring."""
 
     def __init__(
-        self, clock: Clock, ttl_s: float = DEFAULT_TTL_S, max_entries: int = DEFAULT_MAX_ENTRIES
+        self,
+        clock: Clock,
+        ttl_s: float = DEFAULT_TTL_S,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        *,
+        max_stored_bytes: int = DEFAULT_MAX_STORED_BYTES,
     ) -> None:
         self._clock = clock
         self._ttl_s = ttl_s
         self._max_entries = max_entries
+        self._max_stored_bytes = max_stored_bytes
         self._entries: OrderedDict[tuple[str, ...], _Entry] = OrderedDict()
 
     async def claim(self, key: tuple[str, ...], digest: bytes) -> StoredResponse | None:
@@ -84,7 +105,7 @@ class IdempotencyCache:
         while True:
             entry = self._live_entry(key)
             if entry is None:
-                self._entries[key] = _Entry(digest, self._clock.now_s() + self._ttl_s)
+                self._entries[key] = _Entry(digest)
                 self._evict_overflow()
                 return None
             if entry.body_digest != digest:
@@ -94,14 +115,19 @@ class IdempotencyCache:
             await entry.done.wait()
 
     async def complete(self, key: tuple[str, ...], response: StoredResponse | None) -> None:
-        """The leader's outcome: a response to store, or None (failed: the next duplicate runs)."""
+        """The leader's outcome: a response to store, or None (failed: the next duplicate runs). A
+        response above `max_stored_bytes` is not stored (the claim is released, as for a failure)."""
         entry = self._entries.get(key)
         if entry is None:
             return
+        if response is not None and stored_size_bytes(response) > self._max_stored_bytes:
+            logger.info("idempotent response over %d bytes not stored", self._max_stored_bytes)
+            response = None
         if response is None:
             del self._entries[key]
         else:
             entry.response = response
+            entry.expires_at_s = self._clock.now_s() + self._ttl_s
         entry.done.set()
 
     def _live_entry(self, key: tuple[str, ...]) -> _Entry | None:

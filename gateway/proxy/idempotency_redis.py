@@ -31,6 +31,8 @@ the `RedisBackend`): `fail_open` → `claim` answers None without holding a clai
 as if it carried no key (and `complete` ignores it); `fail_closed` → `claim` raises `StateUnavailable`
 (503 `state_unavailable`, Retry-After = the outage's age). A leader that cannot reach Redis to complete
 leaves its lease to expire.
+
+`ttl_s`, `lease_s` and `max_stored_bytes` are the `idempotency:` settings (`idempotency_store`).
 """
 
 from __future__ import annotations
@@ -48,17 +50,18 @@ from admission.clock import Clock
 from admission.redis_store import RedisBackend, RedisOperation
 from gateway.errors import BadRequest, StateUnavailable
 from gateway.proxy.idempotency import (
+    DEFAULT_LEASE_S,
+    DEFAULT_MAX_STORED_BYTES,
     DEFAULT_TTL_S,
     DIFFERENT_BODY_MESSAGE,
     IdempotencyCache,
     IdempotencyStore,
     StoredResponse,
 )
+from gateway.settings import IdempotencySettings
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_LEASE_S = 10.0
-DEFAULT_MAX_STORED_BYTES = 1 << 20
 WAKE_SLACK_S = 0.05
 _MIN_WAIT_S = 0.01
 
@@ -253,8 +256,13 @@ class RedisIdempotencyStore:
         return entry + ":done"
 
 
-def idempotency_store(backend: RedisBackend | None, clock: Clock) -> IdempotencyStore:
-    """The Redis store on the shared-state backend when there is one, else the memory cache."""
+def idempotency_store(
+    backend: RedisBackend | None, clock: Clock, settings: IdempotencySettings
+) -> IdempotencyStore:
+    """The Redis store on the shared-state backend when there is one, else the memory cache (which
+    has no lease: its leaders run in this process and always complete)."""
     if backend is None:
-        return IdempotencyCache(clock)
-    return RedisIdempotencyStore(backend)
+        return IdempotencyCache(clock, settings.ttl_s, max_stored_bytes=settings.max_stored_bytes)
+    return RedisIdempotencyStore(
+        backend, ttl_s=settings.ttl_s, lease_s=settings.lease_s, max_stored_bytes=settings.max_stored_bytes
+    )

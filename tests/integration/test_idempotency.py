@@ -30,3 +30,14 @@ def test_duplicates_get_the_first_response_and_the_engine_generates_once(mock_en
     assert sum(r.headers.get("x-gateway-idempotent-replay") == "true" for r in [*responses, later]) == 5
     other = httpx.post(gateway.url + "/v1/completions", json={**body, "prompt": "x"}, headers=headers)
     assert other.status_code == 400 and other.headers["x-gateway-reject-reason"] == "bad_request"
+
+
+def test_a_configured_size_limit_stops_replays_through_the_gateway(mock_engines, gateways) -> None:
+    engine = mock_engines(model=MODEL)
+    gateway = gateways(gateway_settings([pool([engine])], idempotency={"max_stored_bytes": 10}))
+    body = {"model": MODEL, "prompt": "charge the card", "max_tokens": 5}
+    headers = {"idempotency-key": "order-43"}
+    answers = [httpx.post(gateway.url + "/v1/completions", json=body, headers=headers) for _ in range(2)]
+    assert [a.status_code for a in answers] == [200, 200]
+    assert not any("x-gateway-idempotent-replay" in a.headers for a in answers)
+    assert engine.app.counters.started == 2, "over max_stored_bytes: nothing stored, the duplicate ran"

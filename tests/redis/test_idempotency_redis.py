@@ -12,11 +12,13 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
+from admission.clock import FakeClock
 from admission.outcomes import FailureMode
 from admission.redis_store import RedisOperation
 from gateway.errors import BadRequest, StateUnavailable
 from gateway.proxy.idempotency import StoredResponse, body_digest
-from gateway.proxy.idempotency_redis import RedisIdempotencyStore
+from gateway.proxy.idempotency_redis import RedisIdempotencyStore, encode_response, idempotency_store
+from gateway.settings import IdempotencySettings
 from mock_engine.faults import FaultSettings
 from tests.integration.conftest import MODEL, pool
 from tests.servers import ServerThread, gateway_settings
@@ -108,6 +110,33 @@ async def test_oversized_responses_are_not_stored_and_entries_expire(make_backen
     assert await short.claim(KEY, DIGEST) == OK
     await asyncio.sleep(0.3)
     assert await short.claim(KEY, body_digest(b"new body after expiry")) is None
+
+
+async def test_the_idempotency_settings_reach_the_redis_store(
+    make_backend: BackendFactory, raw_redis: Redis, key_prefix: str
+) -> None:
+    full = encode_response(OK, 1 << 20)
+    assert full is not None
+    exact_bytes = len(full[1]) + len(full[3].encode())  # the stored form: headers JSON + body
+    settings = IdempotencySettings(ttl_s=1.0, lease_s=0.3, max_stored_bytes=exact_bytes)
+    one, two = (idempotency_store(make_backend(), FakeClock(), settings) for _ in range(2))
+    assert isinstance(one, RedisIdempotencyStore)
+    assert await one.claim(KEY, DIGEST) is None
+    [entry] = [k async for k in raw_redis.scan_iter(match=f"{key_prefix}idem:*")]
+    assert 0 < await raw_redis.pttl(entry) <= 300, "pending: held for lease_s"
+    await one.complete(KEY, OK)
+    assert 500 < await raw_redis.pttl(entry) <= 1000, "done: kept for ttl_s (not the lease)"
+    assert await two.claim(KEY, DIGEST) == OK, "exactly max_stored_bytes: stored"
+    await asyncio.sleep(1.1)
+    assert await two.claim(KEY, DIGEST) is None, "past ttl_s: the key runs again"
+
+    await two.complete(KEY, StoredResponse(200, OK.headers, OK.body + b" "))
+    assert await one.claim(KEY, DIGEST) is None, "one byte over max_stored_bytes: not stored"
+    one._leading[KEY].renewal.cancel()  # this leader now dies: never renewed, never completed
+    started_s = time.monotonic()
+    assert await two.claim(KEY, DIGEST) is None, "the lease ran out: the waiter leads"
+    assert time.monotonic() - started_s < 1.0
+    await two.complete(KEY, None)
 
 
 async def test_unreachable_redis_follows_on_error_and_is_counted(make_backend: BackendFactory) -> None:

@@ -6,7 +6,15 @@ import pytest
 
 from admission.clock import FakeClock
 from gateway.errors import BadRequest
-from gateway.proxy.idempotency import IdempotencyCache, StoredResponse, body_digest
+from gateway.proxy.idempotency import (
+    DEFAULT_MAX_STORED_BYTES,
+    IdempotencyCache,
+    StoredResponse,
+    body_digest,
+    stored_size_bytes,
+)
+from gateway.proxy.idempotency_redis import idempotency_store
+from gateway.settings import IdempotencySettings
 
 KEY = ("m", "client", "k1")
 OK = StoredResponse(200, [(b"content-type", b"application/json")], b"{}")
@@ -56,3 +64,42 @@ async def test_bounded_entries() -> None:
         await cache.claim(key, b"")
         await cache.complete(key, OK)
     assert len(cache._entries) == 2
+
+
+async def test_a_configured_ttl_counts_from_completion() -> None:
+    clock = FakeClock()
+    cache = idempotency_store(None, clock, IdempotencySettings(ttl_s=30))
+    assert await cache.claim(KEY, body_digest(b"a")) is None
+    clock.advance(100)  # a leader that ran longer than the ttl
+    await cache.complete(KEY, OK)
+    clock.advance(29.9)
+    assert await cache.claim(KEY, body_digest(b"a")) == OK
+    clock.advance(0.1)
+    assert await cache.claim(KEY, body_digest(b"a")) is None, "expired: the key runs again"
+
+
+async def test_a_configured_size_limit_leaves_larger_responses_unstored() -> None:
+    limit = stored_size_bytes(OK)  # headers + body
+    assert limit == len(b"content-type") + len(b"application/json") + len(b"{}")
+    cache = idempotency_store(None, FakeClock(), IdempotencySettings(max_stored_bytes=limit))
+    assert await cache.claim(KEY, body_digest(b"a")) is None
+    await cache.complete(KEY, OK)
+    assert await cache.claim(KEY, body_digest(b"a")) == OK, "at the limit: stored"
+
+    big = StoredResponse(200, OK.headers, b"{ }")
+    other = ("m", "client", "k2")
+    assert await cache.claim(other, body_digest(b"a")) is None
+    waiter = asyncio.create_task(cache.claim(other, body_digest(b"a")))
+    await asyncio.sleep(0)
+    await cache.complete(other, big)
+    assert await waiter is None, "one byte over: not stored, the waiter leads and runs again"
+    await cache.complete(other, None)
+    assert await cache.claim(other, body_digest(b"a")) is None, "and nothing was kept"
+
+
+async def test_default_settings_keep_the_default_size_limit() -> None:
+    cache = idempotency_store(None, FakeClock(), IdempotencySettings())
+    huge = StoredResponse(200, [], b"x" * (DEFAULT_MAX_STORED_BYTES + 1))
+    assert await cache.claim(KEY, body_digest(b"a")) is None
+    await cache.complete(KEY, huge)
+    assert await cache.claim(KEY, body_digest(b"a")) is None

@@ -14,6 +14,7 @@ from gateway.proxy.idempotency_redis import (
     encode_response,
     idempotency_store,
 )
+from gateway.settings import IdempotencySettings
 
 HEADERS = [(b"content-type", b"application/json"), (b"x-gateway-replica", b"r\xe9plica-1")]
 
@@ -41,9 +42,9 @@ def test_responses_over_the_size_bound_are_not_stored() -> None:
 
 
 def test_the_state_backend_decides_the_store() -> None:
-    assert isinstance(idempotency_store(None, FakeClock()), IdempotencyCache)
+    assert isinstance(idempotency_store(None, FakeClock(), IdempotencySettings()), IdempotencyCache)
     backend = RedisBackend(make_redis_client("redis://127.0.0.1:1/0"))
-    assert isinstance(idempotency_store(backend, FakeClock()), RedisIdempotencyStore)
+    assert isinstance(idempotency_store(backend, FakeClock(), IdempotencySettings()), RedisIdempotencyStore)
     assert backend.on_error is FailureMode.FAIL_OPEN
 
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.settings import ConfigError, load_settings, parse_settings
+from gateway.settings import ConfigError, IdempotencySettings, load_settings, parse_settings
 
 MINIMAL = {"pools": [{"model": "m", "replicas": {"static": ["http://127.0.0.1:8101"]}}]}
 
@@ -102,3 +102,40 @@ def test_the_readme_configuration_block_is_valid() -> None:
     block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
     settings = parse_settings(yaml.safe_load(block))
     assert settings.pools[0].model == "demo-model"
+    assert settings.idempotency == IdempotencySettings(), "the block shows the idempotency defaults"
+
+
+def test_idempotency_defaults_are_the_stores_defaults() -> None:
+    idempotency = parse_settings({}).idempotency
+    assert (idempotency.ttl_s, idempotency.lease_s, idempotency.max_stored_bytes) == (600.0, 10.0, 1 << 20)
+    assert parse_settings({"idempotency": {"ttl_s": 30, "max_stored_bytes": 4096}}).idempotency == (
+        IdempotencySettings(ttl_s=30, lease_s=10, max_stored_bytes=4096)
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"ttl_s": 0}, "idempotency.ttl_s: Input should be greater than 0"),
+        ({"ttl_s": -5}, "idempotency.ttl_s: Input should be greater than 0"),
+        ({"ttl_s": float("inf")}, "idempotency.ttl_s: Input should be a finite number"),
+        ({"lease_s": 0}, "idempotency.lease_s: Input should be greater than 0"),
+        ({"lease_s": float("nan")}, "idempotency.lease_s: Input should be a finite number"),
+        ({"max_stored_bytes": 0}, "idempotency.max_stored_bytes: Input should be greater than 0"),
+        ({"max_stored_bytes": "1MiB"}, "idempotency.max_stored_bytes: Input should be a valid integer"),
+        ({"max_stored_bytes": 1.5}, "idempotency.max_stored_bytes: Input should be a valid integer"),
+        ({"ttl": 60}, "idempotency.ttl: Extra inputs are not permitted"),
+    ],
+)
+def test_bad_idempotency_values_are_refused_by_name(raw: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_settings({"idempotency": raw})
+    assert message in str(info.value)
+
+
+def test_idempotency_env_overrides() -> None:
+    env = {"LLM_GATEWAY__IDEMPOTENCY__TTL_S": "60", "LLM_GATEWAY__IDEMPOTENCY__LEASE_S": "2.5"}
+    idempotency = load_settings(environ=env).idempotency
+    assert (idempotency.ttl_s, idempotency.lease_s, idempotency.max_stored_bytes) == (60.0, 2.5, 1 << 20)
+    with pytest.raises(ConfigError, match=r"idempotency\.max_stored_bytes"):
+        load_settings(environ={"LLM_GATEWAY__IDEMPOTENCY__MAX_STORED_BYTES": "-1"})
