@@ -17,6 +17,12 @@ before the first completion.
 
 Grants are kept in dispatch order (the clock is monotonic), so "are at least k releases due within h"
 is one look at the k-th oldest held grant: O(k) in C, no sorting.
+
+Limits: one S for every grant assumes requests of broadly similar length. With a strongly mixed pool
+(short embeddings beside long generations) the forecast is approximate in both directions: overdue long
+requests count as releasing at once, and young short ones count as holding on for S. A per-request
+estimate (e.g. from `max_tokens` and the measured time per token) would sharpen it. The controller only
+consults it when no slot is free, and only to refuse; the rate estimate still applies on its own.
 """
 
 from __future__ import annotations
