@@ -64,6 +64,10 @@ from admission.retry_after import DEFAULT_MAX_RETRY_AFTER_S, queue_retry_after_s
 from admission.tenant_gate import TenantGate
 from admission.timers import LoopTimers, TimerHandle, Timers
 
+OVERTAKE_MARGIN_SIGMAS = 2.0
+"""Higher-class arrivals during a wait are Poisson: early refusal plans for their mean plus this many
+standard deviations (√mean), so that a burst of them rarely turns an admitted waiter into a timeout."""
+
 
 @dataclass(frozen=True, slots=True)
 class AdmissionConfig:
@@ -82,11 +86,19 @@ class AdmissionConfig:
 
         expected_wait_s = (ahead_k + 1) / (μ − λ_above)        (∞ when μ − λ_above = 0)
 
+    With B = ratio × max_wait_s and m = 2 √(λ_above × B), a margin for a burst of higher-class arrivals
+    (they are Poisson; `OVERTAKE_MARGIN_SIGMAS`), an arrival is queued only when both hold:
+
+    1. rate:      ahead_k + 1 + m ≤ (μ − λ_above) × B
+    2. forecast:  the requests running now are expected to free ahead_k + 1 + λ_above × B + m slots
+                  within B (`ReleaseForecast`: each at its dispatch time + the mean hold time; this
+                  catches cohorts of equal-length requests that free their slots together)
+
     A class that the classes above leave no capacity to is refused at arrival rather than after its
-    `max_wait_s`. The estimate is consulted only when the fast path found no free slot, so a class
-    whose rate decayed while it was idle is dispatched again as soon as a slot is free at its arrival
-    (which records a rate for it). Its Retry-After uses the same rate (`queue_retry_after_s`). No
-    prediction is made before any dispatch has been measured.
+    `max_wait_s`. The checks run only when the fast path found no free slot, so a class whose rate
+    decayed while it was idle is dispatched again as soon as a slot is free at its arrival (which
+    records a rate for it). Retry-After uses the same rate (`queue_retry_after_s`). No prediction is
+    made before any dispatch has been measured.
     """
 
     classes: tuple[PriorityClass, ...] = DEFAULT_PRIORITY_CLASSES
@@ -241,15 +253,17 @@ class AdmissionController(Generic[T]):
         ahead = self._queue.ahead_of(priority)
         max_wait_s = self._queue.priority_class(priority).max_wait_s
         budget_s = ratio * max_wait_s
-        if ahead + 1 > rate * budget_s:  # expected wait (ahead + 1) / rate over the budget
-            wait = (
-                f"about {(ahead + 1) / rate:.1f} s"
-                if rate > 0
-                else "indefinitely (the classes above take all)"
-            )
+        overtaking = (total_rate - rate) * budget_s  # expected higher-class arrivals while it waits
+        margin = OVERTAKE_MARGIN_SIGMAS * math.sqrt(max(0.0, overtaking))
+        if ahead + 1 + margin > rate * budget_s:  # expected wait (ahead + 1 + m) / rate over the budget
+            if rate <= 0:
+                wait = "indefinitely (the classes above take all)"
+            else:
+                burst = " with a burst of higher-class arrivals" if margin > 0 else ""
+                wait = f"about {(ahead + 1 + margin) / rate:.1f} s{burst}"
             why = f"the {priority} queue would take {wait}, over its {max_wait_s:g} s limit"
             raise self._queue_refusal(RejectReason.QUEUE_FULL, priority, why)
-        releases = math.ceil(ahead + 1 + (total_rate - rate) * budget_s)  # incl. later higher arrivals
+        releases = math.ceil(ahead + 1 + overtaking + margin)
         if self._forecast.releases_due(releases, budget_s) is False:
             why = (
                 f"the {priority} queue needs {releases} replica slots freed within {budget_s:g} s "

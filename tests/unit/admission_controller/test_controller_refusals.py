@@ -271,27 +271,40 @@ async def _dispatch_one_per_second(h: Harness, priorities: list[str]) -> Grant[S
 
 
 async def test_early_refusal_counts_the_higher_classes_that_will_overtake() -> None:
-    """Half the dispatches go to critical: an interactive arrival behind 2 interactive waiters needs 3
-    dispatches of the ~0.5/s left to its class (≈ 6 s > 4 s), though at the total ~1/s it would seem to
-    make it (≈ 3 s): it is refused at arrival, not after 4 s of waiting."""
+    """Half the dispatches go to critical: an interactive arrival behind 2 critical waiters needs 3
+    dispatches of the ~0.6/s left to its class (≈ 5 s > 4 s), though at the total ~1.2/s it would seem
+    to make it (≈ 2.5 s): it is refused at arrival, not after 4 s of waiting."""
     classes = (PriorityClass("critical", 30.0), PriorityClass("interactive", 4.0))
     h = make_harness(slots=1, classes=classes, early_refusal_ratio=1.0)
     grant = await _dispatch_one_per_second(h, ["critical", "interactive"] * 4)
     total, serving = h.controller.dispatch_rate_per_s(), h.controller.serving_rate_per_s("interactive")
     assert total is not None and serving is not None
     assert 3 / total <= 4.0 < 3 / serving
-    waiters = [asyncio.create_task(h.controller.admit(req(f"w{n}"))) for n in range(2)]
+    waiters = [asyncio.create_task(h.controller.admit(req(f"c{n}", "critical"))) for n in range(2)]
     await settle()
+    assert not any(task.done() for task in waiters), "critical has nothing above it: it queues"
     with pytest.raises(AdmissionRefused) as refused:
         await h.controller.admit(req("overtaken"))
     assert refused.value.reason is RejectReason.QUEUE_FULL
     assert "over its 4 s limit" in str(refused.value)
-    assert refused.value.retry_after_s == queue_retry_after_s(2, serving, drain_bound_s=4.0)
-    critical = asyncio.create_task(h.controller.admit(req("c", "critical")))
-    await settle()
-    assert not critical.done(), "critical has nothing above it: 1 / ~0.5 s is within 30 s, it queues"
-    for task in (critical, *waiters):
+    assert refused.value.retry_after_s == queue_retry_after_s(2, serving, drain_bound_s=30.0) == 4
+    for task in waiters:
         task.cancel()
+    await grant.release()
+
+
+async def test_early_refusal_keeps_a_margin_for_a_burst_of_higher_class_arrivals() -> None:
+    """Nobody waits and the class gets ~0.6 of ~1.2 dispatches/s: one dispatch is expected within
+    1.7 s of its 4 s, but ~2.4 critical arrivals are expected meanwhile, and planning for a burst of
+    them (+2 √2.4 ≈ 3.1) leaves it no room: refused, with the burst named."""
+    classes = (PriorityClass("critical", 30.0), PriorityClass("interactive", 4.0))
+    h = make_harness(slots=1, classes=classes, early_refusal_ratio=1.0)
+    grant = await _dispatch_one_per_second(h, ["critical", "interactive"] * 4)
+    serving = h.controller.serving_rate_per_s("interactive")
+    assert serving is not None and 1 / serving < 4.0
+    with pytest.raises(AdmissionRefused) as refused:
+        await h.controller.admit(req("unlucky"))
+    assert "with a burst of higher-class arrivals" in str(refused.value)
     await grant.release()
 
 
