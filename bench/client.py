@@ -39,6 +39,7 @@ class ClientOptions:
     retry_after_retries: int = 0
     max_connections: int = 4096
     extra_headers: dict[str, str] = field(default_factory=dict)
+    keep_alive: bool = False  # the raw client only (httpx always pools connections)
 
 
 @dataclass(slots=True)

@@ -82,6 +82,11 @@ def add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
         default="httpx",
         help="httpx (default) or raw: a bare-asyncio streaming client, far cheaper per stream (streams only)",
     )
+    g.add_argument(
+        "--keep-alive",
+        action="store_true",
+        help="raw client: reuse connections (HTTP/1.1 keep-alive) like SDK clients; default: one per request",
+    )
     g.add_argument("--timeout-s", type=float, default=300.0)
     g.add_argument("--api-key", default=None)
     g.add_argument("--header", action="append", default=[], metavar="NAME:VALUE")
@@ -196,6 +201,7 @@ def experiment(args: argparse.Namespace, local: bool) -> Experiment:
             api_key=args.api_key,
             retry_after_retries=args.honour_retry_after,
             extra_headers=headers,
+            keep_alive=args.keep_alive,
         ),
         slo=Slo(ttft_s=args.slo_ttft_ms / 1000.0, tpot_s=args.slo_tpot_ms / 1000.0),
         priority_mix=parse_priority_mix(args.priority_mix),

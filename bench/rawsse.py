@@ -6,12 +6,17 @@ bookkeeping that grows with the number of open connections, so with hundreds of 
 client, not the gateway, sets the limit (measured at 512 streams: ~1 ms of client CPU per stream with
 this client, ~18 ms with httpx).
 
-It opens one connection per request (`connection: close`), sends one POST, and reads the chunked or
-plain body frame by frame, recording the same fields as `BenchClient`: TTFT at the first frame with
+It opens one connection per request (`connection: close`) or, with `keep_alive` (`--keep-alive`),
+reuses idle ones as SDK clients do: a connection goes back to the pool only after a complete response
+(the chunked body's last chunk read, or a non-200 body of known length drained) and not when the server
+said `connection: close`; a reused connection that the server closed meanwhile (its keep-alive timeout)
+is retried once on a fresh one, before any response byte was read. It sends one POST and reads the
+chunked or plain body frame by frame, recording the same fields as `BenchClient`: TTFT at the first frame with
 content, output tokens from the usage event (else the content frames), the largest gap between frames
 after the first token, `[DONE]` or not, a terminal error event, and the response headers
-`x-gateway-replica`, `x-gateway-route`, `x-gateway-reject-reason`, `Retry-After`. No TLS, redirects or
-keep-alive: a measuring instrument for plain-HTTP targets on 127.0.0.1 or a LAN.
+`x-gateway-replica`, `x-gateway-route`, `x-gateway-reject-reason`, `Retry-After`. A refusal's latency
+is taken when its headers have arrived. No TLS or redirects: a measuring instrument for plain-HTTP
+targets on 127.0.0.1 or a LAN.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ def _request(url: str, spec: RequestSpec, options: ClientOptions) -> tuple[str, 
         "host": parts.netloc,
         "content-type": "application/json",
         "content-length": str(len(body)),
-        "connection": "close",
+        "connection": "keep-alive" if options.keep_alive else "close",
         **options.extra_headers,
         **spec.headers(),
     }
@@ -67,6 +72,20 @@ def _headers(head: bytes) -> tuple[int, dict[str, str]]:
         if sep:
             headers[name.strip().lower()] = value.strip()
     return status, headers
+
+
+async def _finish_body(reader: asyncio.StreamReader, headers: dict[str, str], chunked: bool) -> bool:
+    """Read what is left of a response body so the connection can carry the next request; True when
+    the body ended cleanly (a chunked body's last chunk, or `content-length` bytes)."""
+    if chunked:
+        while await _next_piece(reader, chunked=True):
+            pass
+        return (await reader.readuntil(b"\r\n")) == b"\r\n"  # no trailers
+    length = headers.get("content-length")
+    if length is None:
+        return False
+    await reader.readexactly(int(length))
+    return True
 
 
 async def _next_piece(reader: asyncio.StreamReader, chunked: bool) -> bytes:
@@ -136,9 +155,32 @@ class RawSseClient:
 
     def __init__(self, options: ClientOptions) -> None:
         self.options = options
+        self._idle: dict[tuple[str, int], list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
 
     async def aclose(self) -> None:
-        return None
+        for connections in self._idle.values():
+            for _, writer in connections:
+                writer.close()
+        self._idle.clear()
+
+    async def _connect(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bool]:
+        """An idle pooled connection (reused = True) or a new one."""
+        idle = self._idle.get((host, port), [])
+        while idle:
+            reader, writer = idle.pop()
+            if not writer.is_closing() and not reader.at_eof():
+                return reader, writer, True
+            writer.close()
+        reader, writer = await asyncio.open_connection(host, port)
+        return reader, writer, False
+
+    def _release(
+        self, host: str, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reusable: bool
+    ) -> None:
+        if reusable and self.options.keep_alive and not writer.is_closing():
+            self._idle.setdefault((host, port), []).append((reader, writer))
+        else:
+            writer.close()
 
     async def send(
         self, base_url: str, spec: RequestSpec, index: int, scheduled_s: float, run_start: float
@@ -168,22 +210,35 @@ class RawSseClient:
     async def _exchange(
         self, host: str, port: int, request: bytes, *, base: dict[str, Any], started: float
     ) -> Sample:
-        reader, writer = await asyncio.open_connection(host, port)
-        try:
-            writer.write(request)
-            status, headers = _headers(await reader.readuntil(b"\r\n\r\n"))
-            meta: dict[str, Any] = {
-                "replica": headers.get("x-gateway-replica"),
-                "route": headers.get("x-gateway-route"),
-                "reject_reason": headers.get("x-gateway-reject-reason"),
-                "retry_after_s": parse_retry_after(headers.get("retry-after")),
-            }
-            if status != 200:
-                return Sample(**base, status=status, ok=False, e2e_s=time.perf_counter() - started, **meta)
-            chunked = "chunked" in headers.get("transfer-encoding", "").lower()
-            found = await _read_events(reader, chunked, started)
-        finally:
-            writer.close()
+        while True:
+            reader, writer, reused = await self._connect(host, port)
+            reusable = False
+            try:
+                writer.write(request)
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    if reused:
+                        continue  # closed by the server while idle: once more, on a fresh connection
+                    raise
+                status, headers = _headers(head)
+                meta: dict[str, Any] = {
+                    "replica": headers.get("x-gateway-replica"),
+                    "route": headers.get("x-gateway-route"),
+                    "reject_reason": headers.get("x-gateway-reject-reason"),
+                    "retry_after_s": parse_retry_after(headers.get("retry-after")),
+                }
+                chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+                keep = self.options.keep_alive and headers.get("connection", "").lower() != "close"
+                if status != 200:
+                    e2e_s = time.perf_counter() - started
+                    reusable = keep and await _finish_body(reader, headers, chunked)
+                    return Sample(**base, status=status, ok=False, e2e_s=e2e_s, **meta)
+                found = await _read_events(reader, chunked, started)
+                reusable = keep and found.done and chunked and await _finish_body(reader, headers, chunked)
+            finally:
+                self._release(host, port, reader, writer, reusable)
+            break
         e2e = time.perf_counter() - started
         tokens = found.usage_tokens if found.usage_tokens is not None else found.content_frames
         ttft = found.ttft_s

@@ -104,3 +104,95 @@ async def test_reject_and_truncation(closer: list[asyncio.Server]) -> None:
     closer.append(server)
     sample = await RawSseClient(ClientOptions(model="m")).send(url, SPEC, 0, 0.0, time.perf_counter())
     assert not sample.ok and sample.error == "truncated" and sample.output_tokens == 1
+
+
+STREAM_ANSWER = (
+    b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+    + chunk(b'data: {"choices":[{"delta":{"content":" a"}}]}\n\n')
+    + chunk(b"data: [DONE]\n\n")
+    + b"0\r\n\r\n"
+)
+REFUSAL_BODY = b'{"error":{"code":"queue_full"}}'
+REFUSAL_ANSWER = (
+    b"HTTP/1.1 429 Too Many Requests\r\nretry-after: 1\r\nx-gateway-reject-reason: queue_full\r\n"
+    + f"content-length: {len(REFUSAL_BODY)}\r\n\r\n".encode()
+    + REFUSAL_BODY
+)
+
+
+async def serve_keep_alive(
+    answers: list[bytes], close_after: int | None = None
+) -> tuple[asyncio.Server, str, list[int]]:
+    """Answers requests in order on whatever connection they come; `connections[i]` is the number of
+    requests connection i answered. `close_after`: after that many answers a connection reads the next
+    request and closes without answering (the server's keep-alive timeout racing a reuse)."""
+    connections: list[int] = []
+    queue = list(answers)
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(0)
+        me = len(connections) - 1
+        try:
+            while queue:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                await reader.readexactly(length)
+                connections[me] += 1
+                writer.write(queue.pop(0))
+                await writer.drain()
+                if close_after is not None and connections[me] >= close_after:
+                    await reader.readuntil(b"\r\n\r\n")
+                    break
+        except asyncio.IncompleteReadError:
+            pass
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", connections
+
+
+async def test_keep_alive_reuses_one_connection_after_streams_and_refusals(
+    closer: list[asyncio.Server],
+) -> None:
+    server, url, connections = await serve_keep_alive([STREAM_ANSWER, REFUSAL_ANSWER, STREAM_ANSWER])
+    closer.append(server)
+    client = RawSseClient(ClientOptions(model="m", keep_alive=True))
+    first = await client.send(url, SPEC, 0, 0.0, time.perf_counter())
+    refused = await client.send(url, SPEC, 1, 0.0, time.perf_counter())
+    last = await client.send(url, SPEC, 2, 0.0, time.perf_counter())
+    await client.aclose()
+    assert first.ok and last.ok and last.output_tokens == 1
+    assert (refused.status, refused.reject_reason) == (429, "queue_full")
+    assert connections == [3], "the stream's last chunk and the refusal's body were read: one connection"
+
+
+async def test_keep_alive_retries_once_when_the_server_closed_the_idle_connection(
+    closer: list[asyncio.Server],
+) -> None:
+    server, url, connections = await serve_keep_alive([STREAM_ANSWER, STREAM_ANSWER], close_after=1)
+    closer.append(server)
+    client = RawSseClient(ClientOptions(model="m", keep_alive=True))
+    assert (await client.send(url, SPEC, 0, 0.0, time.perf_counter())).ok
+    second = await client.send(url, SPEC, 1, 0.0, time.perf_counter())
+    await client.aclose()
+    assert second.ok and second.error is None
+    assert connections == [1, 1]
+
+
+async def test_without_keep_alive_or_when_the_server_says_close_each_request_connects(
+    closer: list[asyncio.Server],
+) -> None:
+    server, url, connections = await serve_keep_alive([STREAM_ANSWER, STREAM_ANSWER])
+    closer.append(server)
+    client = RawSseClient(ClientOptions(model="m"))
+    for index in range(2):
+        assert (await client.send(url, SPEC, index, 0.0, time.perf_counter())).ok
+    assert connections == [1, 1]
+    closing = REFUSAL_ANSWER.replace(b"retry-after: 1\r\n", b"retry-after: 1\r\nconnection: close\r\n")
+    server, url, connections = await serve_keep_alive([closing, closing])
+    closer.append(server)
+    client = RawSseClient(ClientOptions(model="m", keep_alive=True))
+    for index in range(2):
+        assert (await client.send(url, SPEC, index, 0.0, time.perf_counter())).status == 429
+    await client.aclose()
+    assert connections == [1, 1], "connection: close is honoured"
