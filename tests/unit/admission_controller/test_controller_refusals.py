@@ -98,14 +98,21 @@ async def test_a_waiter_past_its_deadline_gets_queue_timeout_before_it_could_be_
     assert h.fleet.dispatched == ["running"] and h.fleet.in_use == 0
 
 
+async def _dispatch_one_per_second(h: Harness, priorities: list[str]) -> Grant[Slot]:
+    """Dispatch one request per second through the fast path, of the given classes in turn; return
+    the grant still holding the fleet's single slot."""
+    grant = await h.controller.admit(req("g0", priorities[0]))
+    for n, priority in enumerate(priorities[1:], start=1):
+        h.clock.advance(1.0)
+        await grant.release()
+        grant = await h.controller.admit(req(f"g{n}", priority))
+    return grant
+
+
 async def test_expiry_retry_after_uses_the_measured_dispatch_rate() -> None:
     classes = (PriorityClass("critical", 30.0), PriorityClass("interactive", 2.0))
     h = make_harness(slots=1, classes=classes)
-    grant = await h.controller.admit(req("g0", "interactive"))
-    for n in range(1, 5):  # four more dispatches, one per second: rate ≈ 1/s
-        h.clock.advance(1.0)
-        await grant.release()
-        grant = await h.controller.admit(req(f"g{n}", "interactive"))
+    grant = await _dispatch_one_per_second(h, ["interactive"] * 5)  # rate ≈ 1/s
     waiters = [asyncio.create_task(h.controller.admit(req(f"c{n}", "critical"))) for n in range(3)]
     doomed = asyncio.create_task(h.controller.admit(req("i", "interactive")))
     await settle()
@@ -126,11 +133,7 @@ async def test_retry_after_of_a_class_the_higher_classes_starve_is_the_drain_bou
     time by which the critical waiters ahead have left the queue, not ahead ÷ the total rate."""
     classes = (PriorityClass("critical", 30.0), PriorityClass("interactive", 2.0))
     h = make_harness(slots=1, classes=classes)
-    grant = await h.controller.admit(req("g0", "critical"))
-    for n in range(1, 5):
-        h.clock.advance(1.0)
-        await grant.release()
-        grant = await h.controller.admit(req(f"g{n}", "critical"))
+    grant = await _dispatch_one_per_second(h, ["critical"] * 5)
     waiters = [asyncio.create_task(h.controller.admit(req(f"c{n}", "critical"))) for n in range(3)]
     doomed = asyncio.create_task(h.controller.admit(req("i", "interactive")))
     await settle()
@@ -257,17 +260,6 @@ async def test_early_refusal_when_the_expected_wait_exceeds_the_class_limit() ->
     for task in (critical, *queued):
         await settle()
         await (await task).release()
-
-
-async def _dispatch_one_per_second(h: Harness, priorities: list[str]) -> Grant[Slot]:
-    """Dispatch one request per second through the fast path, of the given classes in turn; return
-    the grant still holding the fleet's single slot."""
-    grant = await h.controller.admit(req("g0", priorities[0]))
-    for n, priority in enumerate(priorities[1:], start=1):
-        h.clock.advance(1.0)
-        await grant.release()
-        grant = await h.controller.admit(req(f"g{n}", priority))
-    return grant
 
 
 async def test_early_refusal_counts_the_higher_classes_that_will_overtake() -> None:
