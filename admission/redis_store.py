@@ -3,7 +3,8 @@
 This is the only module that imports `redis`. `RedisBackend` owns the client and runs registered Lua
 scripts; every change to shared state is ONE atomic script (no read-modify-write from Python), so
 concurrent gateway instances never lose an update. `RedisRateLimitStore` runs the token-bucket
-arithmetic of `admission.rate_limit` inside Lua; `admission.redis_leases` uses the same backend.
+arithmetic of `admission.rate_limit` inside Lua; `admission.redis_leases`,
+`gateway.proxy.idempotency_redis` and `gateway.membership` use the same backend.
 
 Time: scripts read the Redis server's `TIME`. Gateway instances cannot share their own clocks:
 monotonic clocks have per-process origins and wall clocks drift between hosts, so a refill or lease
@@ -129,7 +130,7 @@ return fmt(level)
 
 
 class RedisOperation(StrEnum):
-    """Which admission call touched Redis (label of the backend-error metric)."""
+    """Which call touched Redis (label of the backend-error metric)."""
 
     RATE_LIMIT_ACQUIRE = "rate_limit_acquire"
     RATE_LIMIT_RECONCILE = "rate_limit_reconcile"
@@ -141,6 +142,8 @@ class RedisOperation(StrEnum):
     IDEMPOTENCY_WAIT = "idempotency_wait"
     IDEMPOTENCY_RENEW = "idempotency_renew"
     IDEMPOTENCY_COMPLETE = "idempotency_complete"
+    MEMBERSHIP_HEARTBEAT = "membership_heartbeat"
+    MEMBERSHIP_LEAVE = "membership_leave"
 
 
 def make_redis_client(url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Redis:

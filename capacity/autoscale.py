@@ -7,7 +7,7 @@ The gateway feeds one `PoolAutoscaler` per pool with small synchronous calls and
     observe_queue_depth(depth)                          every scrape tick (periodic sample)
     observe_engine_running(replica, running)            engine scraper, per replica per scrape
     forget_replica(replica)                             registry, when a replica leaves / goes down
-    set_traffic_share(ratio)                            with k gateway instances: ≈ 1/k
+    set_traffic_share(ratio)                            with k gateway instances: 1/k (gateway.membership)
     observe_completion(tokens, e2e_s, ttft_s=, tpot_s=, queue_wait_s=)   proxy, per finished request
     poll() / evaluate()                                 every evaluation period → AutoscaleDecision
 
@@ -22,6 +22,7 @@ time comes from an injected clock, nothing here does I/O or awaits.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -69,6 +70,8 @@ class AutoscaleDecision:
     action: ScaleAction
     reason: ScaleReason
     scale_down_pending_s: float
+    traffic_share_ratio: float
+    """The share in effect at the evaluation (1/k); λ is divided by its averages over the windows."""
     estimate: Estimate
 
     def gauges(self) -> list[GaugeSample]:
@@ -91,9 +94,9 @@ class AutoscaleDecision:
             GaugeSample(
                 _P + "recent_arrival_rate_per_second",
                 pool,
-                st.recent_arrival_rate_per_s / e.traffic_share_ratio,
+                st.recent_arrival_rate_per_s / e.recent_traffic_share_ratio,
             ),
-            GaugeSample(_P + "traffic_share_ratio", pool, e.traffic_share_ratio),
+            GaugeSample(_P + "traffic_share_ratio", pool, self.traffic_share_ratio),
             GaugeSample(_P + "mean_output_tokens", pool, opt(st.mean_output_tokens)),
             GaugeSample(_P + "time_in_system_seconds", pool, opt(st.time_in_system_s)),
             GaugeSample(_P + "concurrency_requests", pool, e.concurrency_requests),
@@ -149,7 +152,8 @@ class PoolAutoscaler:
         start = s.min_replicas if initial_replicas is None else initial_replicas
         self._controller = HysteresisController(s, start, self.window.started_s)
         self._last: AutoscaleDecision | None = None
-        self._traffic_share_ratio = 1.0
+        self._shares: deque[tuple[float, float]] = deque([(self.window.started_s, 1.0)])
+        """(since_s, share): the traffic share's history over the window, oldest first."""
 
     # --- observations (delegated to the window; see AutoscaleWindow for the semantics) ---
 
@@ -188,14 +192,52 @@ class PoolAutoscaler:
         self.window.observe_queue_wait(wait_s)
 
     def set_traffic_share(self, ratio: float) -> None:
-        """The fraction of the pool's arrivals this gateway instance sees (default 1: one instance).
+        """The fraction of the pool's arrivals this gateway instance sees from now on (default 1: one
+        instance).
 
-        With k instances behind a load balancer set ≈ 1/k (from the gateway's own membership), so that
-        every instance estimates for the whole pool and `max(llm_gateway_desired_replicas)` is right.
+        With k instances behind a load balancer set 1/k (`gateway.membership` does, from the gateway's
+        own membership), so that every instance estimates for the whole pool and
+        `max(llm_gateway_desired_replicas)` is right. λ and λ_recent are divided by the share averaged
+        over their window (time-weighted), not by the latest one: the arrivals in a window were seen at
+        the shares of their time, so a change of k (an instance joins or leaves, e.g. in a rolling
+        update) does not read as a step in the pool's load. With 1/k applied at once, a second instance
+        joining would double λ for most of a window and scale the engines up for a cooldown.
         """
         if not 0 < ratio <= 1:
             raise ValueError("ratio must be in (0, 1]")
-        self._traffic_share_ratio = ratio
+        if ratio == self._shares[-1][1]:
+            return
+        now = self._clock.now_s()
+        if now <= self._shares[-1][0]:
+            self._shares[-1] = (self._shares[-1][0], ratio)
+        else:
+            self._shares.append((now, ratio))
+
+    @property
+    def traffic_share_ratio(self) -> float:
+        """The share in effect now (the latest `set_traffic_share`)."""
+        return self._shares[-1][1]
+
+    def mean_traffic_share(self, span_s: float) -> float:
+        """The time-weighted mean share over the last `span_s` seconds (the current one for span 0)."""
+        now = self._clock.now_s()
+        if span_s <= 0:
+            return self.traffic_share_ratio
+        start = now - span_s
+        weighted = 0.0
+        shares = list(self._shares)
+        for i, (since_s, share) in enumerate(shares):
+            lo = start if i == 0 else max(since_s, start)  # the oldest share also covers what precedes it
+            hi = shares[i + 1][0] if i + 1 < len(shares) else now
+            if hi > lo:
+                weighted += share * (hi - lo)
+        return weighted / span_s
+
+    def _forget_old_shares(self, now_s: float) -> None:
+        """Drop the shares that ended before the window began (the one in effect then stays)."""
+        horizon = now_s - self.settings.window_s
+        while len(self._shares) > 1 and self._shares[1][0] <= horizon:
+            self._shares.popleft()
 
     # --- evaluation ---
 
@@ -212,7 +254,14 @@ class PoolAutoscaler:
     def evaluate(self) -> AutoscaleDecision:
         """Evaluate now: window stats → estimate → hysteresis step."""
         stats = self.window.stats()
-        estimate = estimate_replicas(stats, self.capacity, self.settings, self._traffic_share_ratio)
+        self._forget_old_shares(stats.now_s)
+        estimate = estimate_replicas(
+            stats,
+            self.capacity,
+            self.settings,
+            self.mean_traffic_share(stats.window_span_s),
+            self.mean_traffic_share(stats.recent_span_s),
+        )
         step: ControllerStep = self._controller.step(estimate, stats.now_s)
         self._last = AutoscaleDecision(
             pool=self.pool,
@@ -222,6 +271,7 @@ class PoolAutoscaler:
             action=step.action,
             reason=step.reason,
             scale_down_pending_s=step.scale_down_pending_s,
+            traffic_share_ratio=self.traffic_share_ratio,
             estimate=estimate,
         )
         return self._last

@@ -49,7 +49,8 @@ _PRIORITY = {
 class Estimate:
     """One evaluation's answer and every input that drove it.
 
-    `arrival_rate_per_s` is the pool's λ (the window's, divided by `traffic_share_ratio`);
+    `arrival_rate_per_s` is the pool's λ (the window's, divided by `traffic_share_ratio`; λ_recent is
+    divided by `recent_traffic_share_ratio`);
     `*_replicas` floats are barriers in replicas at 100 % utilisation (before ρ and rounding);
     `scale_up_replicas` / `scale_down_replicas` are the hysteresis targets the controller uses;
     `reason` names the candidate that set `scale_up_replicas`.
@@ -57,6 +58,7 @@ class Estimate:
 
     stats: WindowStats
     traffic_share_ratio: float
+    recent_traffic_share_ratio: float
     arrival_rate_per_s: float
     little_concurrency_requests: float
     concurrency_requests: float
@@ -92,16 +94,20 @@ def estimate_replicas(
     capacity: PoolCapacity,
     settings: AutoscaleSettings,
     traffic_share_ratio: float = 1.0,
+    recent_traffic_share_ratio: float | None = None,
 ) -> Estimate:
     """The barrier model on measured inputs; see the module docstring for the formulas.
 
     `traffic_share_ratio` is the fraction of the pool's arrivals this gateway instance sees (1 with
-    one instance, ≈ 1/k with k instances behind a load balancer): λ and λ_recent are divided by it to
-    get the pool's rates. The engines' batches are pool-wide already (every instance scrapes every
-    replica), and the queue is treated as representative of every instance's.
+    one instance, ≈ 1/k with k instances behind a load balancer): λ is divided by it to get the pool's
+    rate, and λ_recent by `recent_traffic_share_ratio` (default: the same share). They differ only
+    while the share changes: `PoolAutoscaler` passes each window's time-averaged share. The engines'
+    batches are pool-wide already (every instance scrapes every replica), and the queue is treated
+    as representative of every instance's.
     """
-    if not 0 < traffic_share_ratio <= 1:
-        raise ValueError("traffic_share_ratio must be in (0, 1]")
+    recent_share = traffic_share_ratio if recent_traffic_share_ratio is None else recent_traffic_share_ratio
+    if not (0 < traffic_share_ratio <= 1 and 0 < recent_share <= 1):
+        raise ValueError("traffic_share_ratio and recent_traffic_share_ratio must be in (0, 1]")
     rho_up, rho_down = settings.scale_up_utilisation_ratio, settings.scale_down_utilisation_ratio
     t_dec, b_max = capacity.decode_tokens_per_s, capacity.b_max
     lam = stats.arrival_rate_per_s / traffic_share_ratio
@@ -115,7 +121,7 @@ def estimate_replicas(
     n_queue, floor_q = 0.0, 0
     draining = pressure and stats.queue_trend_per_s < 0
     if pressure:
-        lead = max(lam, stats.recent_arrival_rate_per_s / traffic_share_ratio)
+        lead = max(lam, stats.recent_arrival_rate_per_s / recent_share)
         n_queue = max(
             throughput_gpus(lead, mean_out, t_dec),
             latency_gpus(littles_law_requests(lead, w_s), b_max),
@@ -149,6 +155,7 @@ def estimate_replicas(
     return Estimate(
         stats=stats,
         traffic_share_ratio=traffic_share_ratio,
+        recent_traffic_share_ratio=recent_share,
         arrival_rate_per_s=lam,
         little_concurrency_requests=little,
         concurrency_requests=concurrency,

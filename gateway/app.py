@@ -3,8 +3,8 @@
 The OpenAI proxy endpoints are dispatched as plain ASGI to `ProxyHandler` (no framework layers on the
 hot path); everything else (models, health, readiness, metrics, admin) is a small FastAPI app. The
 top-level app owns the lifespan: it opens the one shared upstream client at start-up and, at shutdown,
-stops admitting (`draining`), waits up to `server.drain_timeout_s` for in-flight requests, then closes
-the client.
+stops admitting (`draining`), leaves the gateway membership (`gateway.membership`), waits up to
+`server.drain_timeout_s` for in-flight requests, then closes the client.
 """
 
 from __future__ import annotations
@@ -22,11 +22,13 @@ from fastapi import FastAPI, Request, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from admission.clock import Clock, SystemClock
+from admission.redis_store import RedisOperation
 from gateway.api.admin import build_admin_router
 from gateway.api.asgi_io import Receive, Scope, Send, send_response
 from gateway.api.request_parsing import Endpoint
 from gateway.error_mapping import to_response
 from gateway.errors import Draining, GatewayError, MethodNotAllowed, RouteNotFound
+from gateway.membership import GatewayMembership, RedisMembership
 from gateway.metrics import METRICS_CONTENT_TYPE, GatewayMetrics
 from gateway.proxy.handler import ProxyHandler
 from gateway.settings import Settings
@@ -86,6 +88,7 @@ class GatewayApp:
         self._health: HealthChecker | None = None
         self._scrapers: list[EngineScraper | None] = []
         self._discovery: list[DiscoveryRunner] = []
+        self._membership: GatewayMembership | None = None
         self._ops = _build_ops_app(self.state, self._clock)
 
     @property
@@ -110,11 +113,32 @@ class GatewayApp:
         )
         self._health.start()
         self.state.proxy.start()
+        self._start_membership(self.state.proxy)
         self._start_discovery()
         self._scrapers = [self._build_scraper(pool) for pool in self.state.registry.pools.values()]
         for scraper in self._scrapers:
             if scraper is not None:
                 scraper.start()
+
+    def _start_membership(self, proxy: ProxyHandler) -> None:
+        """Measure k, the live gateway instances, for the autoscaling signal's traffic share
+        (`gateway.membership`): with Redis state and a pool whose `autoscale.gateway_instances` is unset."""
+        backend, signals = proxy.state_backend, proxy.signals
+        if backend is None or not signals.measures_gateway_instances:
+            return
+        errors = self.state.metrics.state_errors_total.labels(str(RedisOperation.MEMBERSHIP_HEARTBEAT))
+        self._membership = GatewayMembership(
+            RedisMembership(backend),
+            ttl_s=self.state.settings.state.replica_lease_ttl_s,
+            clock=self._clock,
+            on_count=signals.set_gateway_instances,
+            on_error=errors.inc,
+        )
+        self._membership.start()
+
+    async def _leave_membership(self) -> None:
+        if self._membership is not None:
+            await self._membership.leave()
 
     def _start_discovery(self) -> None:
         """One discovery source per pool with a dynamic replica source (`dns` or `kubernetes`)."""
@@ -155,13 +179,15 @@ class GatewayApp:
         )
 
     async def drain(self) -> None:
-        """Graceful stop: readiness goes false and new requests get 503 `draining` at once; in-flight
-        requests get up to `server.drain_timeout_s` to finish; whatever still runs then ends with the
-        terminal error (a final SSE error event for started streams, a 503 otherwise)."""
+        """Graceful stop: readiness goes false and new requests get 503 `draining` at once, and the
+        instance leaves the gateway membership; in-flight requests get up to `server.drain_timeout_s` to
+        finish; whatever still runs then ends with the terminal error (a final SSE error event for
+        started streams, a 503 otherwise)."""
         proxy = self.state.proxy
         if proxy is None:
             return
         proxy.start_drain()
+        await self._leave_membership()  # no new arrivals here from now on: the others' share grows
         registry = self.state.registry
         try:
             async with asyncio.timeout(self.state.settings.server.drain_timeout_s):
@@ -183,6 +209,7 @@ class GatewayApp:
         for scraper in self._scrapers:
             if scraper is not None:
                 await scraper.stop()
+        await self._leave_membership()  # before the state backend closes with the proxy
         if self.state.proxy is not None:
             await self.state.proxy.aclose()
         if self.state.session is not None:

@@ -6,21 +6,25 @@ admission, so shed load counts), the queue wait of each dispatched request, each
 replica's running batch (the engine's report, else the gateway's own in-flight count). The decision is
 exported as `llm_gateway_desired_replicas{pool}` plus the inputs that drove it; GPU utilisation is not
 an input. Each gateway instance sees only its share of the traffic: with k instances behind a load
-balancer, scale on `max()` of the signal only if every instance sees the whole pool, or set a traffic
-share (not automatic yet).
+balancer every pool's autoscaler divides its arrival rates by the traffic share 1/k
+(`llm_gateway_autoscale_traffic_share_ratio`), so every instance estimates for the whole pool and
+`max()` over instances is the aggregate to scale on. k is the pool's `autoscale.gateway_instances` when
+set, else the live instance count that `gateway.membership` measures in Redis (`set_gateway_instances`),
+else 1.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from prometheus_client import Gauge
 
 from admission.clock import Clock
 from capacity.autoscale import GaugeSample, PoolAutoscaler
 from capacity.autoscale_settings import AutoscaleSettings, PoolCapacity
+from gateway.membership import traffic_share
 from gateway.metrics import GatewayMetrics
 from gateway.settings import PoolSettings
 from gateway.upstream.registry import ReplicaRegistry
@@ -61,12 +65,33 @@ class AutoscaleSignals:
         self._metrics = metrics
         self._queue_depth_of = queue_depth_of
         self._scalers: dict[str, PoolAutoscaler] = {}
+        self._configured_instances: dict[str, int | None] = {}
         for pool in registry.pools.values():
             scaler = _autoscaler(pool.settings, clock, len(pool.replicas))
             if scaler is not None:
+                assert pool.settings.autoscale is not None
+                configured = pool.settings.autoscale.gateway_instances
+                scaler.set_traffic_share(traffic_share(configured, 1))
                 self._scalers[pool.model] = scaler
+                self._configured_instances[pool.model] = configured
         self._gauges: dict[str, Gauge] = {}
         self._task: asyncio.Task[None] | None = None
+
+    @property
+    def scalers(self) -> Mapping[str, PoolAutoscaler]:
+        """The autoscaler of each pool with `autoscale:` configured, by model."""
+        return self._scalers
+
+    @property
+    def measures_gateway_instances(self) -> bool:
+        """Whether some pool's share follows the measured instance count (no `gateway_instances` set)."""
+        return any(configured is None for configured in self._configured_instances.values())
+
+    def set_gateway_instances(self, measured: int) -> None:
+        """k live gateway instances (measured by `gateway.membership`): the traffic share becomes 1/k in
+        every pool without a configured `autoscale.gateway_instances`."""
+        for model, scaler in self._scalers.items():
+            scaler.set_traffic_share(traffic_share(self._configured_instances[model], measured))
 
     def arrival(self, model: str) -> None:
         scaler = self._scalers.get(model)

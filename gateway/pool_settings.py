@@ -96,6 +96,12 @@ class AutoscaleSignalSettings(StrictModel):
     scale_down_cooldown_s: float = Field(300.0, ge=0)
     min_replicas: int = Field(1, ge=0)
     max_replicas: int | None = Field(None, ge=1)
+    gateway_instances: int | None = Field(None, ge=1)
+    """k, the number of gateway instances that share this pool's traffic behind a load balancer: each
+    sees 1/k of the arrivals, so λ is divided by the traffic share 1/k (`gateway.membership`). Default
+    None: measured by the instances' membership heartbeat in Redis with `state.backend: redis`, 1 with
+    memory state. Set it with memory state when several instances serve the pool; a value set here is
+    used as it is with Redis too."""
 
 
 class SloSettings(StrictModel):

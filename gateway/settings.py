@@ -89,7 +89,9 @@ class StateSettings(StrictModel):
     """Prefix of every Redis key: deployments (or tests) sharing one Redis keep apart by it."""
     replica_lease_ttl_s: float = Field(10.0, gt=0)
     """Expiry of a replica slot credit unless renewed (every ttl / 3): how long the slots held by a
-    gateway that died without releasing them stay taken (`gateway.upstream.slot_credits`)."""
+    gateway that died without releasing them stay taken (`gateway.upstream.slot_credits`). The same
+    ttl (and ttl / 3 heartbeat) bounds how long a dead gateway still counts as a live instance for the
+    autoscaling signal's traffic share (`gateway.membership`)."""
     replica_credit_linger_s: float = Field(1.0, gt=0)
     """How long an idle replica slot credit stays with this gateway before it goes back to Redis."""
 

@@ -17,6 +17,7 @@ import aiohttp
 
 from admission.clock import Clock
 from admission.outcomes import AdmissionRefused, RejectReason
+from admission.redis_store import RedisBackend
 from admission.retry_after import draining_retry_after_s
 from admission.tenants import AuthenticationFailed, Tenant
 from gateway.api.asgi_io import (
@@ -30,6 +31,7 @@ from gateway.api.asgi_io import (
     send_response,
 )
 from gateway.api.request_parsing import Endpoint, ParsedRequest, parse_request
+from gateway.autoscaling import AutoscaleSignals
 from gateway.error_mapping import to_response, to_sse_event
 from gateway.errors import Draining, GatewayError, InternalError, ModelNotFound, Unauthorized
 from gateway.metrics import GatewayMetrics
@@ -80,6 +82,16 @@ class ProxyHandler:
         )
         self.draining = False
         self._active: dict[asyncio.Task[Any], Exchange] = {}
+
+    @property
+    def signals(self) -> AutoscaleSignals:
+        """The autoscaling signal of this handler's pools (its traffic share is set from outside)."""
+        return self._server.signals
+
+    @property
+    def state_backend(self) -> RedisBackend | None:
+        """The shared-state backend (Redis), None with memory state."""
+        return self._server.state_backend
 
     def start_drain(self) -> None:
         """Refuse new requests and everything still queued with 503 `draining`."""

@@ -14,7 +14,7 @@ def test_desired_replicas_is_exported_and_grows_under_queue_pressure(mock_engine
     engine = mock_engines(model=MODEL, token_delay_ms=5)
     autoscale = {"decode_tokens_per_s": 400, "evaluation_period_s": 0.5, "window_s": 2}
     gateway = gateways(gateway_settings([pool([engine], max_concurrency_per_replica=2, autoscale=autoscale)]))
-    signals = gateway.app.state.proxy._server.signals
+    signals = gateway.app.state.proxy.signals
 
     async def load() -> None:
         async with httpx.AsyncClient(base_url=gateway.url, timeout=20) as client:

@@ -136,6 +136,53 @@ class TestPoolAutoscaler:
         with pytest.raises(ValueError, match="ratio"):
             auto.set_traffic_share(0.0)
 
+    def test_a_change_of_share_is_averaged_over_each_window(self) -> None:
+        """A second gateway joins at t = 60 at a constant pool load of 20 req/s: this instance's arrivals
+        halve and its share goes to 1/2. Dividing the window's rate (45 s at 20/s, 15 s at 10/s) by the
+        new share would read 35 req/s; by the window's mean share (0.875) it reads the true 20."""
+        clock = FakeClock(0.0)
+        auto = PoolAutoscaler("llama", CAPACITY, clock)
+        for t in range(75):
+            if t == 60:
+                clock.set(60.0)
+                auto.set_traffic_share(0.5)
+            clock.set(t + 0.5)
+            auto.observe_arrival(20 if t < 60 else 10)
+        clock.set(75.0)
+        d = auto.evaluate()
+        e = d.estimate
+        assert (e.stats.window_span_s, e.stats.recent_span_s) == (60.0, 15.0)
+        assert e.stats.arrival_rate_per_s == 17.5
+        assert (e.traffic_share_ratio, e.recent_traffic_share_ratio) == (0.875, 0.5)
+        assert e.arrival_rate_per_s == pytest.approx(20.0)
+        gauges = {
+            s.name: s.value for s in d.gauges() if "reason" not in s.labels and "barrier" not in s.labels
+        }
+        assert gauges["llm_gateway_autoscale_traffic_share_ratio"] == 0.5  # the share now: 1/k
+        assert gauges["llm_gateway_autoscale_recent_arrival_rate_per_second"] == pytest.approx(20.0)
+        clock.set(120.0)  # a window later only the new share is left
+        assert auto.evaluate().estimate.traffic_share_ratio == 0.5
+
+    def test_mean_share_is_time_weighted(self) -> None:
+        clock = FakeClock(0.0)
+        auto = PoolAutoscaler("llama", CAPACITY, clock)
+        clock.set(10.0)
+        auto.set_traffic_share(0.5)
+        auto.set_traffic_share(0.5)  # unchanged: no new step
+        clock.set(20.0)
+        auto.set_traffic_share(0.25)
+        clock.set(30.0)
+        assert auto.traffic_share_ratio == 0.25
+        assert auto.mean_traffic_share(0.0) == 0.25
+        assert auto.mean_traffic_share(10.0) == 0.25
+        assert auto.mean_traffic_share(20.0) == pytest.approx(0.375)
+        assert auto.mean_traffic_share(30.0) == pytest.approx((10 + 5 + 2.5) / 30)
+        clock.set(30.0)
+        auto.set_traffic_share(1.0)
+        auto.set_traffic_share(0.2)  # twice at the same instant: the last one holds from then on
+        clock.set(40.0)
+        assert auto.mean_traffic_share(10.0) == pytest.approx(0.2)
+
     def test_gauges(self) -> None:
         clock = FakeClock(0.0)
         auto = PoolAutoscaler("llama-3.1-8b", CAPACITY, clock, initial_replicas=2)

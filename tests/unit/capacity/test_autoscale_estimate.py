@@ -189,10 +189,23 @@ class TestTrafficShare:
         assert e.queue_replicas == pytest.approx(60 * 4.5 / 64)
         assert (e.scale_up_replicas, e.reason) == (6, ScaleReason.QUEUE)
 
+    def test_the_recent_window_has_its_own_share(self) -> None:
+        s = stats(
+            arrival_rate_per_s=10.0,
+            recent_arrival_rate_per_s=15.0,
+            queue_depth_standing=50.0,
+            queue_trend_per_s=-1.0,
+        )
+        e = estimate_replicas(s, CAPACITY, SETTINGS, traffic_share_ratio=0.5, recent_traffic_share_ratio=0.25)
+        assert (e.arrival_rate_per_s, e.recent_traffic_share_ratio) == (20.0, 0.25)
+        assert e.queue_replicas == pytest.approx(60 * 4.5 / 64)  # λ' = 15 / 0.25
+
     @pytest.mark.parametrize("ratio", [0.0, 1.5])
     def test_share_must_be_a_fraction(self, ratio: float) -> None:
         with pytest.raises(ValueError, match="traffic_share_ratio"):
             estimate_replicas(stats(), CAPACITY, SETTINGS, traffic_share_ratio=ratio)
+        with pytest.raises(ValueError, match="recent_traffic_share_ratio"):
+            estimate_replicas(stats(), CAPACITY, SETTINGS, recent_traffic_share_ratio=ratio)
 
 
 class TestValidation:
