@@ -30,10 +30,11 @@ slot: it routes `request.routing`, claims the slot synchronously and returns the
 is eligible at all): on the fast path that refusal propagates; from the queue, that waiter gets it and
 the round continues with the next one. Any other exception fails that waiter the same way.
 
-Retry-After of every queue refusal: `queue_retry_after_s(ahead, λ, drain_bound)` — `ahead` = waiters at
-or above the class, λ = measured dispatch rate of the class and those below it (`DispatchRateMeter`s,
-all dispatches incl. fast path; the classes above take the rest), capped by the time by which
-everything ahead has left the queue; clamped to [1, max_retry_after_s].
+Retry-After of every queue refusal: `queue_retry_after_s(ahead, r, drain_bound)` — `ahead` = waiters at
+or above the class, r = the dispatch rate left to the class (`available_rate_per_s`: the pool's
+capacity C = held grants ÷ mean hold time, minus the measured dispatch rate of the classes above),
+capped by the time by which everything ahead has left the queue; clamped to [1, max_retry_after_s].
+An early refusal's Retry-After is its expected wait instead (see `AdmissionConfig`).
 
 Every refusal raised by `admit` is counted in `stats.rejected` and reported to the observer once.
 Tokens charged by the rate limiter are refunded when the request does not run (see `TenantGate`).
@@ -60,10 +61,11 @@ from admission.priority_queue import (
     QueueEntry,
 )
 from admission.release_forecast import ReleaseForecast
-from admission.retry_after import DEFAULT_MAX_RETRY_AFTER_S, queue_retry_after_s
+from admission.retry_after import DEFAULT_MAX_RETRY_AFTER_S, clamp_retry_after_s, queue_retry_after_s
 from admission.tenant_gate import TenantGate
 from admission.timers import LoopTimers, TimerHandle, Timers
 
+_SLACK = 1e-9  # float noise in sums of rates must not cost a slot
 OVERTAKE_MARGIN_SIGMAS = 2.0
 """Higher-class arrivals during a wait are Poisson: early refusal plans for their mean plus this many
 standard deviations (√mean), so that a burst of them rarely turns an admitted waiter into a timeout."""
@@ -74,37 +76,42 @@ class AdmissionConfig:
     """A pool's queue: classes (highest first, with max wait and optional own depth), the global
     depth (default 2000), the Retry-After ceiling (default 120 s), and early refusal.
 
-    `early_refusal_ratio` (None: off): refuse an arrival at once with `queue_full` when its expected
-    wait already exceeds that multiple of its class's `max_wait_s`, instead of queueing it only to
-    answer `queue_timeout` after the full wait: a refusal that is certain anyway should be fast.
+    `early_refusal_ratio` (None: off): refuse an arrival at once with `queue_full` when it is not
+    expected to be dispatched within that multiple of its class's `max_wait_s`, instead of queueing it
+    only to answer `queue_timeout` after the full wait: a refusal that is certain anyway should be fast.
 
-    The expected wait of an arrival of class k counts everything that will be dispatched before it:
-    the `ahead_k` waiters now queued at or above k, and the higher classes that keep arriving while it
-    waits (they overtake it). With μ the measured dispatch rate and λ_above the part of it taken by
-    the classes strictly above k, these are served at μ − λ_above, which is the measured dispatch rate
-    of class k and the classes below it (`serving_rate_per_s`):
+    An arrival of class k that found no free slot waits for `ahead_k` (the waiters now queued at or
+    above k) plus the higher classes that keep arriving meanwhile (they overtake it). With B = ratio ×
+    max_wait_s, λ_above the measured dispatch rate of the classes strictly above k (what they take),
+    and m = 2 √(λ_above × B) a margin for a burst of them (Poisson; `OVERTAKE_MARGIN_SIGMAS`), it needs
 
-        expected_wait_s = (ahead_k + 1) / (μ − λ_above)        (∞ when μ − λ_above = 0)
+        need = ahead_k + 1 + λ_above × B + m        slot releases within B
 
-    With B = ratio × max_wait_s and m = 2 √(λ_above × B), a margin for a burst of higher-class arrivals
-    (they are Poisson; `OVERTAKE_MARGIN_SIGMAS`), an arrival is queued only when both hold:
+    and is queued only when both hold:
 
-    1. rate:      ahead_k + 1 + m ≤ (μ − λ_above) × B
-    2. forecast:  the requests running now are expected to free ahead_k + 1 + λ_above × B + m slots
-                  within B (`ReleaseForecast`: each at its dispatch time + the mean hold time; this
-                  catches cohorts of equal-length requests that free their slots together)
+    1. capacity:  need ≤ C × B, with C = held grants ÷ mean hold time (Little's law on this
+                  controller's own grants: the pool's dispatch capacity when it is full, which it is
+                  when this runs), or the measured dispatch rate before any grant completed. So the
+                  expected wait is (ahead_k + 1 + m) ÷ (C − λ_above); a class that the classes above
+                  leave nothing (C ≤ λ_above) is refused at once, whatever its own traffic.
+    2. forecast:  the grants held now are expected to free `need` slots within B (`ReleaseForecast`:
+                  each at its dispatch time + the mean hold time; this catches cohorts of
+                  equal-length requests that free their slots together).
 
-    A class that the classes above leave no capacity to is refused at arrival rather than after its
-    `max_wait_s`. The checks run only when the fast path found no free slot, so a class whose rate
-    decayed while it was idle is dispatched again as soon as a slot is free at its arrival (which
-    records a rate for it). Retry-After uses the same rate (`queue_retry_after_s`). No prediction is
-    made before any dispatch has been measured.
+    The checks run only when the fast path found no free slot, and never when this controller holds
+    no grant: then the pool is full of work it cannot see (another pool's connections, or slot
+    credits held by other gateway instances) and the arrival queues, which is also what makes the
+    credit refiller ask Redis for more. With `early_refusal_needs_queue` (set with shared slot
+    credits) an arrival that would be first in line always queues, for the same reason. Retry-After
+    of an early refusal is the expected wait above (the forecast's time to the needed release when
+    that refused), clamped like every Retry-After. No prediction before any dispatch was measured.
     """
 
     classes: tuple[PriorityClass, ...] = DEFAULT_PRIORITY_CLASSES
     max_queue_depth: int = DEFAULT_MAX_QUEUE_DEPTH
     max_retry_after_s: int = DEFAULT_MAX_RETRY_AFTER_S
     early_refusal_ratio: float | None = None
+    early_refusal_needs_queue: bool = False
 
 
 @dataclass(eq=False, slots=True)
@@ -161,15 +168,32 @@ class AdmissionController(Generic[T]):
         """Measured dispatches per second (None before the first)."""
         return self._meter.rate_per_s()
 
-    def serving_rate_per_s(self, priority: str) -> float | None:
-        """Measured dispatches per second of class `priority` and the classes below it: the rate at
-        which its waiters move once the classes above have taken their share (μ − λ_above, see
-        `AdmissionConfig`). None before the first dispatch of any class."""
-        if self._meter.rate_per_s() is None:
-            return None
+    def held_grants(self) -> int:
+        """Grants given out and not yet released (the release forecast's population)."""
+        return len(self._forecast)
+
+    def above_rate_per_s(self, priority: str) -> float:
+        """λ_above: measured dispatches per second of the classes strictly above `priority` (0 for the
+        highest class, exactly)."""
         names = self._queue.class_names
-        at_and_below = names[names.index(self._queue.priority_class(priority).name) :]
-        return sum(self._class_meters[name].rate_per_s() or 0.0 for name in at_and_below)
+        above = names[: names.index(self._queue.priority_class(priority).name)]
+        return sum(self._class_meters[name].rate_per_s() or 0.0 for name in above)
+
+    def available_rate_per_s(self, priority: str) -> float | None:
+        """C − λ_above (≥ 0): the dispatches per second left to class `priority` and those below it
+        while the pool is full; None before any dispatch. The rate of Retry-After estimates."""
+        capacity = self.capacity_rate_per_s()
+        if capacity is None:
+            return None
+        return max(0.0, capacity - self.above_rate_per_s(priority))
+
+    def capacity_rate_per_s(self) -> float | None:
+        """C: dispatches per second the pool sustains while full — held grants ÷ mean hold time once a
+        grant has completed, else the measured dispatch rate; None before any dispatch."""
+        mean_hold_s = self._forecast.mean_hold_s
+        if mean_hold_s is not None and mean_hold_s > 0 and len(self._forecast):
+            return len(self._forecast) / mean_hold_s
+        return self._meter.rate_per_s()
 
     async def admit(self, request: AdmissionRequest) -> Grant[T]:
         """Admit `request` or raise `AdmissionRefused`; ValueError for an unknown class or negative
@@ -245,31 +269,45 @@ class AdmissionController(Generic[T]):
 
     def _refuse_if_hopeless(self, priority: str) -> None:
         """Early refusal (see `AdmissionConfig.early_refusal_ratio`)."""
-        ratio = self._config.early_refusal_ratio
-        rate = None if ratio is None else self.serving_rate_per_s(priority)
-        total_rate = self._meter.rate_per_s()
-        if ratio is None or rate is None or total_rate is None:
-            return
+        config = self._config
         ahead = self._queue.ahead_of(priority)
+        if config.early_refusal_ratio is None or not len(self._forecast):
+            return
+        if config.early_refusal_needs_queue and ahead == 0:
+            return
+        capacity = self.capacity_rate_per_s()
         max_wait_s = self._queue.priority_class(priority).max_wait_s
-        budget_s = ratio * max_wait_s
-        overtaking = (total_rate - rate) * budget_s  # expected higher-class arrivals while it waits
-        margin = OVERTAKE_MARGIN_SIGMAS * math.sqrt(max(0.0, overtaking))
-        if ahead + 1 + margin > rate * budget_s:  # expected wait (ahead + 1 + m) / rate over the budget
-            if rate <= 0:
-                wait = "indefinitely (the classes above take all)"
-            else:
-                burst = " with a burst of higher-class arrivals" if margin > 0 else ""
-                wait = f"about {(ahead + 1 + margin) / rate:.1f} s{burst}"
-            why = f"the {priority} queue would take {wait}, over its {max_wait_s:g} s limit"
-            raise self._queue_refusal(RejectReason.QUEUE_FULL, priority, why)
-        releases = math.ceil(ahead + 1 + overtaking + margin)
+        budget_s = config.early_refusal_ratio * max_wait_s
+        if capacity is None or not math.isfinite(capacity * budget_s):
+            return
+        above = self.above_rate_per_s(priority)
+        margin = OVERTAKE_MARGIN_SIGMAS * math.sqrt(above * budget_s)
+        need = ahead + 1 + above * budget_s + margin
+        available = capacity - above
+        if need > capacity * budget_s + _SLACK:
+            if available <= 0:
+                why = f"the classes above {priority} take all of this pool's capacity"
+                raise self._early_refusal(priority, why, self._forecast.mean_hold_s)
+            wait_s = (ahead + 1 + margin) / available
+            burst = " with a burst of higher-class arrivals" if margin > 0 else ""
+            why = f"the {priority} queue would take about {wait_s:.1f} s{burst}"
+            why += f", over its {max_wait_s:g} s limit"
+            raise self._early_refusal(priority, why, wait_s)
+        releases = math.ceil(need - _SLACK)
         if self._forecast.releases_due(releases, budget_s) is False:
             why = (
                 f"the {priority} queue needs {releases} replica slots freed within {budget_s:g} s "
                 "and the requests running now are not expected to free them in time"
             )
-            raise self._queue_refusal(RejectReason.QUEUE_FULL, priority, why)
+            raise self._early_refusal(priority, why, self._forecast.time_until_releases_s(releases))
+
+    def _early_refusal(self, priority: str, why: str, wait_s: float | None) -> AdmissionRefused:
+        """429 `queue_full` at arrival; Retry-After is the expected wait (the queue's Little's-law
+        estimate when none is known)."""
+        if wait_s is None:
+            return self._queue_refusal(RejectReason.QUEUE_FULL, priority, why)
+        retry_after_s = clamp_retry_after_s(wait_s, self._config.max_retry_after_s)
+        return AdmissionRefused(RejectReason.QUEUE_FULL, retry_after_s, why, priority=priority)
 
     def _pump(self) -> None:
         if self._pumping:  # try_dispatch or a token release called back into us: go round again
@@ -342,7 +380,7 @@ class AdmissionController(Generic[T]):
     def _queue_refusal(self, reason: RejectReason, priority: str, message: str) -> AdmissionRefused:
         retry_after_s = queue_retry_after_s(
             self._queue.ahead_of(priority),
-            self.serving_rate_per_s(priority),
+            self.available_rate_per_s(priority),
             self._queue.drain_bound_s(priority),
             self._config.max_retry_after_s,
         )

@@ -74,6 +74,17 @@ class ReleaseForecast:
         else:
             self._mean_hold_s += self._smoothing * (hold_s - self._mean_hold_s)
 
+    def time_until_releases_s(self, count: int) -> float | None:
+        """Seconds until `count` held grants are expected to have released (the k-th oldest's due
+        time − now, ≥ 0); None without S or with fewer than `count` grants held."""
+        mean_hold_s = self._mean_hold_s
+        if mean_hold_s is None or count <= 0:
+            return None if mean_hold_s is None else 0.0
+        kth_oldest = next(islice(iter(self._held.values()), count - 1, None), None)
+        if kth_oldest is None:
+            return None
+        return max(0.0, kth_oldest + mean_hold_s - self._clock.now_s())
+
     def releases_due(self, count: int, within_s: float) -> bool | None:
         """Whether at least `count` held grants are expected to release within `within_s` (R(h) ≥ k).
 

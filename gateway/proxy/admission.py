@@ -18,7 +18,7 @@ credits arrive.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from admission.clock import Clock
 from admission.controller import AdmissionConfig, AdmissionController
@@ -203,7 +203,9 @@ def build_controllers(
 ) -> dict[str, tuple[PoolDispatcher, AdmissionController[Dispatch]]]:
     """One dispatcher and controller per pool; every slot release wakes the controllers (and the
     credits' refiller); a credit that arrives wakes its pool's controller."""
-    config = admission_config(settings.admission)
+    # With shared slot credits, a queued request is what makes this instance ask Redis for more: an
+    # arrival that would be first in line always queues (see AdmissionConfig).
+    config = replace(admission_config(settings.admission), early_refusal_needs_queue=credits is not None)
     built: dict[str, tuple[PoolDispatcher, AdmissionController[Dispatch]]] = {}
     if credits is not None:
         registry.add_release_listener(credits.wake)

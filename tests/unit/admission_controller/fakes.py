@@ -69,14 +69,19 @@ def make_harness(
     max_depth: int = 100,
     classes: Sequence[PriorityClass] = DEFAULT_PRIORITY_CLASSES,
     lease_ttl_s: float = 30.0,
+    *,
     early_refusal_ratio: float | None = None,
+    early_refusal_needs_queue: bool = False,
 ) -> Harness:
     clock = FakeClock(start_s=1000.0)
     timers = ManualTimers(clock)
     fleet = FakeFleet(slots)
     gate = TenantGate.in_memory(clock, timers, lease_ttl_s=lease_ttl_s)
     config = AdmissionConfig(
-        classes=tuple(classes), max_queue_depth=max_depth, early_refusal_ratio=early_refusal_ratio
+        classes=tuple(classes),
+        max_queue_depth=max_depth,
+        early_refusal_ratio=early_refusal_ratio,
+        early_refusal_needs_queue=early_refusal_needs_queue,
     )
     controller = AdmissionController(fleet.try_dispatch, gate, clock=clock, config=config, timers=timers)
     fleet.controller = controller

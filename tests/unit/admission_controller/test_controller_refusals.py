@@ -109,40 +109,45 @@ async def _dispatch_one_per_second(h: Harness, priorities: list[str]) -> Grant[S
     return grant
 
 
-async def test_expiry_retry_after_uses_the_measured_dispatch_rate() -> None:
+async def test_expiry_retry_after_uses_the_rate_left_to_the_class() -> None:
+    """Slots turn over once a second (C = 1 grant ÷ 1 s) and nothing above interactive is dispatched:
+    with 3 critical waiters ahead its Retry-After is ceil(3 ÷ 1/s) = 3 s."""
     classes = (PriorityClass("critical", 30.0), PriorityClass("interactive", 2.0))
     h = make_harness(slots=1, classes=classes)
-    grant = await _dispatch_one_per_second(h, ["interactive"] * 5)  # rate ≈ 1/s
+    grant = await _dispatch_one_per_second(h, ["interactive"] * 5)
     waiters = [asyncio.create_task(h.controller.admit(req(f"c{n}", "critical"))) for n in range(3)]
     doomed = asyncio.create_task(h.controller.admit(req("i", "interactive")))
     await settle()
     h.timers.advance(2.0)
     await settle()
     refused = refusal_of(doomed)
-    rate = h.controller.dispatch_rate_per_s()
-    assert rate is not None
-    assert refused.retry_after_s == queue_retry_after_s(3, rate, drain_bound_s=28.0)  # 3 critical ahead
-    assert refused.retry_after_s == math.ceil(3 / rate) > 1
+    assert refused.reason is RejectReason.QUEUE_TIMEOUT
+    assert h.controller.available_rate_per_s("interactive") == pytest.approx(1.0)
+    assert refused.retry_after_s == 3
     for task in waiters:
         task.cancel()
     await grant.release()
 
 
-async def test_retry_after_of_a_class_the_higher_classes_starve_is_the_drain_bound() -> None:
-    """Every dispatch so far went to critical: interactive is served at 0/s, so its Retry-After is the
-    time by which the critical waiters ahead have left the queue, not ahead ÷ the total rate."""
+async def test_retry_after_of_a_class_the_higher_classes_starve_is_long() -> None:
+    """Every dispatch so far went to critical, at about the pool's whole capacity: little is left to
+    interactive, so its Retry-After is ahead ÷ that remainder (or the time by which the critical
+    waiters ahead have left the queue), far more than ahead ÷ the total rate."""
     classes = (PriorityClass("critical", 30.0), PriorityClass("interactive", 2.0))
     h = make_harness(slots=1, classes=classes)
     grant = await _dispatch_one_per_second(h, ["critical"] * 5)
     waiters = [asyncio.create_task(h.controller.admit(req(f"c{n}", "critical"))) for n in range(3)]
     doomed = asyncio.create_task(h.controller.admit(req("i", "interactive")))
     await settle()
-    assert h.controller.serving_rate_per_s("interactive") == 0.0
+    assert h.controller.available_rate_per_s("interactive") == 0.0
     total = h.controller.dispatch_rate_per_s()
     assert total is not None and math.ceil(3 / total) < 28
     h.timers.advance(2.0)
     await settle()
-    assert refusal_of(doomed).retry_after_s == queue_retry_after_s(3, 0.0, drain_bound_s=28.0) == 28
+    left = h.controller.available_rate_per_s("interactive")
+    retry_after_s = refusal_of(doomed).retry_after_s
+    assert retry_after_s == queue_retry_after_s(3, left, drain_bound_s=28.0)
+    assert retry_after_s > 2 * math.ceil(3 / total)
     for task in waiters:
         task.cancel()
     await grant.release()
@@ -230,115 +235,3 @@ async def test_default_loop_timer_expires_waiters_in_real_time() -> None:
     assert 0.04 <= clock.now_s() - started_s < 1.0
     await first.release()
     assert fleet.dispatched == ["running"]
-
-
-async def test_early_refusal_when_the_expected_wait_exceeds_the_class_limit() -> None:
-    from admission.controller import AdmissionConfig, AdmissionController
-
-    h = make_harness(slots=1)
-    config = AdmissionConfig(early_refusal_ratio=1.0)
-    controller = AdmissionController(
-        h.fleet.try_dispatch, h.gate, clock=h.clock, config=config, timers=h.timers
-    )
-    h.fleet.controller = controller
-    first = await controller.admit(req("running"))
-    assert controller.dispatch_rate_per_s() is not None
-    queued = [asyncio.create_task(controller.admit(req(f"i{n}"))) for n in range(3)]
-    await settle()
-    h.clock.advance(5.0)  # one dispatch in 5 s: about 0.2 per second measured
-    rate = controller.dispatch_rate_per_s()
-    assert rate is not None and (3 + 1) / rate > 10.0, "four ahead at this rate cannot make the 10 s limit"
-    with pytest.raises(AdmissionRefused) as refused:
-        await controller.admit(req("hopeless"))
-    assert refused.value.reason is RejectReason.QUEUE_FULL and "over its 10 s limit" in str(refused.value)
-    assert refused.value.retry_after_s >= 1
-    assert "hopeless" not in h.fleet.asked
-    critical = asyncio.create_task(controller.admit(req("c", "critical")))
-    await settle()
-    assert not critical.done(), "nothing is ahead of a critical arrival: it queues"
-    await first.release()
-    for task in (critical, *queued):
-        await settle()
-        await (await task).release()
-
-
-async def test_early_refusal_counts_the_higher_classes_that_will_overtake() -> None:
-    """Half the dispatches go to critical: an interactive arrival behind 2 critical waiters needs 3
-    dispatches of the ~0.6/s left to its class (≈ 5 s > 4 s), though at the total ~1.2/s it would seem
-    to make it (≈ 2.5 s): it is refused at arrival, not after 4 s of waiting."""
-    classes = (PriorityClass("critical", 30.0), PriorityClass("interactive", 4.0))
-    h = make_harness(slots=1, classes=classes, early_refusal_ratio=1.0)
-    grant = await _dispatch_one_per_second(h, ["critical", "interactive"] * 4)
-    total, serving = h.controller.dispatch_rate_per_s(), h.controller.serving_rate_per_s("interactive")
-    assert total is not None and serving is not None
-    assert 3 / total <= 4.0 < 3 / serving
-    waiters = [asyncio.create_task(h.controller.admit(req(f"c{n}", "critical"))) for n in range(2)]
-    await settle()
-    assert not any(task.done() for task in waiters), "critical has nothing above it: it queues"
-    with pytest.raises(AdmissionRefused) as refused:
-        await h.controller.admit(req("overtaken"))
-    assert refused.value.reason is RejectReason.QUEUE_FULL
-    assert "over its 4 s limit" in str(refused.value)
-    assert refused.value.retry_after_s == queue_retry_after_s(2, serving, drain_bound_s=30.0) == 4
-    for task in waiters:
-        task.cancel()
-    await grant.release()
-
-
-async def test_early_refusal_keeps_a_margin_for_a_burst_of_higher_class_arrivals() -> None:
-    """Nobody waits and the class gets ~0.6 of ~1.2 dispatches/s: one dispatch is expected within
-    1.7 s of its 4 s, but ~2.4 critical arrivals are expected meanwhile, and planning for a burst of
-    them (+2 √2.4 ≈ 3.1) leaves it no room: refused, with the burst named."""
-    classes = (PriorityClass("critical", 30.0), PriorityClass("interactive", 4.0))
-    h = make_harness(slots=1, classes=classes, early_refusal_ratio=1.0)
-    grant = await _dispatch_one_per_second(h, ["critical", "interactive"] * 4)
-    serving = h.controller.serving_rate_per_s("interactive")
-    assert serving is not None and 1 / serving < 4.0
-    with pytest.raises(AdmissionRefused) as refused:
-        await h.controller.admit(req("unlucky"))
-    assert "with a burst of higher-class arrivals" in str(refused.value)
-    await grant.release()
-
-
-async def test_a_class_starved_by_the_classes_above_is_refused_at_arrival() -> None:
-    h = make_harness(slots=1, early_refusal_ratio=1.0)
-    grant = await _dispatch_one_per_second(h, ["interactive"] * 5)
-    assert h.controller.serving_rate_per_s("batch") == 0.0
-    with pytest.raises(AdmissionRefused) as refused:
-        await h.controller.admit(req("b", "batch"))
-    assert "indefinitely" in str(refused.value) and refused.value.retry_after_s >= 1
-    assert "b" not in h.fleet.dispatched
-    await grant.release()
-    late = await h.controller.admit(req("b-late", "batch"))
-    assert h.fleet.dispatched[-1] == "b-late", "a free slot at arrival takes the fast path, whatever the rate"
-    assert (h.controller.serving_rate_per_s("batch") or 0.0) > 0.0
-    await late.release()
-
-
-async def test_early_refusal_when_the_running_cohort_frees_no_slot_in_time() -> None:
-    """4 slots taken together by a cohort that holds them ~4 s: the average rate (8 dispatches in 4 s)
-    says an arrival would wait about half a second, but no slot frees up within its 2 s limit — it is
-    refused at once. 2.5 s later the cohort is due within 2 s and an arrival queues."""
-    classes = (PriorityClass("critical", 30.0), PriorityClass("interactive", 2.0))
-    h = make_harness(slots=4, classes=classes, early_refusal_ratio=1.0)
-    first = [await h.controller.admit(req(f"a{n}")) for n in range(4)]
-    h.clock.advance(4.0)
-    for grant in first:
-        await grant.release()
-    cohort = [await h.controller.admit(req(f"b{n}")) for n in range(4)]
-    rate = h.controller.serving_rate_per_s("interactive")
-    assert rate is not None and 1 / rate < 2.0, "the rate alone would queue it"
-    with pytest.raises(AdmissionRefused) as refused:
-        await h.controller.admit(req("too-early"))
-    assert refused.value.reason is RejectReason.QUEUE_FULL
-    assert "not expected to free them in time" in str(refused.value)
-    h.clock.advance(2.5)
-    waiter = asyncio.create_task(h.controller.admit(req("in-time")))
-    await settle()
-    assert not waiter.done(), "the cohort is due within 2 s: it waits"
-    await cohort[0].release()
-    await settle()
-    assert h.fleet.dispatched[-1] == "in-time"
-    for grant in (*cohort, await waiter):
-        await grant.release()
-    assert h.fleet.in_use == 0

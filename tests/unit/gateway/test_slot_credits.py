@@ -430,3 +430,27 @@ async def test_pools_naming_the_same_engine_address_each_hold_their_own_cap(
     assert [len(one[model].grants) for model in SHARED_CAPS] == [1, 2]  # at the same time
     assert [await store.count(slots(SHARED_RID, model)) for model in SHARED_CAPS] == [1, 2]
     assert await store.count(SHARED_RID) == 0  # no lease keyed by the address alone
+
+
+async def test_after_an_idle_period_an_arrival_queues_for_a_credit_instead_of_being_refused(
+    clock: FakeClock, store: MemoryLeaseStore
+) -> None:
+    """Found by review: early refusal (on by default) judged an instance that holds no credit by its
+    decayed dispatch rate and refused every arrival — and, as nothing queued, no credit was ever
+    asked for again. With shared credits an arrival that would be first in line queues, and one that
+    finds the controller holding no grant of its own never gets an early refusal."""
+    one = instance(store, clock)
+    assert one.controller._config.early_refusal_ratio is not None
+    assert one.controller._config.early_refusal_needs_queue, "build_controllers sets it with credits"
+    await one.submit(1)
+    await one.step()
+    await one.finish()
+    for _ in range(5):  # 120 s idle: the credits go back after the linger
+        clock.advance(24.0)
+        await one.step()
+    assert one.held(RIDS[0]) + one.held(RIDS[1]) == 0
+    await one.submit(2)
+    assert len(one.controller) == 2, "both queued (no grant held: nothing to predict from)"
+    await one.step()
+    assert len(one.grants) == 2 and not one.waiting
+    await one.finish(2)

@@ -1,0 +1,224 @@
+"""Early refusal: an arrival that cannot be dispatched within ratio × its class's max wait is refused at
+once (429 queue_full) — by capacity (C = held grants ÷ mean hold time, minus what the classes above
+take, with a margin for their bursts) and by the release forecast of the grants held now. And the
+cases where it must not refuse: light lower classes, no local grants, first in line with shared
+credits, infinite waits."""
+
+import asyncio
+import math
+
+import pytest
+
+from admission.grant import Grant
+from admission.outcomes import AdmissionRefused, RejectReason
+from admission.priority_queue import PriorityClass
+
+from .fakes import Harness, Slot, make_harness, req, settle
+
+CLASSES = (
+    PriorityClass("critical", 30.0),
+    PriorityClass("interactive", 4.0),
+    PriorityClass("batch", 300.0),
+)
+
+
+async def _steady(
+    h: Harness, per_round: dict[str, int], rounds: int, hold_s: float = 1.0
+) -> list[Grant[Slot]]:
+    """`rounds` rounds: let `hold_s` pass, release everything held, dispatch `per_round` (fast path).
+    Returns the last round's grants, still held: the pool is full of one cohort."""
+    held: list[Grant[Slot]] = []
+    for _ in range(rounds):
+        h.clock.advance(hold_s)
+        for grant in held:
+            await grant.release()
+        held = [
+            await h.controller.admit(req(f"{name}{n}", name))
+            for name, count in per_round.items()
+            for n in range(count)
+        ]
+    return held
+
+
+def _need(h: Harness, priority: str, ahead: int, budget_s: float, margin: bool = True) -> float:
+    above = h.controller.above_rate_per_s(priority)
+    return ahead + 1 + above * budget_s + (2 * math.sqrt(above * budget_s) if margin else 0.0)
+
+
+async def _queue(h: Harness, priority: str, count: int) -> list[asyncio.Task[Grant[Slot]]]:
+    tasks = [asyncio.create_task(h.controller.admit(req(f"{priority}-w{n}", priority))) for n in range(count)]
+    await settle()
+    assert not any(task.done() for task in tasks)
+    return tasks
+
+
+async def _finish(h: Harness, held: list[Grant[Slot]], tasks: list[asyncio.Task[Grant[Slot]]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await settle()
+    for grant in held:
+        await grant.release()
+    assert h.fleet.in_use == 0 and h.controller.held_grants() == 0
+
+
+async def test_a_queue_that_cannot_drain_in_time_is_refused_at_once() -> None:
+    h = make_harness(slots=20, classes=CLASSES, early_refusal_ratio=0.25)  # B = 1 s for interactive
+    held = await _steady(h, {"interactive": 20}, rounds=20)
+    assert h.controller.capacity_rate_per_s() == pytest.approx(20.0)
+    waiters = await _queue(h, "interactive", 20)  # ahead + 1 ≤ C × B = 20 slots freed in 1 s: queued
+    with pytest.raises(AdmissionRefused) as refused:
+        await asyncio.wait_for(h.controller.admit(req("twenty-first")), timeout=1)
+    assert refused.value.reason is RejectReason.QUEUE_FULL
+    assert "would take about 1.1 s, over its 4 s limit" in str(refused.value)
+    assert "twenty-first" not in h.fleet.asked
+    assert refused.value.retry_after_s == 2  # the expected wait, (20 + 1) ÷ 20/s, rounded up
+    await _finish(h, held, waiters)
+
+
+async def test_the_higher_classes_that_will_overtake_are_counted() -> None:
+    """Critical takes ~10 of the 20 dispatches/s: 10 interactive waiters ahead plus ~10 critical arrivals
+    in B = 1 s exceed the 20 slots that free up, though ahead + 1 = 11 alone would fit."""
+    h = make_harness(slots=20, classes=CLASSES, early_refusal_ratio=0.25)
+    held = await _steady(h, {"critical": 10, "interactive": 10}, rounds=20)
+    capacity = h.controller.capacity_rate_per_s()
+    assert capacity == pytest.approx(20.0)
+    assert 10 + 1 <= capacity * 1.0 < _need(h, "interactive", ahead=10, budget_s=1.0, margin=False)
+    waiters = await _queue(h, "interactive", 0)
+    for n in range(10):  # with fewer ahead they still fit; the margin decides from 2 on
+        if _need(h, "interactive", ahead=n, budget_s=1.0) > capacity:
+            break
+        waiters += await _queue(h, "interactive", 1)
+    with pytest.raises(AdmissionRefused) as refused:
+        await h.controller.admit(req("overtaken"))
+    assert refused.value.reason is RejectReason.QUEUE_FULL
+    assert "with a burst of higher-class arrivals" in str(refused.value)
+    critical = await _queue(
+        h, "critical", 1
+    )  # nothing above critical: 1 + len(waiters)... it has its own lane
+    await _finish(h, held, waiters + critical)
+
+
+async def test_the_margin_for_a_burst_of_higher_class_arrivals_decides_close_cases() -> None:
+    h = make_harness(slots=20, classes=CLASSES, early_refusal_ratio=0.25)
+    held = await _steady(h, {"critical": 10, "interactive": 10}, rounds=20)
+    capacity = h.controller.capacity_rate_per_s()
+    assert capacity is not None
+    ahead = 3
+    assert _need(h, "interactive", ahead, 1.0, margin=False) <= capacity < _need(h, "interactive", ahead, 1.0)
+    waiters = await _queue(h, "critical", ahead)  # critical waiters are ahead of interactive
+    with pytest.raises(AdmissionRefused) as refused:
+        await h.controller.admit(req("close-call"))
+    assert "burst" in str(refused.value)
+    await _finish(h, held, waiters)
+
+
+async def test_a_class_the_classes_above_leave_nothing_is_refused_and_recovers_at_a_free_slot() -> None:
+    h = make_harness(slots=4, classes=CLASSES, early_refusal_ratio=0.8)
+    held = await _steady(h, {"interactive": 4}, rounds=20, hold_s=2.0)
+    capacity = h.controller.capacity_rate_per_s()
+    assert capacity == pytest.approx(2.0)
+    with pytest.raises(AdmissionRefused) as refused:
+        await h.controller.admit(req("b", "batch"))
+    assert refused.value.reason is RejectReason.QUEUE_FULL
+    assert refused.value.retry_after_s >= 2, "the expected wait, not a 1 s retry into the same state"
+    await held[0].release()
+    late = await h.controller.admit(req("b-late", "batch"))
+    assert h.fleet.dispatched[-1] == "b-late", (
+        "a free slot at arrival takes the fast path, whatever the rates"
+    )
+    await _finish(h, [*held[1:], late], [])
+
+
+async def test_a_light_lower_class_is_not_refused_when_the_pool_is_briefly_full() -> None:
+    """Interactive uses 3 of 4 slots; one batch request in the last round fills the pool. The next batch
+    arrival has its own tiny rate, but capacity minus interactive leaves it ~1 dispatch/s: it queues
+    (and is dispatched at the next release), far within its 300 s."""
+    h = make_harness(slots=4, classes=CLASSES, early_refusal_ratio=0.8)
+    held = await _steady(h, {"interactive": 3}, rounds=20)
+    held.append(await h.controller.admit(req("b0", "batch")))
+    waiting = asyncio.create_task(h.controller.admit(req("b1", "batch")))
+    await settle()
+    assert not waiting.done(), "queued, not refused"
+    await held[0].release()
+    await settle()
+    assert h.fleet.dispatched[-1] == "b1"
+    await _finish(h, [*held[1:], await waiting], [])
+
+
+async def test_a_cohort_that_frees_no_slot_in_time_is_caught_by_the_forecast() -> None:
+    """4 slots taken together by a cohort that holds them ~4 s: the capacity (4 ÷ 4 s) says one arrival
+    would wait about 1 s of its 2 s, but no slot frees before +4 s. Refused at once, Retry-After the
+    time to that release; 2.5 s later the cohort is due within 2 s and an arrival queues."""
+    classes = (PriorityClass("critical", 30.0), PriorityClass("interactive", 2.0))
+    h = make_harness(slots=4, classes=classes, early_refusal_ratio=1.0)
+    cohort = await _steady(h, {"interactive": 4}, rounds=3, hold_s=4.0)
+    assert h.controller.capacity_rate_per_s() == pytest.approx(1.0)
+    with pytest.raises(AdmissionRefused) as refused:
+        await h.controller.admit(req("too-early"))
+    assert "not expected to free them in time" in str(refused.value)
+    assert refused.value.retry_after_s == 4
+    h.clock.advance(2.5)
+    waiter = asyncio.create_task(h.controller.admit(req("in-time")))
+    await settle()
+    assert not waiter.done(), "the cohort is due within 2 s: it waits"
+    await cohort[0].release()
+    await settle()
+    assert h.fleet.dispatched[-1] == "in-time"
+    await _finish(h, [*cohort[1:], await waiter], [])
+
+
+async def test_without_a_grant_of_its_own_the_controller_never_refuses_early() -> None:
+    """The pool is full of work this controller cannot see (another instance's credits, another pool's
+    connections): an arrival queues — its wait is what asks for more credits — however stale the
+    rates. Found by review: it used to refuse every arrival forever after an idle period."""
+    h = make_harness(slots=1, classes=CLASSES, early_refusal_ratio=0.8)
+    last = await _steady(h, {"interactive": 1}, rounds=5)
+    await last[0].release()
+    h.fleet.slots = 0  # the credits went elsewhere
+    h.clock.advance(120.0)
+    waiting = asyncio.create_task(h.controller.admit(req("after-idle")))
+    await settle()
+    assert not waiting.done(), "queued, not refused"
+    h.fleet.slots = 1
+    h.controller.on_release()  # a credit arrived
+    await settle()
+    await _finish(h, [await waiting], [])
+
+
+async def test_with_shared_credits_the_first_in_line_always_queues() -> None:
+    classes = (PriorityClass("critical", 30.0), PriorityClass("interactive", 2.0))
+    h = make_harness(slots=4, classes=classes, early_refusal_ratio=1.0, early_refusal_needs_queue=True)
+    cohort = await _steady(h, {"interactive": 4}, rounds=3, hold_s=4.0)
+    first = await _queue(h, "interactive", 1)  # hopeless by the forecast, but first in line: queued
+    with pytest.raises(AdmissionRefused):
+        await h.controller.admit(req("second"))
+    await _finish(h, cohort, first)
+
+
+async def test_an_infinite_wait_limit_never_refuses_early() -> None:
+    classes = (PriorityClass("critical", math.inf), PriorityClass("interactive", 2.0))
+    h = make_harness(slots=1, classes=classes, early_refusal_ratio=1.0)
+    held = await _steady(h, {"critical": 1}, rounds=5)
+    waiters = await _queue(h, "critical", 3)
+    await _finish(h, held, waiters)
+
+
+async def test_every_grant_leaves_the_forecast_on_every_path() -> None:
+    """Fast path, queued dispatch, a waiter cancelled right after its dispatch, refusals: once all is
+    released, the controller holds no grant (the forecast's population cannot leak)."""
+    h = make_harness(slots=1, classes=CLASSES, early_refusal_ratio=1.0, max_depth=2)
+    first = await h.controller.admit(req("fast"))
+    queued = asyncio.create_task(h.controller.admit(req("queued")))
+    doomed = asyncio.create_task(h.controller.admit(req("cancelled-after-dispatch")))
+    await settle()
+    with pytest.raises(AdmissionRefused):
+        await h.controller.admit(req("refused"))  # the queue is at its depth of 2
+    assert h.controller.held_grants() == 1
+    await first.release()  # dispatches `queued`
+    second = await queued
+    assert h.controller.held_grants() == 1
+    await second.release()  # dispatches `doomed` ...
+    doomed.cancel()  # ... whose caller leaves in the same instant: the slot goes back, no Grant made
+    await settle()
+    assert doomed.cancelled()
+    assert h.controller.held_grants() == 0 and h.fleet.in_use == 0
