@@ -109,8 +109,8 @@ class EngineSampler:
         self.engines = engines  # replica id (host:port) → base URL
         self.interval_s = interval_s
         self.gateway_url = gateway_url.rstrip("/") if gateway_url else None
-        self.start_rejections: Histograms = {}
-        self.end_rejections: Histograms = {}
+        self.start_rejections: Histograms | None = None
+        self.end_rejections: Histograms | None = None
         self.series = LoadSeries()
         self.start_counters: dict[str, EngineSnapshot] = {}
         self.end_counters: dict[str, EngineSnapshot] = {}
@@ -138,14 +138,16 @@ class EngineSampler:
         self.start_counters = await self.scrape()
         self.start_rejections = await self._gateway_rejections()
 
-    async def _gateway_rejections(self) -> Histograms:
+    async def _gateway_rejections(self) -> Histograms | None:
+        """The gateway's rejection histograms now; None when there is no gateway or it did not answer
+        (then the window's figures are unavailable rather than counted from zero)."""
         if self.gateway_url is None:
-            return {}
+            return None
         try:
             response = await self._http.get(self.gateway_url + "/metrics")
         except httpx.HTTPError:
-            return {}
-        return parse_rejection_histograms(response.text) if response.status_code == 200 else {}
+            return None
+        return parse_rejection_histograms(response.text) if response.status_code == 200 else None
 
     async def finish(self) -> None:
         if self._task is not None:
@@ -176,5 +178,9 @@ class EngineSampler:
             "peak_load_per_replica": self.series.peak_load(),
             "load_max_mean_ratio": max_mean_ratio(mean.values()),
             "samples": len(self.series.points),
-            "gateway_rejections": summarize_rejections(self.start_rejections, self.end_rejections),
+            "gateway_rejections": (
+                None
+                if self.start_rejections is None or self.end_rejections is None
+                else summarize_rejections(self.start_rejections, self.end_rejections)
+            ),
         }

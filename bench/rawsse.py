@@ -163,9 +163,11 @@ class RawSseClient:
                 writer.close()
         self._idle.clear()
 
-    async def _connect(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bool]:
-        """An idle pooled connection (reused = True) or a new one."""
-        idle = self._idle.get((host, port), [])
+    async def _connect(
+        self, host: str, port: int, fresh_only: bool = False
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bool]:
+        """An idle pooled connection (reused = True) or, also when `fresh_only`, a new one."""
+        idle = [] if fresh_only else self._idle.get((host, port), [])
         while idle:
             reader, writer = idle.pop()
             if not writer.is_closing() and not reader.at_eof():
@@ -210,16 +212,19 @@ class RawSseClient:
     async def _exchange(
         self, host: str, port: int, request: bytes, *, base: dict[str, Any], started: float
     ) -> Sample:
+        fresh_only = False
         while True:
-            reader, writer, reused = await self._connect(host, port)
+            reader, writer, reused = await self._connect(host, port, fresh_only)
             reusable = False
             try:
                 writer.write(request)
                 try:
                     head = await reader.readuntil(b"\r\n\r\n")
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    if reused:
-                        continue  # closed by the server while idle: once more, on a fresh connection
+                except (asyncio.IncompleteReadError, ConnectionError) as exc:
+                    nothing_read = not isinstance(exc, asyncio.IncompleteReadError) or not exc.partial
+                    if reused and nothing_read:
+                        fresh_only = True  # closed by the server while idle: once more, on a new one
+                        continue
                     raise
                 status, headers = _headers(head)
                 meta: dict[str, Any] = {

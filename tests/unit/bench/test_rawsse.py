@@ -196,3 +196,28 @@ async def test_without_keep_alive_or_when_the_server_says_close_each_request_con
         assert (await client.send(url, SPEC, index, 0.0, time.perf_counter())).status == 429
     await client.aclose()
     assert connections == [1, 1], "connection: close is honoured"
+
+
+async def test_keep_alive_does_not_resend_after_part_of_an_answer_arrived(
+    closer: list[asyncio.Server],
+) -> None:
+    accepted: list[int] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(1)
+        for answer in (STREAM_ANSWER, b"HTTP/1.1 2"):
+            head = await reader.readuntil(b"\r\n\r\n")
+            await reader.readexactly(int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0]))
+            writer.write(answer)
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    closer.append(server)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    client = RawSseClient(ClientOptions(model="m", keep_alive=True))
+    assert (await client.send(url, SPEC, 0, 0.0, time.perf_counter())).ok
+    broken = await client.send(url, SPEC, 1, 0.0, time.perf_counter())
+    await client.aclose()
+    assert (broken.status, broken.error) == (0, "IncompleteReadError")
+    assert accepted == [1], "the request was not sent again on a new connection"
