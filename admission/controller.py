@@ -91,20 +91,22 @@ class AdmissionConfig:
 
     1. capacity:  need ≤ C × B, with C = held grants ÷ mean hold time (Little's law on this
                   controller's own grants: the pool's dispatch capacity when it is full, which it is
-                  when this runs), or the measured dispatch rate before any grant completed. So the
-                  expected wait is (ahead_k + 1 + m) ÷ (C − λ_above); a class that the classes above
-                  leave nothing (C ≤ λ_above) is refused at once, whatever its own traffic.
+                  when this runs). So the expected wait is (ahead_k + 1 + m) ÷ (C − λ_above); a class
+                  that the classes above leave nothing (C ≤ λ_above) is refused at once, whatever its
+                  own traffic, with its class's max wait as Retry-After (nothing sooner is known).
     2. forecast:  the grants held now are expected to free `need` slots within B (`ReleaseForecast`:
                   each at its dispatch time + the mean hold time; this catches cohorts of
                   equal-length requests that free their slots together).
 
-    The checks run only when the fast path found no free slot, and never when this controller holds
-    no grant: then the pool is full of work it cannot see (another pool's connections, or slot
-    credits held by other gateway instances) and the arrival queues, which is also what makes the
-    credit refiller ask Redis for more. With `early_refusal_needs_queue` (set with shared slot
-    credits) an arrival that would be first in line always queues, for the same reason. Retry-After
-    of an early refusal is the expected wait above (the forecast's time to the needed release when
-    that refused), clamped like every Retry-After. No prediction before any dispatch was measured.
+    The checks run only when the fast path found no free slot and there is evidence: not before a
+    grant has completed (no hold time), not while this controller holds no grant, and not when
+    `full_by_own_caps()` (given by the gateway) says the pool is blocked by a limit it shares with
+    other pools (the process's upstream connection limit): then slots free up with work it cannot
+    see, and the arrival queues. With `early_refusal_needs_queue` (set with shared slot credits) an
+    arrival that would be first in line always queues, because a queued request is what makes the
+    credit refiller ask Redis for more. Retry-After of an early refusal is when a retry could be
+    admitted: the expected wait for the capacity check, (time to the needed release − B) for the
+    forecast, clamped like every Retry-After.
     """
 
     classes: tuple[PriorityClass, ...] = DEFAULT_PRIORITY_CLASSES
@@ -132,9 +134,11 @@ class AdmissionController(Generic[T]):
         config: AdmissionConfig | None = None,
         observer: AdmissionObserver | None = None,
         timers: Timers | None = None,
+        full_by_own_caps: Callable[[], bool] | None = None,
     ) -> None:
         self._config = config or AdmissionConfig()
         self._try_dispatch = try_dispatch
+        self._full_by_own_caps = full_by_own_caps
         self._gate = gate
         self._clock = clock
         self._observer = observer
@@ -181,19 +185,20 @@ class AdmissionController(Generic[T]):
 
     def available_rate_per_s(self, priority: str) -> float | None:
         """C − λ_above (≥ 0): the dispatches per second left to class `priority` and those below it
-        while the pool is full; None before any dispatch. The rate of Retry-After estimates."""
-        capacity = self.capacity_rate_per_s()
+        while the pool is full (C: the measured dispatch rate until a grant has completed); None
+        before any dispatch. The rate of Retry-After estimates."""
+        capacity = self.capacity_rate_per_s() or self._meter.rate_per_s()
         if capacity is None:
             return None
         return max(0.0, capacity - self.above_rate_per_s(priority))
 
     def capacity_rate_per_s(self) -> float | None:
-        """C: dispatches per second the pool sustains while full — held grants ÷ mean hold time once a
-        grant has completed, else the measured dispatch rate; None before any dispatch."""
+        """C: dispatches per second the pool sustains while full — held grants ÷ mean hold time; None
+        before a grant has completed or while none is held (no evidence)."""
         mean_hold_s = self._forecast.mean_hold_s
-        if mean_hold_s is not None and mean_hold_s > 0 and len(self._forecast):
-            return len(self._forecast) / mean_hold_s
-        return self._meter.rate_per_s()
+        if mean_hold_s is None or mean_hold_s <= 0 or not len(self._forecast):
+            return None
+        return len(self._forecast) / mean_hold_s
 
     async def admit(self, request: AdmissionRequest) -> Grant[T]:
         """Admit `request` or raise `AdmissionRefused`; ValueError for an unknown class or negative
@@ -271,10 +276,12 @@ class AdmissionController(Generic[T]):
         """Early refusal (see `AdmissionConfig.early_refusal_ratio`)."""
         config = self._config
         ahead = self._queue.ahead_of(priority)
-        if config.early_refusal_ratio is None or not len(self._forecast):
+        if config.early_refusal_ratio is None:
             return
         if config.early_refusal_needs_queue and ahead == 0:
             return
+        if self._full_by_own_caps is not None and not self._full_by_own_caps():
+            return  # blocked by a limit shared with other pools: their releases free slots too
         capacity = self.capacity_rate_per_s()
         max_wait_s = self._queue.priority_class(priority).max_wait_s
         budget_s = config.early_refusal_ratio * max_wait_s
@@ -287,7 +294,7 @@ class AdmissionController(Generic[T]):
         if need > capacity * budget_s + _SLACK:
             if available <= 0:
                 why = f"the classes above {priority} take all of this pool's capacity"
-                raise self._early_refusal(priority, why, self._forecast.mean_hold_s)
+                raise self._early_refusal(priority, why, max_wait_s)  # nothing sooner is known
             wait_s = (ahead + 1 + margin) / available
             burst = " with a burst of higher-class arrivals" if margin > 0 else ""
             why = f"the {priority} queue would take about {wait_s:.1f} s{burst}"
@@ -299,11 +306,12 @@ class AdmissionController(Generic[T]):
                 f"the {priority} queue needs {releases} replica slots freed within {budget_s:g} s "
                 "and the requests running now are not expected to free them in time"
             )
-            raise self._early_refusal(priority, why, self._forecast.time_until_releases_s(releases))
+            due_s = self._forecast.time_until_releases_s(releases)
+            raise self._early_refusal(priority, why, None if due_s is None else due_s - budget_s)
 
     def _early_refusal(self, priority: str, why: str, wait_s: float | None) -> AdmissionRefused:
-        """429 `queue_full` at arrival; Retry-After is the expected wait (the queue's Little's-law
-        estimate when none is known)."""
+        """429 `queue_full` at arrival; Retry-After is `wait_s`, when a retry could be admitted (the
+        queue's Little's-law estimate when none is known)."""
         if wait_s is None:
             return self._queue_refusal(RejectReason.QUEUE_FULL, priority, why)
         retry_after_s = clamp_retry_after_s(wait_s, self._config.max_retry_after_s)

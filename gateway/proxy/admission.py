@@ -67,6 +67,12 @@ class PoolDispatcher:
         self._credits = credits
         self._max_inflight = max_inflight
 
+    def full_by_own_caps(self) -> bool:
+        """False while the process's upstream connection limit, which every pool shares, is what
+        stops a claim: other pools' releases free slots then, which this pool's own grants cannot
+        forecast (admission's early refusal stays out)."""
+        return self._max_inflight is None or self._registry.total_inflight() < self._max_inflight
+
     def claim(self, routing: RoutingRequest) -> Dispatch | None:
         """A slot on the replica routing picks among eligible replicas under their cap (with shared
         state: under this instance's credits), or None.
@@ -217,6 +223,7 @@ def build_controllers(
             clock=clock,
             config=config,
             observer=MetricsObserver(metrics, pool.model),
+            full_by_own_caps=dispatcher.full_by_own_caps,
         )
         registry.add_release_listener(controller.on_release)
         if credits is not None:

@@ -199,6 +199,8 @@ def test_a_hopeless_wait_is_refused_at_arrival_not_after_it(mock_engines, gatewa
     raw["admission"] = {"classes": {"interactive": {"max_wait_s": 0.3}}}
     gateway = gateways(raw)
     with httpx.Client(base_url=gateway.url, timeout=10) as client:
+        # one request completes first: early refusal needs a measured hold time (~0.6 s here)
+        assert client.post(CHAT, json=_body(max_tokens=30)).status_code == 200
         with client.stream("POST", CHAT, json=_body(max_tokens=300, stream=True)) as held:
             assert held.status_code == 200
             started = time.monotonic()

@@ -76,26 +76,20 @@ async def test_a_queue_that_cannot_drain_in_time_is_refused_at_once() -> None:
 
 
 async def test_the_higher_classes_that_will_overtake_are_counted() -> None:
-    """Critical takes ~10 of the 20 dispatches/s: 10 interactive waiters ahead plus ~10 critical arrivals
-    in B = 1 s exceed the 20 slots that free up, though ahead + 1 = 11 alone would fit."""
+    """Critical takes ~10 of the 20 dispatches/s. An interactive arrival behind 10 critical waiters
+    needs 11 releases plus the ~10 critical arrivals expected in B = 1 s: more than the 20 that free
+    up, though the 11 alone would fit."""
     h = make_harness(slots=20, classes=CLASSES, early_refusal_ratio=0.25)
     held = await _steady(h, {"critical": 10, "interactive": 10}, rounds=20)
     capacity = h.controller.capacity_rate_per_s()
     assert capacity == pytest.approx(20.0)
+    waiters = await _queue(h, "critical", 10)  # the top class: nothing overtakes it, 11 ≤ 20 fits
     assert 10 + 1 <= capacity * 1.0 < _need(h, "interactive", ahead=10, budget_s=1.0, margin=False)
-    waiters = await _queue(h, "interactive", 0)
-    for n in range(10):  # with fewer ahead they still fit; the margin decides from 2 on
-        if _need(h, "interactive", ahead=n, budget_s=1.0) > capacity:
-            break
-        waiters += await _queue(h, "interactive", 1)
     with pytest.raises(AdmissionRefused) as refused:
         await h.controller.admit(req("overtaken"))
     assert refused.value.reason is RejectReason.QUEUE_FULL
-    assert "with a burst of higher-class arrivals" in str(refused.value)
-    critical = await _queue(
-        h, "critical", 1
-    )  # nothing above critical: 1 + len(waiters)... it has its own lane
-    await _finish(h, held, waiters + critical)
+    assert "over its 4 s limit" in str(refused.value)
+    await _finish(h, held, waiters)
 
 
 async def test_the_margin_for_a_burst_of_higher_class_arrivals_decides_close_cases() -> None:
@@ -113,14 +107,19 @@ async def test_the_margin_for_a_burst_of_higher_class_arrivals_decides_close_cas
 
 
 async def test_a_class_the_classes_above_leave_nothing_is_refused_and_recovers_at_a_free_slot() -> None:
+    """Interactive fills all 4 slots every 2 s: C = 2/s and, read just after a round, the interactive
+    rate is at least that. Batch is refused at once, with its class's max wait as Retry-After (capped
+    at 120 s) rather than a 1 s retry into the same state."""
     h = make_harness(slots=4, classes=CLASSES, early_refusal_ratio=0.8)
     held = await _steady(h, {"interactive": 4}, rounds=20, hold_s=2.0)
     capacity = h.controller.capacity_rate_per_s()
     assert capacity == pytest.approx(2.0)
+    assert h.controller.above_rate_per_s("batch") >= capacity
     with pytest.raises(AdmissionRefused) as refused:
         await h.controller.admit(req("b", "batch"))
     assert refused.value.reason is RejectReason.QUEUE_FULL
-    assert refused.value.retry_after_s >= 2, "the expected wait, not a 1 s retry into the same state"
+    assert "take all of this pool's capacity" in str(refused.value)
+    assert refused.value.retry_after_s == 120
     await held[0].release()
     late = await h.controller.admit(req("b-late", "batch"))
     assert h.fleet.dispatched[-1] == "b-late", (
@@ -147,8 +146,9 @@ async def test_a_light_lower_class_is_not_refused_when_the_pool_is_briefly_full(
 
 async def test_a_cohort_that_frees_no_slot_in_time_is_caught_by_the_forecast() -> None:
     """4 slots taken together by a cohort that holds them ~4 s: the capacity (4 ÷ 4 s) says one arrival
-    would wait about 1 s of its 2 s, but no slot frees before +4 s. Refused at once, Retry-After the
-    time to that release; 2.5 s later the cohort is due within 2 s and an arrival queues."""
+    would wait about 1 s of its 2 s, but no slot frees before +4 s. Refused at once, with Retry-After
+    when a retry could be admitted: the release at +4 s minus the 2 s budget. 2.5 s later the cohort
+    is due within 2 s and an arrival queues."""
     classes = (PriorityClass("critical", 30.0), PriorityClass("interactive", 2.0))
     h = make_harness(slots=4, classes=classes, early_refusal_ratio=1.0)
     cohort = await _steady(h, {"interactive": 4}, rounds=3, hold_s=4.0)
@@ -156,7 +156,7 @@ async def test_a_cohort_that_frees_no_slot_in_time_is_caught_by_the_forecast() -
     with pytest.raises(AdmissionRefused) as refused:
         await h.controller.admit(req("too-early"))
     assert "not expected to free them in time" in str(refused.value)
-    assert refused.value.retry_after_s == 4
+    assert refused.value.retry_after_s == 2
     h.clock.advance(2.5)
     waiter = asyncio.create_task(h.controller.admit(req("in-time")))
     await settle()
@@ -222,3 +222,39 @@ async def test_every_grant_leaves_the_forecast_on_every_path() -> None:
     await settle()
     assert doomed.cancelled()
     assert h.controller.held_grants() == 0 and h.fleet.in_use == 0
+
+
+async def test_no_early_refusal_before_a_request_has_completed() -> None:
+    """Found by the second review: before any completion the capacity fell back to the dispatch rate,
+    which at start-up is the classes above's own — a batch arrival was refused as 'take all'."""
+    h = make_harness(slots=4, classes=CLASSES, early_refusal_ratio=0.8)
+    held = [await h.controller.admit(req(f"c{n}", "critical")) for n in range(4)]
+    h.clock.advance(0.5)
+    assert h.controller.capacity_rate_per_s() is None
+    waiting = await _queue(h, "batch", 1)
+    await _finish(h, held, waiting)
+
+
+async def test_no_early_refusal_while_a_limit_shared_with_other_pools_blocks() -> None:
+    """The process's upstream connection limit is shared: when it, not this pool's caps, stops the
+    claim, other pools' releases free slots and this pool's forecast cannot see them."""
+    from admission.controller import AdmissionConfig, AdmissionController
+
+    h = make_harness(slots=1, classes=CLASSES)
+    own_caps = [True]
+    controller: AdmissionController[Slot] = AdmissionController(
+        h.fleet.try_dispatch,
+        h.gate,
+        clock=h.clock,
+        config=AdmissionConfig(classes=CLASSES, early_refusal_ratio=0.25),
+        timers=h.timers,
+        full_by_own_caps=lambda: own_caps[0],
+    )
+    h.fleet.controller = controller
+    h.controller = controller
+    held = await _steady(h, {"interactive": 1}, rounds=5, hold_s=20.0)  # C = 0.05/s: 1 s budget hopeless
+    with pytest.raises(AdmissionRefused):
+        await controller.admit(req("own-caps"))
+    own_caps[0] = False
+    waiting = await _queue(h, "interactive", 1)
+    await _finish(h, held, waiting)
