@@ -109,18 +109,26 @@ async def _dispatch_one_per_second(h: Harness, priorities: list[str]) -> Grant[S
     return grant
 
 
+async def _time_out_behind_three_critical(
+    h: Harness,
+) -> tuple[AdmissionRefused, list[asyncio.Task[Grant[Slot]]]]:
+    """Queue 3 critical waiters and one interactive, let the interactive one's 2 s pass: its refusal,
+    and the critical waiters (still queued)."""
+    waiters = [asyncio.create_task(h.controller.admit(req(f"c{n}", "critical"))) for n in range(3)]
+    doomed = asyncio.create_task(h.controller.admit(req("i", "interactive")))
+    await settle()
+    h.timers.advance(2.0)
+    await settle()
+    return refusal_of(doomed), waiters
+
+
 async def test_expiry_retry_after_uses_the_rate_left_to_the_class() -> None:
     """Slots turn over once a second (C = 1 grant ÷ 1 s) and nothing above interactive is dispatched:
     with 3 critical waiters ahead its Retry-After is ceil(3 ÷ 1/s) = 3 s."""
     classes = (PriorityClass("critical", 30.0), PriorityClass("interactive", 2.0))
     h = make_harness(slots=1, classes=classes)
     grant = await _dispatch_one_per_second(h, ["interactive"] * 5)
-    waiters = [asyncio.create_task(h.controller.admit(req(f"c{n}", "critical"))) for n in range(3)]
-    doomed = asyncio.create_task(h.controller.admit(req("i", "interactive")))
-    await settle()
-    h.timers.advance(2.0)
-    await settle()
-    refused = refusal_of(doomed)
+    refused, waiters = await _time_out_behind_three_critical(h)
     assert refused.reason is RejectReason.QUEUE_TIMEOUT
     assert h.controller.available_rate_per_s("interactive") == pytest.approx(1.0)
     assert refused.retry_after_s == 3
@@ -136,16 +144,12 @@ async def test_retry_after_of_a_class_the_higher_classes_starve_is_long() -> Non
     classes = (PriorityClass("critical", 30.0), PriorityClass("interactive", 2.0))
     h = make_harness(slots=1, classes=classes)
     grant = await _dispatch_one_per_second(h, ["critical"] * 5)
-    waiters = [asyncio.create_task(h.controller.admit(req(f"c{n}", "critical"))) for n in range(3)]
-    doomed = asyncio.create_task(h.controller.admit(req("i", "interactive")))
-    await settle()
     assert h.controller.available_rate_per_s("interactive") == 0.0
     total = h.controller.dispatch_rate_per_s()
     assert total is not None and math.ceil(3 / total) < 28
-    h.timers.advance(2.0)
-    await settle()
+    refused, waiters = await _time_out_behind_three_critical(h)
     left = h.controller.available_rate_per_s("interactive")
-    retry_after_s = refusal_of(doomed).retry_after_s
+    retry_after_s = refused.retry_after_s
     assert retry_after_s == queue_retry_after_s(3, left, drain_bound_s=28.0)
     assert retry_after_s > 2 * math.ceil(3 / total)
     for task in waiters:
