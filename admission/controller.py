@@ -119,7 +119,7 @@ class AdmissionConfig:
 @dataclass(eq=False, slots=True)
 class _Waiter(Generic[T]):
     request: AdmissionRequest
-    future: asyncio.Future[tuple[T, float]]
+    future: asyncio.Future[tuple[T, float, int]]  # token, queue wait, release-forecast key
 
 
 class AdmissionController(Generic[T]):
@@ -209,7 +209,7 @@ class AdmissionController(Generic[T]):
         try:
             tenant_pass = await self._gate.enter(request.tenant, request.estimated_tokens, request.priority)
             try:
-                token, queue_wait_s = await self._acquire_slot(request)
+                token, queue_wait_s, hold_key = await self._acquire_slot(request)
             except BaseException:
                 self._gate.abandon(tenant_pass)
                 raise
@@ -226,6 +226,7 @@ class AdmissionController(Generic[T]):
             tenant_pass=tenant_pass,
             clock=self._clock,
             forecast=self._forecast,
+            hold_key=hold_key,
         )
 
     def on_release(self) -> None:
@@ -245,14 +246,13 @@ class AdmissionController(Generic[T]):
         self._arm_timer()
         return len(entries)
 
-    async def _acquire_slot(self, request: AdmissionRequest) -> tuple[T, float]:
+    async def _acquire_slot(self, request: AdmissionRequest) -> tuple[T, float, int]:
         priority = request.priority
         self._expire_due()
         if self._queue.ahead_of(priority) == 0:
             token = self._try_dispatch(request)
             if token is not None:
-                self._record_dispatch(priority, 0.0, fast_path=True)
-                return token, 0.0
+                return token, 0.0, self._record_dispatch(priority, 0.0, fast_path=True)
         self._refuse_if_hopeless(priority)
         waiter: _Waiter[T] = _Waiter(request, asyncio.get_running_loop().create_future())
         pushed = self._queue.push(
@@ -349,8 +349,8 @@ class AdmissionController(Generic[T]):
             popped = self._queue.pop_next()
             assert popped is entry, "peek_next and pop_next disagree"
             queue_wait_s = entry.waited_s(self._clock.now_s())
-            waiter.future.set_result((token, queue_wait_s))
-            self._record_dispatch(entry.priority, queue_wait_s, fast_path=False)
+            hold_key = self._record_dispatch(entry.priority, queue_wait_s, fast_path=False)
+            waiter.future.set_result((token, queue_wait_s, hold_key))
             self._publish_depths({entry.priority})
 
     def _abandon(self, entry: QueueEntry[_Waiter[T]]) -> None:
@@ -366,7 +366,8 @@ class AdmissionController(Generic[T]):
         self.stats.cancelled[entry.priority] += 1
         if future.cancelled():
             return
-        token, _ = future.result()  # dispatched in the instant before the cancellation landed
+        token, _, hold_key = future.result()  # dispatched in the instant before the cancellation landed
+        self._forecast.discard(hold_key)
         token.release()
         self.on_release()
 
@@ -398,12 +399,14 @@ class AdmissionController(Generic[T]):
         self._queue.remove(entry)
         self._publish_depths({entry.priority})
 
-    def _record_dispatch(self, priority: str, queue_wait_s: float, fast_path: bool) -> None:
+    def _record_dispatch(self, priority: str, queue_wait_s: float, fast_path: bool) -> int:
+        """Count a dispatch; returns its release-forecast key (the slot is held from now on)."""
         self._meter.record()
         self._class_meters[priority].record()
         self.stats.record_dispatch(priority, queue_wait_s, fast_path)
         if self._observer is not None:
             self._observer.dispatched(priority, queue_wait_s)
+        return self._forecast.hold()
 
     def _publish_depths(self, priorities: set[str]) -> None:
         if self._observer is None:

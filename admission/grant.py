@@ -8,8 +8,8 @@ must be idempotent: the controller releases a token itself when a waiter is canc
 between being dispatched and resuming, and `Grant.release()` releases it on every path.
 
 `Grant.release()` is the one release of everything admission gave: the token (synchronously, first,
-after telling the controller's `ReleaseForecast` how long the slot was held), then the tenant's
-bulkhead lease; idempotent, for the caller's `finally`. `Grant.reconcile(actual)`
+after telling the controller's `ReleaseForecast` that the slot held since dispatch is free), then the
+tenant's bulkhead lease; idempotent, for the caller's `finally`. `Grant.reconcile(actual)`
 corrects the token bucket once the actual usage is known (once; later calls do nothing).
 """
 
@@ -84,6 +84,7 @@ class Grant(Generic[T]):
         tenant_pass: TenantPass,
         clock: Clock,
         forecast: ReleaseForecast | None = None,
+        hold_key: int | None = None,
     ) -> None:
         self.token = token
         self.request = request
@@ -93,8 +94,8 @@ class Grant(Generic[T]):
         self._pass = tenant_pass
         self._clock = clock
         self._released = False
-        self._forecast = forecast
-        self._hold_key = forecast.hold() if forecast is not None else -1
+        self._forecast = forecast  # the controller's; `hold_key` was registered in it at dispatch
+        self._hold_key = hold_key
 
     @property
     def queue_wait_ms(self) -> float:
@@ -116,7 +117,7 @@ class Grant(Generic[T]):
         if self._released:
             return
         self._released = True
-        if self._forecast is not None:
+        if self._forecast is not None and self._hold_key is not None:
             self._forecast.release(self._hold_key)
         try:
             self.token.release()

@@ -62,6 +62,10 @@ class ReleaseForecast:
         self._held[key] = self._clock.now_s()
         return key
 
+    def discard(self, key: int) -> None:
+        """Forget grant `key` without timing it (its slot was given back before anyone used it)."""
+        self._held.pop(key, None)
+
     def release(self, key: int) -> None:
         """The grant `key` released its slot now (its hold time updates S). Unknown keys are ignored,
         so a double release cannot skew S."""

@@ -70,3 +70,12 @@ def test_mean_hold_time_is_smoothed_and_double_release_is_ignored() -> None:
     assert forecast.mean_hold_s == pytest.approx(3.0)
     with pytest.raises(ValueError):
         ReleaseForecast(clock, smoothing=0.0)
+
+
+def test_a_discarded_grant_leaves_without_being_timed() -> None:
+    clock = FakeClock()
+    forecast = _forecast_with_mean_hold(clock, 4.0)
+    key = forecast.hold()
+    forecast.discard(key)
+    forecast.discard(key)
+    assert len(forecast) == 0 and forecast.mean_hold_s == pytest.approx(4.0)

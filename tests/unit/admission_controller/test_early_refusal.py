@@ -215,6 +215,8 @@ async def test_every_grant_leaves_the_forecast_on_every_path() -> None:
         await h.controller.admit(req("refused"))  # the queue is at its depth of 2
     assert h.controller.held_grants() == 1
     await first.release()  # dispatches `queued`
+    assert not queued.done(), "its task has not resumed yet"
+    assert h.controller.held_grants() == 1, "counted from its dispatch, before its task resumes"
     second = await queued
     assert h.controller.held_grants() == 1
     await second.release()  # dispatches `doomed` ...
