@@ -275,9 +275,9 @@ class AdmissionController(Generic[T]):
     def _refuse_if_hopeless(self, priority: str) -> None:
         """Early refusal (see `AdmissionConfig.early_refusal_ratio`)."""
         config = self._config
-        ahead = self._queue.ahead_of(priority)
         if config.early_refusal_ratio is None:
             return
+        ahead = self._queue.ahead_of(priority)
         if config.early_refusal_needs_queue and ahead == 0:
             return
         if self._full_by_own_caps is not None and not self._full_by_own_caps():

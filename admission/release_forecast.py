@@ -84,7 +84,7 @@ class ReleaseForecast:
         mean_hold_s = self._mean_hold_s
         if mean_hold_s is None or count <= 0:
             return None if mean_hold_s is None else 0.0
-        kth_oldest = next(islice(iter(self._held.values()), count - 1, None), None)
+        kth_oldest = self._kth_oldest_dispatch_s(count)
         if kth_oldest is None:
             return None
         return max(0.0, kth_oldest + mean_hold_s - self._clock.now_s())
@@ -99,7 +99,11 @@ class ReleaseForecast:
         mean_hold_s = self._mean_hold_s
         if mean_hold_s is None or within_s >= mean_hold_s:
             return None
-        kth_oldest = next(islice(iter(self._held.values()), count - 1, None), None)
+        kth_oldest = self._kth_oldest_dispatch_s(count)
         if kth_oldest is None:
             return False
         return kth_oldest + mean_hold_s <= self._clock.now_s() + within_s
+
+    def _kth_oldest_dispatch_s(self, count: int) -> float | None:
+        """Dispatch time of the `count`-th oldest held grant (count ≥ 1), None when fewer are held."""
+        return next(islice(iter(self._held.values()), count - 1, None), None)
