@@ -14,6 +14,7 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /src
 RUN python -m venv --without-pip /opt/venv
 COPY pyproject.toml README.md ./
+COPY core ./core
 COPY gateway ./gateway
 COPY router ./router
 COPY admission ./admission

@@ -48,7 +48,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic
 
-from admission.clock import Clock
 from admission.dispatch_rate import DispatchRateMeter
 from admission.grant import AdmissionRequest, Grant, T
 from admission.observer import AdmissionObserver, AdmissionStats
@@ -64,6 +63,7 @@ from admission.release_forecast import ReleaseForecast
 from admission.retry_after import DEFAULT_MAX_RETRY_AFTER_S, clamp_retry_after_s, queue_retry_after_s
 from admission.tenant_gate import TenantGate
 from admission.timers import LoopTimers, TimerHandle, Timers
+from core.clock import Clock
 
 _SLACK = 1e-9  # float noise in sums of rates must not cost a slot
 OVERTAKE_MARGIN_SIGMAS = 2.0

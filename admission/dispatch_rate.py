@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from admission.clock import Clock
+from core.clock import Clock
 
 DEFAULT_TIME_CONSTANT_S = 10.0
 DEFAULT_MIN_WINDOW_S = 1.0

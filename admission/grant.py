@@ -18,11 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from admission.clock import Clock
 from admission.rate_limit import RateLimitResult
 from admission.release_forecast import ReleaseForecast
 from admission.tenant_gate import TenantGate, TenantPass
 from admission.tenants import Tenant
+from core.clock import Clock
 from router.types import RoutingRequest
 
 

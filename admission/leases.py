@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from admission.clock import Clock
+from core.clock import Clock
 
 
 class LeaseScope(StrEnum):

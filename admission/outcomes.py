@@ -54,10 +54,3 @@ class AdmissionRefused(Exception):
 
     def __repr__(self) -> str:
         return f"AdmissionRefused({self.reason}, retry_after_s={self.retry_after_s}, {self.message!r})"
-
-
-class FailureMode(StrEnum):
-    """What a shared-state store answers while its backend (Redis) is unreachable (`state.on_error`)."""
-
-    FAIL_OPEN = "fail_open"
-    FAIL_CLOSED = "fail_closed"

@@ -35,9 +35,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from admission.clock import Clock
 from admission.fair_share import FairShareQueue
 from admission.outcomes import RejectReason
+from core.clock import Clock
 
 T = TypeVar("T")
 

@@ -2,7 +2,7 @@
 
 The algorithm is pure (`bucket_level`, `take_all`, `adjust_level`) and separate from where bucket
 state lives: `MemoryRateLimitStore` keeps it in a dict on an injected clock; `RedisRateLimitStore`
-(`admission.redis_store`) runs the same arithmetic inside one atomic Lua script. Both satisfy
+(`core.shared_state`) runs the same arithmetic inside one atomic Lua script. Both satisfy
 `RateLimitStore`, so the gateway is wired once and picks a backend from `state.backend`.
 
 Token bucket (per tenant, one bucket per `LimitKind`):
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from admission.clock import Clock
 from admission.outcomes import RejectReason
+from core.clock import Clock
 
 SECONDS_PER_MINUTE = 60.0
 LEVEL_EPSILON = 1e-9  # float slack so a bucket refilled to exactly the cost admits it (same in Lua)

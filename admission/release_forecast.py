@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from itertools import islice
 
-from admission.clock import Clock
+from core.clock import Clock
 
 DEFAULT_SMOOTHING = 0.05
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from admission.clock import Clock
+from core.clock import Clock
 
 DEFAULT_BUDGET_RATIO = 0.1
 DEFAULT_MIN_RETRIES_PER_S = 0.5

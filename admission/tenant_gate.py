@@ -41,7 +41,6 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from admission.clock import Clock
 from admission.leases import Lease, LeaseScope, LeaseStore, MemoryLeaseStore
 from admission.outcomes import AdmissionRefused, RejectReason
 from admission.rate_limit import MemoryRateLimitStore, RateLimitResult, RateLimitStore
@@ -52,6 +51,7 @@ from admission.retry_after import (
 )
 from admission.tenants import Tenant
 from admission.timers import LoopTimers, TimerHandle, Timers
+from core.clock import Clock
 
 logger = logging.getLogger(__name__)
 

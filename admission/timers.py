@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from admission.clock import Clock, FakeClock
+from core.clock import Clock, FakeClock
 
 
 class TimerHandle(Protocol):

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-CHARS_PER_TOKEN = 4
+from core.tokens import CHARS_PER_TOKEN, estimate_tokens
 
 _SYLLABLES = ("ka", "lo", "mi", "ten", "ra", "vo", "shu", "pel", "dor", "ni", "qua", "zet", "bri", "um")
 VOCABULARY: tuple[str, ...] = tuple(
@@ -53,7 +53,7 @@ class RequestSpec:
         return "\n".join(content for _, content in self.messages)
 
     def prompt_tokens(self) -> int:
-        return -(-len(self.prompt_text()) // CHARS_PER_TOKEN)
+        return estimate_tokens(self.prompt_text())
 
     def body(self, model: str, stream: bool) -> dict[str, Any]:
         """The OpenAI request body; streams ask for usage so output tokens come from the engine."""

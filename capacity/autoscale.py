@@ -7,7 +7,7 @@ The gateway feeds one `PoolAutoscaler` per pool with small synchronous calls and
     observe_queue_depth(depth)                          every scrape tick (periodic sample)
     observe_engine_running(replica, running)            engine scraper, per replica per scrape
     forget_replica(replica)                             registry, when a replica leaves / goes down
-    set_traffic_share(ratio)                            with k gateway instances: 1/k (gateway.membership)
+    set_traffic_share(ratio)                            k gateway instances (instance_membership): 1/k
     observe_completion(tokens, e2e_s, ttft_s=, tpot_s=, queue_wait_s=)   proxy, per finished request
     poll() / evaluate()                                 every evaluation period → AutoscaleDecision
 
@@ -195,7 +195,8 @@ class PoolAutoscaler:
         """The fraction of the pool's arrivals this gateway instance sees from now on (default 1: one
         instance).
 
-        With k instances behind a load balancer set 1/k (`gateway.membership` does, from the gateway's
+        With k instances behind a load balancer set 1/k (`gateway.instance_membership` does, from the
+        gateway's
         own membership), so that every instance estimates for the whole pool and
         `max(llm_gateway_desired_replicas)` is right. λ and λ_recent are divided by the share averaged
         over their window (time-weighted), not by the latest one: the arrivals in a window were seen at

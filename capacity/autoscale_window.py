@@ -32,7 +32,7 @@ _EPS = 1e-9
 
 
 class Clock(Protocol):
-    """Monotonic seconds; structurally `admission.clock.Clock` (which `capacity` may not import)."""
+    """Monotonic seconds; structurally `core.clock.Clock` (which `capacity` may not import)."""
 
     def now_s(self) -> float:
         """Seconds since an arbitrary, fixed origin."""

@@ -3,7 +3,7 @@
 The OpenAI proxy endpoints are dispatched as plain ASGI to `ProxyHandler` (no framework layers on the
 hot path); everything else (models, health, readiness, metrics, admin) is a small FastAPI app. The
 top-level app owns the lifespan: it opens the one shared upstream client at start-up and, at shutdown,
-stops admitting (`draining`), leaves the gateway membership (`gateway.membership`), waits up to
+stops admitting (`draining`), leaves the gateway membership (`gateway.instance_membership`), waits up to
 `server.drain_timeout_s` for in-flight requests, then closes the client.
 """
 
@@ -21,14 +21,14 @@ import httpx
 from fastapi import FastAPI, Request, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from admission.clock import Clock, SystemClock
-from admission.redis_store import RedisOperation
+from core.clock import Clock, SystemClock
+from core.shared_state import RedisOperation
 from gateway.api.admin import build_admin_router
 from gateway.api.asgi_io import Receive, Scope, Send, send_response
 from gateway.api.request_parsing import Endpoint
 from gateway.error_mapping import to_response
 from gateway.errors import Draining, GatewayError, MethodNotAllowed, RouteNotFound
-from gateway.membership import GatewayMembership, RedisMembership
+from gateway.instance_membership import GatewayMembership, RedisMembership
 from gateway.metrics import METRICS_CONTENT_TYPE, GatewayMetrics
 from gateway.proxy.handler import ProxyHandler
 from gateway.settings import Settings
@@ -122,7 +122,8 @@ class GatewayApp:
 
     def _start_membership(self, proxy: ProxyHandler) -> None:
         """Measure k, the live gateway instances, for the autoscaling signal's traffic share
-        (`gateway.membership`): with Redis state and a pool whose `autoscale.gateway_instances` is unset."""
+        (`gateway.instance_membership`): with Redis state and a pool whose `autoscale.gateway_instances`
+        is unset."""
         backend, signals = proxy.state_backend, proxy.signals
         if backend is None or not signals.measures_gateway_instances:
             return

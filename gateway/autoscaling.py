@@ -9,7 +9,8 @@ an input. Each gateway instance sees only its share of the traffic: with k insta
 balancer every pool's autoscaler divides its arrival rates by the traffic share 1/k
 (`llm_gateway_autoscale_traffic_share_ratio`), so every instance estimates for the whole pool and
 `max()` over instances is the aggregate to scale on. k is the pool's `autoscale.gateway_instances` when
-set, else the live instance count that `gateway.membership` measures in Redis (`set_gateway_instances`),
+set, else the live instance count that `gateway.instance_membership` measures in Redis
+(`set_gateway_instances`),
 else 1.
 """
 
@@ -21,10 +22,10 @@ from collections.abc import Callable, Mapping
 
 from prometheus_client import Gauge
 
-from admission.clock import Clock
 from capacity.autoscale import GaugeSample, PoolAutoscaler
 from capacity.autoscale_settings import AutoscaleSettings, PoolCapacity
-from gateway.membership import traffic_share
+from core.clock import Clock
+from gateway.instance_membership import traffic_share
 from gateway.metrics import GatewayMetrics
 from gateway.settings import PoolSettings
 from gateway.upstream.registry import ReplicaRegistry
@@ -88,7 +89,8 @@ class AutoscaleSignals:
         return any(configured is None for configured in self._configured_instances.values())
 
     def set_gateway_instances(self, measured: int) -> None:
-        """k live gateway instances (measured by `gateway.membership`): the traffic share becomes 1/k in
+        """k live gateway instances (measured by `gateway.instance_membership`): the traffic share
+        becomes 1/k in
         every pool without a configured `autoscale.gateway_instances`."""
         for model, scaler in self._scalers.items():
             scaler.set_traffic_share(traffic_share(self._configured_instances[model], measured))

@@ -98,7 +98,8 @@ class AutoscaleSignalSettings(StrictModel):
     max_replicas: int | None = Field(None, ge=1)
     gateway_instances: int | None = Field(None, ge=1)
     """k, the number of gateway instances that share this pool's traffic behind a load balancer: each
-    sees 1/k of the arrivals, so λ is divided by the traffic share 1/k (`gateway.membership`). Default
+    sees 1/k of the arrivals, so λ is divided by the traffic share 1/k (`gateway.instance_membership`).
+    Default
     None: measured by the instances' membership heartbeat in Redis with `state.backend: redis`, 1 with
     memory state. Set it with memory state when several instances serve the pool; a value set here is
     used as it is with Redis too."""

@@ -91,7 +91,7 @@ class StateSettings(StrictModel):
     """Expiry of a replica slot credit unless renewed (every ttl / 3): how long the slots held by a
     gateway that died without releasing them stay taken (`gateway.upstream.slot_credits`). The same
     ttl (and ttl / 3 heartbeat) bounds how long a dead gateway still counts as a live instance for the
-    autoscaling signal's traffic share (`gateway.membership`)."""
+    autoscaling signal's traffic share (`gateway.instance_membership`)."""
     replica_credit_linger_s: float = Field(1.0, gt=0)
     """How long an idle replica slot credit stays with this gateway before it goes back to Redis."""
 

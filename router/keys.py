@@ -21,21 +21,19 @@ else none.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import xxhash
 
+from core.tokens import estimate_tokens
 from router.options import OptionReader
 from router.types import RoutingRequest
 
 DEFAULT_BLOCK_SIZE_CHARS = 64
 DEFAULT_MAX_PREFIX_CHARS = 16_384
 DEFAULT_PREFIX_KEY_BLOCKS = 16
-CHARS_PER_TOKEN = 4
-"""Prompt-token estimate when the caller has none: ceil(characters / 4)."""
 
 KEY_OPTION_NAMES = frozenset({"block_size_chars", "max_prefix_chars", "prefix_key_blocks"})
 """Option names `KeySettings.from_options` reads; every preset accepts them beside its own."""
@@ -201,12 +199,12 @@ def build_routing_request(
 ) -> RoutingRequest:
     """The `RoutingRequest` the gateway hands to `Policy.decide`, keys included.
 
-    `estimated_prompt_tokens` defaults to ceil(len(prompt_text) / CHARS_PER_TOKEN). For a retry, use
+    `estimated_prompt_tokens` defaults to ceil(len(prompt_text) / 4) (`core.tokens`). For a retry, use
     `dataclasses.replace(request, exclude=...)`: the keys stay valid.
     """
     keys = build_routing_keys(model, prompt_text, settings, session_key)
     if estimated_prompt_tokens is None:
-        estimated_prompt_tokens = math.ceil(len(prompt_text) / CHARS_PER_TOKEN)
+        estimated_prompt_tokens = estimate_tokens(prompt_text)
     return RoutingRequest(
         model=model,
         prompt_text=prompt_text,

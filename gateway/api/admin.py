@@ -16,7 +16,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 
-from admission.clock import Clock
+from core.clock import Clock
 from gateway.errors import RouteNotFound, Unauthorized
 from gateway.settings import Settings
 from gateway.upstream.registry import ReplicaRegistry

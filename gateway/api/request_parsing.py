@@ -15,11 +15,9 @@ from typing import Any
 
 import orjson
 
+from core.tokens import estimate_tokens
 from gateway.errors import BadRequest
 from router.keys import canonical_prompt_text
-
-CHARS_PER_TOKEN = 4
-"""Token estimate used for admission and load accounting: ceil(len(text) / 4) (OpenAI's rule of thumb)."""
 
 
 class Endpoint(StrEnum):
@@ -50,7 +48,7 @@ class ParsedRequest:
 
     @property
     def estimated_prompt_tokens(self) -> int:
-        return -(-len(self.prompt_text) // CHARS_PER_TOKEN)
+        return estimate_tokens(self.prompt_text)
 
 
 def _validate_prompt(endpoint: Endpoint, body: dict[str, Any]) -> None:

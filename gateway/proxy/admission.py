@@ -20,16 +20,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from admission.clock import Clock
 from admission.controller import AdmissionConfig, AdmissionController
 from admission.grant import AdmissionRequest
 from admission.leases import LeaseScope
-from admission.outcomes import AdmissionRefused, FailureMode, RejectReason
+from admission.outcomes import AdmissionRefused, RejectReason
 from admission.priority_queue import PriorityClass
 from admission.redis_leases import RedisLeaseStore
-from admission.redis_store import RedisBackend, RedisOperation, RedisRateLimitStore
+from admission.redis_rate_limit import RedisRateLimitStore
 from admission.tenant_gate import TenantGate
 from admission.tenants import Tenant, TenantDirectory
+from core.clock import Clock
+from core.shared_state import FailureMode, RedisBackend, RedisOperation
 from gateway.metrics import GatewayMetrics
 from gateway.proxy.attempts import UpstreamOpener
 from gateway.settings import AdmissionSettings, Settings

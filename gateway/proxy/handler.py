@@ -15,11 +15,11 @@ from typing import Any
 
 import aiohttp
 
-from admission.clock import Clock
 from admission.outcomes import AdmissionRefused, RejectReason
-from admission.redis_store import RedisBackend
 from admission.retry_after import draining_retry_after_s
 from admission.tenants import AuthenticationFailed, Tenant
+from core.clock import Clock
+from core.shared_state import RedisBackend
 from gateway.api.asgi_io import (
     ClientDisconnected,
     DisconnectWatcher,

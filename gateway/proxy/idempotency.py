@@ -28,7 +28,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from admission.clock import Clock
+from core.clock import Clock
 from gateway.api.asgi_io import Message, Send
 from gateway.errors import BadRequest
 

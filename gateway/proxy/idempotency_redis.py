@@ -46,8 +46,8 @@ from dataclasses import dataclass
 
 import orjson
 
-from admission.clock import Clock
-from admission.redis_store import RedisBackend, RedisOperation
+from core.clock import Clock
+from core.shared_state import RedisBackend, RedisOperation
 from gateway.errors import BadRequest, StateUnavailable
 from gateway.proxy.idempotency import (
     DEFAULT_LEASE_S,

@@ -15,12 +15,12 @@ from dataclasses import dataclass, replace
 
 import aiohttp
 
-from admission.clock import Clock
 from admission.grant import AdmissionRequest
 from admission.outcomes import AdmissionRefused
-from admission.redis_store import RedisBackend
 from admission.retry_budget import RetryBudget
 from admission.tenants import Tenant
+from core.clock import Clock
+from core.shared_state import RedisBackend
 from gateway.api.asgi_io import Scope, header
 from gateway.api.request_parsing import ParsedRequest, rewrite_body
 from gateway.autoscaling import AutoscaleSignals

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from admission.clock import Clock
+from core.clock import Clock
 from gateway.settings import HealthCheckSettings
 from gateway.upstream.registry import Pool, ReplicaRegistry
 from gateway.upstream.replica import Replica

@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator
 from enum import StrEnum
 from urllib.parse import urlsplit
 
-from admission.clock import Clock
 from admission.retry_after import no_replica_retry_after_s
+from core.clock import Clock
 from gateway.metrics import GatewayMetrics
 from gateway.settings import PoolSettings, Settings
 from gateway.upstream.breaker import BREAKER_STATE_VALUE, BreakerPolicy, CircuitBreaker

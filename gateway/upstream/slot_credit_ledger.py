@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from admission.clock import Clock
 from admission.leases import Lease
+from core.clock import Clock
 from gateway.upstream.registry import Pool
 from gateway.upstream.replica import Replica
 
@@ -59,7 +59,7 @@ class CreditOwner(Protocol):
 
 
 class StateHealth(Protocol):
-    """Whether shared state answers (`admission.redis_store.RedisBackend` is one)."""
+    """Whether shared state answers (`core.shared_state.RedisBackend` is one)."""
 
     @property
     def available(self) -> bool:

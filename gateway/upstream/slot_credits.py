@@ -51,8 +51,8 @@ import math
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar
 
-from admission.clock import Clock
 from admission.leases import Lease, LeaseStore
+from core.clock import Clock
 from gateway.upstream.registry import Pool
 from gateway.upstream.replica import Replica
 from gateway.upstream.slot_credit_ledger import (

@@ -18,13 +18,9 @@ from __future__ import annotations
 
 import xxhash
 
-CHARS_PER_TOKEN = 4
-"""The estimate's ratio: one token per four characters (the usual rule of thumb for English BPE)."""
+from core.tokens import CHARS_PER_TOKEN, estimate_tokens
 
-
-def estimate_tokens(text: str) -> int:
-    """Tokens of `text` by the documented rule: ceil(len(text) / CHARS_PER_TOKEN)."""
-    return -(-len(text) // CHARS_PER_TOKEN)
+__all__ = ["CHARS_PER_TOKEN", "estimate_tokens", "prefix_block_hashes", "split_prefix_blocks"]
 
 
 def split_prefix_blocks(text: str, block_size_tokens: int, max_blocks: int | None = None) -> list[str]:

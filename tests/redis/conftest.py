@@ -18,7 +18,7 @@ import pytest
 import redis
 from redis.asyncio import Redis
 
-from admission.redis_store import RedisBackend, make_redis_client
+from core.shared_state import RedisBackend, make_redis_client
 
 REDIS_URL = os.environ.get("LLM_GATEWAY_REDIS_URL", "redis://127.0.0.1:6379/0")
 REQUIRE_REDIS = os.environ.get("LLM_GATEWAY_REQUIRE_REDIS") == "1"

@@ -5,16 +5,17 @@ import asyncio
 import pytest
 from redis.asyncio import Redis
 
-from admission.clock import FakeClock
 from admission.controller import AdmissionController
 from admission.leases import LeaseScope
-from admission.outcomes import AdmissionRefused, FailureMode, RejectReason
+from admission.outcomes import AdmissionRefused, RejectReason
 from admission.rate_limit import LimitKind
 from admission.redis_leases import RedisLeaseStore
-from admission.redis_store import RedisBackend, RedisRateLimitStore
+from admission.redis_rate_limit import RedisRateLimitStore
 from admission.tenant_gate import TenantGate
 from admission.tenants import Tenant
 from admission.timers import ManualTimers
+from core.clock import FakeClock
+from core.shared_state import FailureMode, RedisBackend
 from tests.unit.admission_controller.fakes import FakeFleet, Slot, req, settle
 
 from .conftest import CLOSED_PORT_URL, BackendFactory

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from admission.clock import FakeClock
-from admission.redis_store import RedisBackend, RedisOperation
+from core.clock import FakeClock
+from core.shared_state import RedisBackend, RedisOperation
 from gateway.app import GatewayApp
 from gateway.autoscaling import AutoscaleSignals
-from gateway.membership import GatewayMembership, RedisMembership
+from gateway.instance_membership import GatewayMembership, RedisMembership
 from gateway.metrics import GatewayMetrics
 from gateway.settings import parse_settings
 from gateway.upstream.registry import ReplicaRegistry

@@ -12,9 +12,8 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from admission.clock import FakeClock
-from admission.outcomes import FailureMode
-from admission.redis_store import RedisOperation
+from core.clock import FakeClock
+from core.shared_state import FailureMode, RedisOperation
 from gateway.errors import BadRequest, StateUnavailable
 from gateway.proxy.idempotency import StoredResponse, body_digest
 from gateway.proxy.idempotency_redis import RedisIdempotencyStore, encode_response, idempotency_store

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from admission.clock import FakeClock
 from admission.leases import LeaseScope
-from admission.outcomes import FailureMode
 from admission.redis_leases import RedisLeaseStore
-from admission.redis_store import RedisOperation
+from core.clock import FakeClock
+from core.shared_state import FailureMode, RedisOperation
 from gateway.upstream.slot_credit_ledger import CreditMode
 from tests.unit.gateway.test_slot_credits import RIDS, TTL_S, instance, slots
 

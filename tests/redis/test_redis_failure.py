@@ -4,12 +4,13 @@ import time
 import pytest
 from redis.asyncio import Redis
 
-from admission.clock import FakeClock
 from admission.leases import Lease, LeaseScope
-from admission.outcomes import FailureMode, RejectReason
+from admission.outcomes import RejectReason
 from admission.rate_limit import TenantRateLimits, TokenBucketLimit
 from admission.redis_leases import RedisLeaseStore
-from admission.redis_store import RedisBackend, RedisOperation, RedisRateLimitStore
+from admission.redis_rate_limit import RedisRateLimitStore
+from core.clock import FakeClock
+from core.shared_state import FailureMode, RedisBackend, RedisOperation
 
 from .conftest import CLOSED_PORT_URL, REDIS_URL, BackendFactory, TcpProxy
 
@@ -73,7 +74,7 @@ async def test_errors_are_logged_once_per_interval(
     clock = FakeClock()
     backend = make_backend(CLOSED_PORT_URL, clock=clock, log_interval_s=30.0)
     limiter = RedisRateLimitStore(backend)
-    with caplog.at_level(logging.WARNING, logger="admission.redis_store"):
+    with caplog.at_level(logging.WARNING, logger="core.shared_state"):
         for _ in range(10):
             await limiter.acquire("t", LIMITS, 0)
         clock.advance(29.0)
@@ -96,7 +97,7 @@ async def test_recovers_by_itself_when_redis_returns(
     assert await leases.acquire("r1", cap=5, ttl_s=30.0) is None
     assert not backend.available and backend.errors_total == 1
     await redis_proxy.start()  # same port
-    with caplog.at_level(logging.WARNING, logger="admission.redis_store"):
+    with caplog.at_level(logging.WARNING, logger="core.shared_state"):
         lease = await leases.acquire("r1", cap=5, ttl_s=30.0)
     assert lease is not None and not lease.degraded
     assert backend.available and backend.errors_total == 1

@@ -4,9 +4,9 @@ import itertools
 import pytest
 from redis.asyncio import Redis
 
-from admission.clock import FakeClock
 from admission.leases import Lease, LeaseScope, MemoryLeaseStore
 from admission.redis_leases import RedisLeaseStore
+from core.clock import FakeClock
 
 from .conftest import BackendFactory
 

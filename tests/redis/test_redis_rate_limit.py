@@ -3,10 +3,10 @@ import asyncio
 import pytest
 from redis.asyncio import Redis
 
-from admission.clock import FakeClock
 from admission.rate_limit import LimitKind, MemoryRateLimitStore, TenantRateLimits, TokenBucketLimit
-from admission.redis_store import RedisRateLimitStore
+from admission.redis_rate_limit import RedisRateLimitStore
 from admission.retry_after import rate_limit_retry_after_s
+from core.clock import FakeClock
 
 from .conftest import BackendFactory
 

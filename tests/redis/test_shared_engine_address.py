@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from redis.asyncio import Redis
 
-from admission.clock import FakeClock
 from admission.leases import LeaseScope
 from admission.redis_leases import RedisLeaseStore
+from core.clock import FakeClock
 from tests.unit.gateway.test_slot_credits import SHARED_CAPS, SHARED_RID, Instance, shared_address_instance
 
 from .conftest import BackendFactory

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from admission.clock import Clock, SystemClock
+from core.clock import Clock, SystemClock
 from gateway.upstream.discovery.settings import DnsReplicas
 from gateway.upstream.discovery.types import Emitter, OnChange, ReplicaSet, ReplicaState, format_url
 

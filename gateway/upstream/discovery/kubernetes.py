@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from admission.clock import Clock, SystemClock
+from core.clock import Clock, SystemClock
 from gateway.upstream.discovery.endpointslices import SliceStates, merge_slices, slice_states
 from gateway.upstream.discovery.k8s_auth import ApiAccess, namespace_for, resolve_access
 from gateway.upstream.discovery.settings import KubernetesReplicas

@@ -1,6 +1,6 @@
 import pytest
 
-from admission.clock import FakeClock, SystemClock
+from core.clock import FakeClock, SystemClock
 
 
 def test_fake_clock_moves_only_when_told() -> None:

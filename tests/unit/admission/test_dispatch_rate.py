@@ -1,7 +1,7 @@
 import pytest
 
-from admission.clock import FakeClock
 from admission.dispatch_rate import DispatchRateMeter
+from core.clock import FakeClock
 
 
 def test_no_rate_before_the_first_dispatch() -> None:

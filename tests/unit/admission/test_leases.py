@@ -2,8 +2,8 @@ import itertools
 
 import pytest
 
-from admission.clock import FakeClock
 from admission.leases import Lease, LeaseScope, MemoryLeaseStore, random_lease_id
+from core.clock import FakeClock
 
 
 def make_store(clock: FakeClock, scope: LeaseScope = LeaseScope.REPLICA) -> MemoryLeaseStore:

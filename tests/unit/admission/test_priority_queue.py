@@ -3,9 +3,9 @@ from typing import Any
 
 import pytest
 
-from admission.clock import FakeClock
 from admission.outcomes import RejectReason
 from admission.priority_queue import DEFAULT_PRIORITY_CLASSES, PriorityClass, PriorityQueue, QueueEntry
+from core.clock import FakeClock
 
 CLASSES = (
     PriorityClass("critical", max_wait_s=30.0),

@@ -1,6 +1,5 @@
 import pytest
 
-from admission.clock import FakeClock
 from admission.outcomes import RejectReason
 from admission.rate_limit import (
     BucketState,
@@ -13,6 +12,7 @@ from admission.rate_limit import (
     bucket_level,
 )
 from admission.retry_after import rate_limit_retry_after_s
+from core.clock import FakeClock
 
 RPM_60 = TenantRateLimits(requests=TokenBucketLimit.per_minute(60))
 TPM_6000 = TenantRateLimits(tokens=TokenBucketLimit.per_minute(6000))

@@ -2,8 +2,8 @@
 
 import pytest
 
-from admission.clock import FakeClock
 from admission.release_forecast import ReleaseForecast
+from core.clock import FakeClock
 
 
 def _forecast_with_mean_hold(clock: FakeClock, hold_s: float) -> ReleaseForecast:

@@ -2,7 +2,6 @@ import math
 
 import pytest
 
-from admission.clock import FakeClock
 from admission.dispatch_rate import DispatchRateMeter
 from admission.priority_queue import PriorityQueue
 from admission.retry_after import (
@@ -14,6 +13,7 @@ from admission.retry_after import (
     queue_retry_after_s,
     rate_limit_retry_after_s,
 )
+from core.clock import FakeClock
 
 
 @pytest.mark.parametrize(

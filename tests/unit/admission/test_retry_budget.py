@@ -2,8 +2,8 @@ from typing import Any
 
 import pytest
 
-from admission.clock import FakeClock
 from admission.retry_budget import RetryBudget
+from core.clock import FakeClock
 
 
 def spend_all(budget: RetryBudget) -> int:

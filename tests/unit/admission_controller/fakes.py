@@ -6,13 +6,13 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from admission.clock import FakeClock
 from admission.controller import AdmissionConfig, AdmissionController
 from admission.grant import AdmissionRequest
 from admission.priority_queue import DEFAULT_PRIORITY_CLASSES, PriorityClass
 from admission.tenant_gate import TenantGate
 from admission.tenants import Tenant
 from admission.timers import ManualTimers
+from core.clock import FakeClock
 from router.types import RoutingRequest
 
 DEFAULT_TENANT = Tenant("t")

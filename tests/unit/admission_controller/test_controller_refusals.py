@@ -218,9 +218,9 @@ async def test_reject_waiting_answers_every_waiter_with_the_given_reason() -> No
 
 
 async def test_default_loop_timer_expires_waiters_in_real_time() -> None:
-    from admission.clock import SystemClock
     from admission.controller import AdmissionConfig, AdmissionController
     from admission.tenant_gate import TenantGate
+    from core.clock import SystemClock
 
     from .fakes import FakeFleet
 

@@ -3,10 +3,10 @@
 import asyncio
 import time
 
-from admission.clock import FakeClock, SystemClock
 from admission.fair_share import FairShareQueue
 from admission.priority_queue import PriorityQueue
 from admission.timers import LoopTimers, ManualTimers
+from core.clock import FakeClock, SystemClock
 
 
 def test_manual_timers_fire_in_deadline_order_only_when_due() -> None:

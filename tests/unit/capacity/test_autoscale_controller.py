@@ -7,12 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from admission.clock import FakeClock
 from capacity.autoscale import METRIC_DESIRED_REPLICAS, PoolAutoscaler
 from capacity.autoscale_controller import HysteresisController, ScaleAction
 from capacity.autoscale_estimate import Estimate, estimate_replicas
 from capacity.autoscale_settings import AutoscaleSettings, PoolCapacity, ScaleReason
 from capacity.autoscale_window import WindowStats
+from core.clock import FakeClock
 
 CAPACITY = PoolCapacity(b_max=64, decode_tokens_per_s=4_352.0)
 EMPTY = WindowStats(

@@ -17,13 +17,13 @@ from dataclasses import replace
 
 import pytest
 
-from admission.clock import FakeClock
 from capacity.autoscale import AutoscaleDecision, AutoscaleSettings, PoolAutoscaler, PoolCapacity, ScaleAction
 from capacity.autoscale_settings import ScaleReason
 from capacity.barriers import ceil_count
 from capacity.inputs import PlanInputs
 from capacity.plan import build_plan
 from capacity.results import Plan
+from core.clock import FakeClock
 
 B_MAX, STREAM_TOKENS_PER_S, TTFT_S, OUTPUT_TOKENS = 64, 68.0, 0.09, 300
 SPIKE_AT_S, FALL_AT_S, END_S = 905, 1505, 2700

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from admission.clock import FakeClock
 from capacity.autoscale_window import AutoscaleWindow, least_squares_slope, percentile
+from core.clock import FakeClock
 
 
 def window(start_s: float = 0.0, **kwargs: float) -> tuple[FakeClock, AutoscaleWindow]:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from admission.clock import FakeClock
+from core.clock import FakeClock
 from gateway.upstream.discovery.dns import DnsDiscovery, GetaddrinfoResolver
 from gateway.upstream.discovery.settings import DnsReplicas
 from gateway.upstream.discovery.types import ReplicaSet

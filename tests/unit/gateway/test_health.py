@@ -6,7 +6,7 @@ import random
 
 import httpx
 
-from admission.clock import FakeClock
+from core.clock import FakeClock
 from gateway.metrics import GatewayMetrics
 from gateway.settings import parse_settings
 from gateway.upstream.health import HealthChecker

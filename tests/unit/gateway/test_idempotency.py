@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from admission.clock import FakeClock
+from core.clock import FakeClock
 from gateway.errors import BadRequest
 from gateway.proxy.idempotency import (
     DEFAULT_MAX_STORED_BYTES,

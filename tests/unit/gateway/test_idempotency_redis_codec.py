@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from admission.clock import FakeClock
-from admission.outcomes import FailureMode
-from admission.redis_store import RedisBackend, make_redis_client
+from core.clock import FakeClock
+from core.shared_state import FailureMode, RedisBackend, make_redis_client
 from gateway.error_mapping import to_response
 from gateway.errors import StateUnavailable
 from gateway.proxy.idempotency import IdempotencyCache, StoredResponse

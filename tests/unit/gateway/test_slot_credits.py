@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from admission.clock import FakeClock
 from admission.controller import AdmissionController
 from admission.grant import AdmissionRequest, Grant
 from admission.leases import Lease, LeaseScope, LeaseStore, MemoryLeaseStore
 from admission.tenant_gate import TenantGate
 from admission.tenants import Tenant
+from core.clock import FakeClock
 from gateway.metrics import GatewayMetrics
 from gateway.proxy.admission import Dispatch, build_controllers
 from gateway.proxy.attempts import UpstreamOpener

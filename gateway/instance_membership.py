@@ -33,8 +33,8 @@ import socket
 from collections.abc import Callable
 from typing import Protocol
 
-from admission.clock import Clock
-from admission.redis_store import LUA_PRELUDE, RedisBackend, RedisOperation
+from core.clock import Clock
+from core.shared_state import LUA_PRELUDE, RedisBackend, RedisOperation
 
 logger = logging.getLogger(__name__)
 

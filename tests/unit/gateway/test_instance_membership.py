@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from admission.clock import FakeClock
+from core.clock import FakeClock
 from gateway.autoscaling import AutoscaleSignals
-from gateway.membership import (
+from gateway.instance_membership import (
     HEARTBEATS_PER_TTL,
     GatewayMembership,
     InstanceCount,
@@ -124,7 +124,7 @@ class TestGatewayMembership:
     ) -> None:
         store = FakeStore([3, None, None, None, 3, None])
         membership, counts = self._membership(store)
-        with caplog.at_level(logging.WARNING, logger="gateway.membership"):
+        with caplog.at_level(logging.WARNING, logger="gateway.instance_membership"):
             assert [await membership.heartbeat() for _ in range(6)] == [3] * 6
         assert counts == [3]
         warnings = [r.getMessage() for r in caplog.records if "keeping 3 gateway instance" in r.getMessage()]

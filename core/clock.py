@@ -3,7 +3,7 @@
 Every structure in `admission` reads time through a `Clock` so that queues, buckets, meters and budgets
 are tested by advancing a `FakeClock` by hand, without sleeping. `now_s()` is monotonic seconds with an
 arbitrary origin: only differences are meaningful, and values from two processes are not comparable
-(which is why the Redis scripts use the Redis server's `TIME`, see `admission.redis_store`).
+(which is why the Redis scripts use the Redis server's `TIME`, see `core.shared_state`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
-"""Shared state in Redis: the connection with its failure policy, and the Redis rate-limit store.
+"""Shared state in Redis: the connection with its failure policy, used by every layer that shares state.
 
 This is the only module that imports `redis`. `RedisBackend` owns the client and runs registered Lua
 scripts; every change to shared state is ONE atomic script (no read-modify-write from Python), so
-concurrent gateway instances never lose an update. `RedisRateLimitStore` runs the token-bucket
-arithmetic of `admission.rate_limit` inside Lua; `admission.redis_leases`,
-`gateway.proxy.idempotency_redis` and `gateway.membership` use the same backend.
+concurrent gateway instances never lose an update. The scripts live with their concern, one module
+each: `admission.redis_rate_limit` (token buckets), `admission.redis_leases` (bulkheads, replica slot
+credits), `gateway.proxy.idempotency_redis` and `gateway.instance_membership`; the composition root
+(`gateway.composition`) builds the one backend and closes it last.
 
 Time: scripts read the Redis server's `TIME`. Gateway instances cannot share their own clocks:
 monotonic clocks have per-process origins and wall clocks drift between hosts, so a refill or lease
@@ -46,15 +47,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from admission.clock import Clock, SystemClock
-from admission.outcomes import FailureMode
-from admission.rate_limit import (
-    LEVEL_EPSILON,
-    BucketReading,
-    LimitKind,
-    RateLimitResult,
-    TenantRateLimits,
-)
+from core.clock import Clock, SystemClock
 
 logger = logging.getLogger(__name__)
 
@@ -73,60 +66,12 @@ end
 local function fmt(x) return string.format('%.6f', x) end
 """
 
-_RATE_ACQUIRE_LUA = (
-    LUA_PRELUDE
-    + """
--- KEYS: buckets. ARGV: now|'', epsilon, then per bucket i:
---   ARGV[3i] capacity, ARGV[3i+1] refill/s, ARGV[3i+2] cost
-local now, eps = now_s(), tonumber(ARGV[2])
-local levels, caps, rates, costs = {}, {}, {}, {}
-local allowed = 1
-for i = 1, #KEYS do
-  caps[i], rates[i] = tonumber(ARGV[3 * i]), tonumber(ARGV[3 * i + 1])
-  costs[i] = math.min(tonumber(ARGV[3 * i + 2]), caps[i])
-  local state = redis.call('HMGET', KEYS[i], 'level', 'updated_s')
-  local level = caps[i]
-  if state[1] then
-    level = math.min(caps[i], tonumber(state[1]) + math.max(0, now - tonumber(state[2])) * rates[i])
-  end
-  levels[i] = level
-  if level + eps < costs[i] then allowed = 0 end
-end
-local out = {allowed}
-for i = 1, #KEYS do
-  local remaining, retry = levels[i], 0
-  if allowed == 1 then
-    remaining = levels[i] - costs[i]
-    redis.call('HSET', KEYS[i], 'level', fmt(remaining), 'updated_s', fmt(now))
-    redis.call('PEXPIRE', KEYS[i], math.ceil((caps[i] - remaining) / rates[i] * 1000) + 1000)
-  else
-    retry = math.max(0, costs[i] - levels[i]) / rates[i]
-  end
-  out[#out + 1] = fmt(remaining)
-  out[#out + 1] = fmt((caps[i] - remaining) / rates[i])
-  out[#out + 1] = fmt(retry)
-end
-return out
-"""
-)
 
-_RATE_ADJUST_LUA = (
-    LUA_PRELUDE
-    + """
--- KEYS[1]: bucket. ARGV: now|'', capacity, refill/s, delta (charged; negative refunds)
-local now = now_s()
-local cap, rate, delta = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local state = redis.call('HMGET', KEYS[1], 'level', 'updated_s')
-local level = cap
-if state[1] then
-  level = math.min(cap, tonumber(state[1]) + math.max(0, now - tonumber(state[2])) * rate)
-end
-level = math.max(-cap, math.min(cap, level - delta))
-redis.call('HSET', KEYS[1], 'level', fmt(level), 'updated_s', fmt(now))
-redis.call('PEXPIRE', KEYS[1], math.ceil((cap - level) / rate * 1000) + 1000)
-return fmt(level)
-"""
-)
+class FailureMode(StrEnum):
+    """What a shared-state store answers while its backend (Redis) is unreachable (`state.on_error`)."""
+
+    FAIL_OPEN = "fail_open"
+    FAIL_CLOSED = "fail_closed"
 
 
 class RedisOperation(StrEnum):
@@ -347,51 +292,3 @@ class ChannelSubscription:
             self._on_unreachable(exc)
             return False
         return True
-
-
-class RedisRateLimitStore:
-    """`RateLimitStore` over Redis: buckets are hashes `{prefix}rl:{tenant}:{kind}` (fields `level`,
-    `updated_s`) that expire once they would be full again (an absent bucket is full)."""
-
-    def __init__(self, backend: RedisBackend) -> None:
-        self._backend = backend
-        self._acquire = backend.register(_RATE_ACQUIRE_LUA)
-        self._adjust = backend.register(_RATE_ADJUST_LUA)
-
-    async def acquire(self, tenant: str, limits: TenantRateLimits, estimated_tokens: int) -> RateLimitResult:
-        """See `RateLimitStore.acquire`; one atomic script across the tenant's buckets."""
-        wanted = limits.costs(estimated_tokens)
-        if not wanted:
-            return RateLimitResult(allowed=True)
-        args: list[Any] = [repr(LEVEL_EPSILON)]
-        for _, limit, cost in wanted:
-            args += [repr(limit.capacity), repr(limit.refill_per_s), repr(cost)]
-        keys = [self._key(tenant, kind) for kind, _, _ in wanted]
-        reply = await self._backend.run(RedisOperation.RATE_LIMIT_ACQUIRE, self._acquire, keys, args)
-        if reply is None:
-            return self._degraded()
-        readings = [
-            BucketReading(kind, float(reply[1 + 3 * i]), float(reply[2 + 3 * i]), float(reply[3 + 3 * i]))
-            for i, (kind, _, _) in enumerate(wanted)
-        ]
-        return RateLimitResult.from_readings(int(reply[0]) == 1, readings)
-
-    async def reconcile(self, tenant: str, limits: TenantRateLimits, delta_tokens: int) -> None:
-        """See `RateLimitStore.reconcile`; skipped (counted) while Redis is unreachable."""
-        if limits.tokens is None or delta_tokens == 0:
-            return
-        args = [repr(limits.tokens.capacity), repr(limits.tokens.refill_per_s), str(delta_tokens)]
-        key = self._key(tenant, LimitKind.TOKENS)
-        await self._backend.run(RedisOperation.RATE_LIMIT_RECONCILE, self._adjust, [key], args)
-
-    def _key(self, tenant: str, kind: LimitKind) -> str:
-        # `{tenant}` is a hash tag: a tenant's buckets share a slot, so the script works on Redis Cluster.
-        return self._backend.key("rl", f"{{{tenant}}}", kind)
-
-    def _degraded(self) -> RateLimitResult:
-        if self._backend.fail_open:
-            return RateLimitResult(allowed=True, degraded=True)
-        retry_after_s = self._backend.outage_retry_after_s()
-        return RateLimitResult(
-            allowed=False, retry_after_s=retry_after_s, reset_s=retry_after_s, degraded=True
-        )

@@ -1,0 +1,123 @@
+"""The token-bucket rate-limit store on Redis: the arithmetic of `admission.rate_limit` in two Lua scripts.
+
+Each acquire is ONE atomic script across a tenant's buckets (requests and tokens), so concurrent
+gateway instances never lose an update; time is the Redis server's (see `core.shared_state`). While
+Redis is unreachable the backend's failure mode answers: `fail_open` allows (marked `degraded`, no
+tokens charged), `fail_closed` refuses with the outage's Retry-After.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from admission.rate_limit import (
+    LEVEL_EPSILON,
+    BucketReading,
+    LimitKind,
+    RateLimitResult,
+    TenantRateLimits,
+)
+from core.shared_state import LUA_PRELUDE, RedisBackend, RedisOperation
+
+_RATE_ACQUIRE_LUA = (
+    LUA_PRELUDE
+    + """
+-- KEYS: buckets. ARGV: now|'', epsilon, then per bucket i:
+--   ARGV[3i] capacity, ARGV[3i+1] refill/s, ARGV[3i+2] cost
+local now, eps = now_s(), tonumber(ARGV[2])
+local levels, caps, rates, costs = {}, {}, {}, {}
+local allowed = 1
+for i = 1, #KEYS do
+  caps[i], rates[i] = tonumber(ARGV[3 * i]), tonumber(ARGV[3 * i + 1])
+  costs[i] = math.min(tonumber(ARGV[3 * i + 2]), caps[i])
+  local state = redis.call('HMGET', KEYS[i], 'level', 'updated_s')
+  local level = caps[i]
+  if state[1] then
+    level = math.min(caps[i], tonumber(state[1]) + math.max(0, now - tonumber(state[2])) * rates[i])
+  end
+  levels[i] = level
+  if level + eps < costs[i] then allowed = 0 end
+end
+local out = {allowed}
+for i = 1, #KEYS do
+  local remaining, retry = levels[i], 0
+  if allowed == 1 then
+    remaining = levels[i] - costs[i]
+    redis.call('HSET', KEYS[i], 'level', fmt(remaining), 'updated_s', fmt(now))
+    redis.call('PEXPIRE', KEYS[i], math.ceil((caps[i] - remaining) / rates[i] * 1000) + 1000)
+  else
+    retry = math.max(0, costs[i] - levels[i]) / rates[i]
+  end
+  out[#out + 1] = fmt(remaining)
+  out[#out + 1] = fmt((caps[i] - remaining) / rates[i])
+  out[#out + 1] = fmt(retry)
+end
+return out
+"""
+)
+
+_RATE_ADJUST_LUA = (
+    LUA_PRELUDE
+    + """
+-- KEYS[1]: bucket. ARGV: now|'', capacity, refill/s, delta (charged; negative refunds)
+local now = now_s()
+local cap, rate, delta = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local state = redis.call('HMGET', KEYS[1], 'level', 'updated_s')
+local level = cap
+if state[1] then
+  level = math.min(cap, tonumber(state[1]) + math.max(0, now - tonumber(state[2])) * rate)
+end
+level = math.max(-cap, math.min(cap, level - delta))
+redis.call('HSET', KEYS[1], 'level', fmt(level), 'updated_s', fmt(now))
+redis.call('PEXPIRE', KEYS[1], math.ceil((cap - level) / rate * 1000) + 1000)
+return fmt(level)
+"""
+)
+
+
+class RedisRateLimitStore:
+    """`RateLimitStore` over Redis: buckets are hashes `{prefix}rl:{tenant}:{kind}` (fields `level`,
+    `updated_s`) that expire once they would be full again (an absent bucket is full)."""
+
+    def __init__(self, backend: RedisBackend) -> None:
+        self._backend = backend
+        self._acquire = backend.register(_RATE_ACQUIRE_LUA)
+        self._adjust = backend.register(_RATE_ADJUST_LUA)
+
+    async def acquire(self, tenant: str, limits: TenantRateLimits, estimated_tokens: int) -> RateLimitResult:
+        """See `RateLimitStore.acquire`; one atomic script across the tenant's buckets."""
+        wanted = limits.costs(estimated_tokens)
+        if not wanted:
+            return RateLimitResult(allowed=True)
+        args: list[Any] = [repr(LEVEL_EPSILON)]
+        for _, limit, cost in wanted:
+            args += [repr(limit.capacity), repr(limit.refill_per_s), repr(cost)]
+        keys = [self._key(tenant, kind) for kind, _, _ in wanted]
+        reply = await self._backend.run(RedisOperation.RATE_LIMIT_ACQUIRE, self._acquire, keys, args)
+        if reply is None:
+            return self._degraded()
+        readings = [
+            BucketReading(kind, float(reply[1 + 3 * i]), float(reply[2 + 3 * i]), float(reply[3 + 3 * i]))
+            for i, (kind, _, _) in enumerate(wanted)
+        ]
+        return RateLimitResult.from_readings(int(reply[0]) == 1, readings)
+
+    async def reconcile(self, tenant: str, limits: TenantRateLimits, delta_tokens: int) -> None:
+        """See `RateLimitStore.reconcile`; skipped (counted) while Redis is unreachable."""
+        if limits.tokens is None or delta_tokens == 0:
+            return
+        args = [repr(limits.tokens.capacity), repr(limits.tokens.refill_per_s), str(delta_tokens)]
+        key = self._key(tenant, LimitKind.TOKENS)
+        await self._backend.run(RedisOperation.RATE_LIMIT_RECONCILE, self._adjust, [key], args)
+
+    def _key(self, tenant: str, kind: LimitKind) -> str:
+        # `{tenant}` is a hash tag: a tenant's buckets share a slot, so the script works on Redis Cluster.
+        return self._backend.key("rl", f"{{{tenant}}}", kind)
+
+    def _degraded(self) -> RateLimitResult:
+        if self._backend.fail_open:
+            return RateLimitResult(allowed=True, degraded=True)
+        retry_after_s = self._backend.outage_retry_after_s()
+        return RateLimitResult(
+            allowed=False, retry_after_s=retry_after_s, reset_s=retry_after_s, degraded=True
+        )
