@@ -1,27 +1,35 @@
 """The single definition of "eligible": the one filter every policy runs first.
 
-A replica is eligible when it is healthy, not draining, its circuit breaker is not open, it has not
-already failed this request, and it is under its concurrency cap (`max_concurrency`, the latency
-barrier B_max: a request that finds every replica at its cap waits in the admission queue and is routed
-when a slot frees). Nothing else in the code base decides this.
+Two questions, answered here only:
+- `is_routable(replica)`: may the replica take traffic at all? Healthy (active checks and passive
+  hold), not draining, circuit breaker not open. The gateway asks it for readiness, `/v1/models`, the
+  admin view and the `no_replica` decision (through `ReplicaView`s of its registry).
+- `is_eligible(replica, request)`: may routing send *this* request there now? Routable, not already
+  failed by this request (`exclude`, retries), and under its concurrency cap (`max_concurrency`, the
+  latency barrier B_max: a request that finds every replica at its cap waits in the admission queue
+  and is routed when a slot frees).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from router.types import ReplicaView, RoutingRequest
 
 
+def is_routable(replica: ReplicaView) -> bool:
+    """True when `replica` may take traffic at all: healthy, not draining, breaker not open."""
+    return replica.healthy and not replica.draining and not replica.breaker_open
+
+
 def is_eligible(replica: ReplicaView, request: RoutingRequest) -> bool:
     """True when routing may send `request` to `replica`."""
-    return (
-        replica.healthy
-        and not replica.draining
-        and not replica.breaker_open
-        and replica.replica_id not in request.exclude
-        and replica.has_free_slot
-    )
+    return is_routable(replica) and replica.replica_id not in request.exclude and replica.has_free_slot
+
+
+def any_routable(replicas: Iterable[ReplicaView]) -> bool:
+    """True when at least one replica may take traffic (else the pool answers `no_replica`)."""
+    return any(is_routable(r) for r in replicas)
 
 
 def eligible_replicas(request: RoutingRequest, replicas: Sequence[ReplicaView]) -> list[ReplicaView]:
