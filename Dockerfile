@@ -21,6 +21,7 @@ COPY admission ./admission
 COPY mock_engine ./mock_engine
 COPY capacity ./capacity
 COPY bench ./bench
+COPY cli ./cli
 RUN pip --python /opt/venv/bin/python install --no-cache-dir --compile . \
     && /opt/venv/bin/llm-gateway --help > /dev/null
 

@@ -1,12 +1,8 @@
 """The benchmark client: one shared `httpx.AsyncClient`, one `Sample` per request.
 
-Streams are read as raw bytes and split into SSE events by hand (no per-line decoding): the time to first
-token is taken when the first event *with content* arrives (`delta.content` for chat, `text` for
-completions), not at the role chunk engines send at once. Only events that can matter are parsed (until
-the first content, usage events, terminal error events); the rest are counted and timed, so the client
-stays cheap at thousands of frames per second. Output tokens come from the usage the body asks for
-(`stream_options.include_usage`); without it, the frames from the first content on are counted (less
-a final finish chunk), which assumes one token per frame.
+Streams are read as raw bytes and split into SSE events by hand (no per-line decoding); each `data:`
+payload goes to `bench.stream_events`, which takes the time to first token at the first event *with
+content* (`core.first_token`: the gateway's definition) and the output tokens from the usage event.
 
 Answers other than 200 record `x-gateway-reject-reason`, `Retry-After` and their latency. With
 `retry_after_retries > 0` the client honours `Retry-After` (sleeps, then resends, at most that many
@@ -16,7 +12,6 @@ times); the sample's latency then runs from the first attempt.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
@@ -26,7 +21,7 @@ import httpx
 import orjson
 
 from bench.sample import Sample
-from bench.stats import tpot_s
+from bench.stream_events import StreamFound, on_event, stream_sample
 from bench.workload import RequestSpec
 
 
@@ -40,21 +35,6 @@ class ClientOptions:
     max_connections: int = 4096
     extra_headers: dict[str, str] = field(default_factory=dict)
     keep_alive: bool = False  # the raw client only (httpx always pools connections)
-
-
-@dataclass(slots=True)
-class _Stream:
-    """What reading one SSE stream found."""
-
-    ttft_s: float | None = None
-    frames: int = 0
-    content_frames: int = 0
-    usage_tokens: int | None = None
-    prompt_tokens: int | None = None
-    done: bool = False
-    error: str | None = None
-    max_gap_s: float = 0.0
-    last_data: bytes = b""
 
 
 def sample_base(
@@ -143,8 +123,8 @@ class BenchClient:
                         **base, status=response.status_code, ok=False, e2e_s=_since(started), **meta
                     )
                 if self.options.stream:
-                    found = await _read_stream(response, spec.chat, started)
-                    return _stream_sample(base, meta, found, _since(started), spec.chat)
+                    found = await _read_stream(response, started)
+                    return stream_sample(base, meta, found, _since(started))
                 payload = orjson.loads(await response.aread())
                 e2e = _since(started)
                 usage = payload.get("usage") or {}
@@ -176,8 +156,8 @@ def _response_meta(response: httpx.Response) -> dict[str, Any]:
     }
 
 
-async def _read_stream(response: httpx.Response, chat: bool, started: float) -> _Stream:
-    found = _Stream()
+async def _read_stream(response: httpx.Response, started: float) -> StreamFound:
+    found = StreamFound()
     buffer = b""
     last: float | None = None  # arrival of the previous event batch, from the first content on
     async for chunk in response.aiter_raw():
@@ -188,77 +168,9 @@ async def _read_stream(response: httpx.Response, chat: bool, started: float) -> 
         *events, buffer = buffer.replace(b"\r\n", b"\n").split(b"\n\n")
         for event in events:
             if event.startswith(b"data:"):
-                _on_event(found, event[5:].strip(), chat, now - started)
+                on_event(found, event[5:].strip(), now - started)
         if found.ttft_s is not None:
             if last is not None:
                 found.max_gap_s = max(found.max_gap_s, now - last)
             last = now
     return found
-
-
-def _on_event(found: _Stream, data: bytes, chat: bool, at_s: float) -> None:
-    if data == b"[DONE]":
-        found.done = True
-        return
-    found.frames += 1
-    found.last_data = data
-    if found.ttft_s is not None and b'"usage"' not in data and b'"error"' not in data[:16]:
-        found.content_frames += 1
-        return
-    event = orjson.loads(data)
-    if "error" in event:
-        error = event["error"]
-        found.error = (
-            str(error.get("code") or error.get("type") or "error") if isinstance(error, dict) else "error"
-        )
-        return
-    usage = event.get("usage")
-    if usage:
-        found.usage_tokens = int(usage.get("completion_tokens") or 0)
-        found.prompt_tokens = usage.get("prompt_tokens")
-    choices = event.get("choices") or []
-    if choices and _has_content(choices[0], chat):
-        found.content_frames += 1
-        if found.ttft_s is None:
-            found.ttft_s = at_s
-
-
-def _has_content(choice: dict[str, Any], chat: bool) -> bool:
-    if chat:
-        return bool((choice.get("delta") or {}).get("content"))
-    return bool(choice.get("text"))
-
-
-def _counted_tokens(found: _Stream, chat: bool) -> int:
-    """Without usage: the frames from the first content on, less a final frame without content (the
-    finish chunk) — one parse per stream."""
-    frames = found.content_frames
-    if frames and found.last_data:
-        with contextlib.suppress(ValueError, AttributeError, IndexError):
-            choices = orjson.loads(found.last_data).get("choices") or []
-            if not choices or not _has_content(choices[0], chat):
-                frames -= 1
-    return frames
-
-
-def _stream_sample(
-    base: dict[str, Any], meta: dict[str, Any], found: _Stream, e2e_s: float, chat: bool
-) -> Sample:
-    tokens = found.usage_tokens if found.usage_tokens is not None else _counted_tokens(found, chat)
-    ok = found.done and found.error is None
-    error = found.error or (None if found.done else "truncated")
-    ttft = found.ttft_s
-    return Sample(
-        **base,
-        status=200,
-        ok=ok,
-        e2e_s=e2e_s,
-        ttft_s=ttft,
-        tpot_s=tpot_s(e2e_s, ttft, tokens) if ttft is not None else None,
-        output_tokens=tokens,
-        prompt_tokens=found.prompt_tokens,
-        frames=found.frames,
-        max_gap_s=found.max_gap_s,
-        error=error,
-        **meta,
-    )

@@ -197,7 +197,7 @@ class Fleet:
         config = gateway_config(self.gateway, self.engine.model, self.engine_urls, self.gateway_port)
         config_path = self._log_dir / "gateway.yaml"
         config_path.write_text(json.dumps(config, indent=2))  # JSON is YAML
-        argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config_path)]
+        argv = [sys.executable, "-m", "cli", "serve", "--config", str(config_path)]
         proc = self._spawn(
             "gateway", [*argv, "--log-level", self.gateway.log_level], self.pinning.gateway_cpu
         )

@@ -11,19 +11,19 @@ reuses idle ones as SDK clients do: a connection goes back to the pool only afte
 (the chunked body's last chunk read, or a non-200 body of known length drained) and not when the server
 said `connection: close`; a reused connection that the server closed meanwhile (its keep-alive timeout)
 is retried once on a fresh one, before any response byte was read. It sends one POST and reads the
-chunked or plain body frame by frame, recording the same fields as `BenchClient`: TTFT at the first frame with
-content, output tokens from the usage event (else the content frames), the largest gap between frames
-after the first token, `[DONE]` or not, a terminal error event, and the response headers
-`x-gateway-replica`, `x-gateway-route`, `x-gateway-reject-reason`, `Retry-After`. A refusal's latency
-is taken when its headers have arrived. No TLS or redirects: a measuring instrument for plain-HTTP
-targets on 127.0.0.1 or a LAN.
+chunked or plain body frame by frame and hands each `data:` payload to `bench.stream_events`, as
+`BenchClient` does, so both record the same fields the same way: TTFT at the first frame with content
+(`core.first_token`, the gateway's definition), output tokens from the usage event (else the content
+frames), the largest gap between frames after the first token, `[DONE]` or not, a terminal error event,
+and the response headers `x-gateway-replica`, `x-gateway-route`, `x-gateway-reject-reason`,
+`Retry-After`. A refusal's latency is taken when its headers have arrived. No TLS or redirects: a
+measuring instrument for plain-HTTP targets on 127.0.0.1 or a LAN.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -31,18 +31,8 @@ import orjson
 
 from bench.client import ClientOptions, honour_retry_after, parse_retry_after, sample_base
 from bench.sample import Sample
-from bench.stats import tpot_s
+from bench.stream_events import StreamFound, on_event, stream_sample
 from bench.workload import RequestSpec
-
-CONTENT_MARKERS = (b'"content":"', b'"text":"')
-
-
-def _has_content(data: bytes) -> bool:
-    for marker in CONTENT_MARKERS:
-        at = data.find(marker)
-        if at >= 0 and data[at + len(marker) : at + len(marker) + 1] != b'"':
-            return True
-    return False
 
 
 def _request(url: str, spec: RequestSpec, options: ClientOptions) -> tuple[str, int, bytes]:
@@ -98,38 +88,8 @@ async def _next_piece(reader: asyncio.StreamReader, chunked: bool) -> bytes:
     return (await reader.readexactly(size + 2))[:-2]
 
 
-@dataclass(slots=True)
-class _Read:
-    ttft_s: float | None = None
-    frames: int = 0
-    content_frames: int = 0
-    usage_tokens: int | None = None
-    prompt_tokens: int | None = None
-    max_gap_s: float = 0.0
-    done: bool = False
-    error: str | None = None
-
-    def on_data(self, data: bytes, at_s: float) -> None:
-        if data == b"[DONE]":
-            self.done = True
-            return
-        self.frames += 1
-        if _has_content(data):
-            self.content_frames += 1
-            if self.ttft_s is None:
-                self.ttft_s = at_s
-        elif data.startswith(b'{"error"') or b'"usage":{' in data:
-            event = orjson.loads(data)
-            if "error" in event:
-                error = event["error"]
-                self.error = str(error.get("code") or "error") if isinstance(error, dict) else "error"
-            elif event.get("usage"):
-                self.usage_tokens = int(event["usage"].get("completion_tokens") or 0)
-                self.prompt_tokens = event["usage"].get("prompt_tokens")
-
-
-async def _read_events(reader: asyncio.StreamReader, chunked: bool, started: float) -> _Read:
-    found = _Read()
+async def _read_events(reader: asyncio.StreamReader, chunked: bool, started: float) -> StreamFound:
+    found = StreamFound()
     buffer = b""
     last: float | None = None
     while not found.done:
@@ -142,7 +102,7 @@ async def _read_events(reader: asyncio.StreamReader, chunked: bool, started: flo
             event, buffer = buffer.split(b"\n\n", 1)
             at = event.find(b"data:")
             if at >= 0:
-                found.on_data(event[at + 5 :].strip(), now - started)
+                on_event(found, event[at + 5 :].strip(), now - started)
         if found.ttft_s is not None:
             if last is not None:
                 found.max_gap_s = max(found.max_gap_s, now - last)
@@ -244,20 +204,4 @@ class RawSseClient:
             finally:
                 self._release(host, port, reader, writer, reusable)
             break
-        e2e = time.perf_counter() - started
-        tokens = found.usage_tokens if found.usage_tokens is not None else found.content_frames
-        ttft = found.ttft_s
-        return Sample(
-            **base,
-            status=200,
-            ok=found.done and found.error is None,
-            e2e_s=e2e,
-            ttft_s=ttft,
-            tpot_s=tpot_s(e2e, ttft, tokens) if ttft is not None else None,
-            output_tokens=tokens,
-            prompt_tokens=found.prompt_tokens,
-            frames=found.frames,
-            max_gap_s=found.max_gap_s,
-            error=found.error or (None if found.done else "truncated"),
-            **meta,
-        )
+        return stream_sample(base, meta, found, time.perf_counter() - started)

@@ -107,9 +107,3 @@ async def stream_level(
         e2e_ms=_ms([s.e2e_s for s in samples if s.ok]),
         failures=dict(Counter(s.outcome for s in samples if not s.ok)),
     )
-
-
-def best_sustained(levels: list[StreamLevel], path: str) -> StreamLevel | None:
-    """The largest level of `path` sustained without stalls (None when even the smallest stalled)."""
-    ok = [level for level in levels if level.path == path and level.sustained]
-    return max(ok, key=lambda level: level.streams) if ok else None

@@ -247,11 +247,6 @@ class PoolAutoscaler:
         """The current desired count (the initial count before the first evaluation)."""
         return self._controller.replicas
 
-    @property
-    def last_decision(self) -> AutoscaleDecision | None:
-        """The latest decision, None before the first evaluation."""
-        return self._last
-
     def evaluate(self) -> AutoscaleDecision:
         """Evaluate now: window stats → estimate → hysteresis step."""
         stats = self.window.stats()

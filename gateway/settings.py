@@ -209,9 +209,6 @@ class Settings(StrictModel):
                 )
         return self
 
-    def pool_for(self, model: str) -> PoolSettings | None:
-        return next((p for p in self.pools if p.model == model), None)
-
 
 def _format_validation_error(error: ValidationError) -> str:
     lines = []

@@ -8,10 +8,6 @@ from typing import Any
 import orjson
 
 
-def _choice_text(chat: bool, text: str) -> dict[str, Any]:
-    return {"delta": {"content": text}} if chat else {"text": text}
-
-
 def chunk_event(
     request_id: str, model: str, chat: bool, text: str | None, finish_reason: str | None
 ) -> bytes:

@@ -2,7 +2,8 @@
 
 An event is the bytes up to and including its blank-line terminator (`\\n\\n` or `\\r\\n\\r\\n`). We look
 inside an event only to learn (a) whether it carries content (time to first token is measured at the
-first content event, not the first byte: engines send an empty role chunk at once), (b) usage, and
+first content event, not the first byte: engines send an empty role chunk at once; what counts as
+content is `core.first_token`, shared with the load generator), (b) usage, and
 (c) whether it is the usage-only chunk (`choices: []`) that the gateway asked for on the client's behalf
 and must strip again.
 """
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+from core.first_token import chunk_has_content
 
 _TERMINATORS = (b"\n\n", b"\r\n\r\n")
 DONE_EVENT = b"data: [DONE]\n\n"
@@ -72,17 +75,6 @@ def _payload(event: bytes) -> bytes | None:
     return b"\n".join(lines) if lines else None
 
 
-def _choice_has_content(choice: Any) -> bool:
-    if not isinstance(choice, dict):
-        return False
-    if choice.get("text"):
-        return True
-    delta = choice.get("delta")
-    if isinstance(delta, dict):
-        return bool(delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls"))
-    return False
-
-
 def inspect_event(event: bytes, need_content: bool) -> EventInfo:
     """Classify one event. When `need_content` is False and the event mentions no usage, skip parsing."""
     if event.startswith(DONE_EVENT[:12]):
@@ -100,12 +92,11 @@ def inspect_event(event: bytes, need_content: bool) -> EventInfo:
         return _EMPTY
     if not isinstance(data, dict):
         return _EMPTY
-    choices = data.get("choices")
     usage = data.get("usage")
     return EventInfo(
-        has_content=isinstance(choices, list) and any(_choice_has_content(c) for c in choices),
+        has_content=chunk_has_content(data),
         usage=usage if isinstance(usage, dict) else None,
-        usage_only=isinstance(usage, dict) and choices == [],
+        usage_only=isinstance(usage, dict) and data.get("choices") == [],
         is_done=False,
         error="error" in data,
     )

@@ -45,7 +45,7 @@ def test_sigterm_drains_120_open_streams(mock_engines, tmp_path: Path) -> None:
     path = tmp_path / "gateway.yaml"
     path.write_text(json.dumps(config))
     process = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "serve", "--config", str(path), "--log-level", "warning"],
+        [sys.executable, "-m", "cli", "serve", "--config", str(path), "--log-level", "warning"],
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     url = f"http://127.0.0.1:{port}"

@@ -1,4 +1,4 @@
-"""Three real gateway processes (`python -m gateway serve`) sharing one Redis, in front of two mock
+"""Three real gateway processes (`python -m cli serve`) sharing one Redis, in front of two mock
 engines: a tenant's requests/min limit holds in total, and no engine ever sees more than the
 per-replica cap of concurrent requests — also after one gateway is killed with SIGKILL mid-load (its
 slot leases expire within `replica_lease_ttl_s` and the survivors take its share over)."""
@@ -37,7 +37,7 @@ LINGER_S = 0.5
 RATE_PER_MIN = 60
 LIMITED_KEY, LOAD_KEY = "sk-limited-tenant", "sk-load-tenant"
 READY_TIMEOUT_S = 30.0
-GATEWAY_COMMAND = (sys.executable, "-m", "gateway", "serve")
+GATEWAY_COMMAND = (sys.executable, "-m", "cli", "serve")
 
 
 @dataclass

@@ -10,17 +10,27 @@ from collections.abc import AsyncIterator
 import pytest
 
 from bench.client import ClientOptions
-from bench.rawsse import RawSseClient, _has_content, _headers, _request
+from bench.rawsse import RawSseClient, _headers, _request
+from bench.stream_events import StreamFound, on_event
 from bench.workload import RequestSpec
 
 SPEC = RequestSpec(messages=(("user", "hi"),), max_tokens=2, session_id="s9")
 
 
+def _first_content(*payloads: bytes) -> int | None:
+    """The index of the payload the shared event reader takes TTFT at (None: no content)."""
+    found = StreamFound()
+    for i, payload in enumerate(payloads):
+        on_event(found, payload, float(i))
+    return None if found.ttft_s is None else int(found.ttft_s)
+
+
 def test_content_detection_skips_role_and_empty_chunks() -> None:
-    assert not _has_content(b'{"choices":[{"delta":{"role":"assistant","content":""}}]}')
-    assert _has_content(b'{"choices":[{"delta":{"content":" hi"}}]}')
-    assert _has_content(b'{"choices":[{"text":"x","finish_reason":null}]}')
-    assert not _has_content(b'{"choices":[],"usage":{"completion_tokens":3}}')
+    role = b'{"choices":[{"delta":{"role":"assistant","content":""}}]}'
+    usage = b'{"choices":[],"usage":{"completion_tokens":3}}'
+    assert _first_content(role, usage, b'{"choices":[{"delta":{"content":" hi"}}]}') == 2
+    assert _first_content(role, b'{"choices":[{"text":"x","finish_reason":null}]}') == 1
+    assert _first_content(role, usage) is None
 
 
 def test_request_framing() -> None:

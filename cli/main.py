@@ -1,4 +1,9 @@
-"""The `llm-gateway` command: serve, demo, mock-engine, plan."""
+"""`llm-gateway`'s argument parser and its gateway subcommands (serve, check-config, hash-key, demo);
+`plan`, `bench` and `mock-engine` are wired to their packages' `add_arguments` / `run`.
+
+Exit codes: 0 ok, 2 an invalid config or bad arguments; `plan`, `bench` and `mock-engine` return their
+own (see each package's `cli` module).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,10 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from bench import cli as bench_cli
+from capacity import cli as capacity_cli
 from gateway.settings import ConfigError, load_settings
+from mock_engine import cli as mock_cli
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -39,7 +47,7 @@ def _hash_key(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from gateway.demo import run_demo
+    from cli.demo import run_demo
 
     try:
         return run_demo(gateway_port=args.port)
@@ -48,10 +56,6 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from bench import cli as bench_cli
-    from capacity import cli as capacity_cli
-    from mock_engine import cli as mock_cli
-
     parser = argparse.ArgumentParser(prog="llm-gateway", description="OpenAI-compatible LLM routing gateway")
     sub = parser.add_subparsers(dest="command", required=True)
 
