@@ -13,7 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from gateway.upstream.discovery.settings import ReplicaSources
 from gateway.upstream.scraper import ScrapeSettings
 from router.keys import KeySettings
-from router.presets import PolicyContext, build_policy, known_policies
+from router.plugins import build_profile
+from router.presets import CUSTOM_POLICY, PolicyContext, build_policy, known_policies
 
 
 class StrictModel(BaseModel):
@@ -128,8 +129,12 @@ class PoolSettings(StrictModel):
     every workload with shared prefixes, 0.97–1.00× of an oracle's cache hit ratio, and within 1 % of
     least-load's throughput and TTFT p50 without sharing. Its index is per gateway instance: with
     several instances and no session stickiness in front, `prefix-affinity` places keys identically
-    everywhere and is the better choice (the Kubernetes example uses it)."""
+    everywhere and is the better choice (the Kubernetes example uses it). `custom` routes by `profile`."""
     policy_options: dict[str, Any] = Field(default_factory=dict)
+    profile: dict[str, Any] | None = None
+    """With `policy: custom` (and only then): `{filters: [...], scorers: [...], picker: {...}}`, each entry
+    `{type: <plugin type>, <option>: <value>}` (router/plugins.py lists the types and their options;
+    examples/custom-profile.yaml). `policy_options` then holds only the routing-key options."""
     max_concurrency_per_replica: int | None = Field(None, ge=1)
     timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)
     retries: RetrySettings = Field(default_factory=RetrySettings)
@@ -143,7 +148,7 @@ class PoolSettings(StrictModel):
     @field_validator("policy")
     @classmethod
     def _known_policy(cls, name: str) -> str:
-        known = known_policies()
+        known = [*known_policies(), CUSTOM_POLICY]
         if name not in known:
             raise ValueError(f"unknown policy {name!r}; known: {', '.join(known)}")
         return name
@@ -160,9 +165,14 @@ class PoolSettings(StrictModel):
 
     @model_validator(mode="after")
     def _valid_policy_options(self) -> PoolSettings:
-        """Build the policy once so a bad `policy_options` entry fails at start, naming the option."""
+        """Build the policy once so a bad `policy_options` entry or `profile` fails at start, naming it."""
+        if (self.policy == CUSTOM_POLICY) != (self.profile is not None):
+            raise ValueError(f"profile: set it with policy: {CUSTOM_POLICY}, and only then")
+        if self.profile is not None:
+            build_profile(CUSTOM_POLICY, self.profile, random.Random(0))
+        ctx = PolicyContext(rng=random.Random(0), options=self.policy_options, profile=self.profile)
         try:
-            build_policy(self.policy, PolicyContext(rng=random.Random(0), options=self.policy_options))
+            build_policy(self.policy, ctx)
             KeySettings.from_options(self.policy_options)
         except (ValueError, KeyError) as exc:
             raise ValueError(f"policy_options: {exc}") from None

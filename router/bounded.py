@@ -1,5 +1,8 @@
 """Consistent hashing with bounded loads (CHWBL): the picker behind prefix- and session-affinity.
 
+Plugin types (`router.plugins`): picker `bounded-ring` (this bound, inside the picker) and picker `ring`
+(no bound: the first candidate clockwise; pair it with the `load-bound` filter of `router.filters`).
+
 For a request of weight w (1 in the `requests` unit, max(1, prompt + max_tokens estimate) in `tokens`)
 over the n eligible candidates:
 
@@ -24,6 +27,7 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 from router.load import LoadUnit, inflight_load
 from router.pickers import best_score_index
@@ -89,19 +93,34 @@ def session_ring_key(request: RoutingRequest) -> int | None:
     return None if request.session_key is None else hash_key(request.session_key)
 
 
-class BoundedRingPicker:
-    """Walks the pool's ring from the request's key to the first eligible replica under the bound.
+class RingKeySource(StrEnum):
+    """What a ring picker hashes (its `key` option): the prefix key or the session key."""
 
-    The fallbacks (no key, all over bound) take the best combined score of the profile's load scorers
-    (in-flight load in the bound's unit, weight 1; in-flight + engine waiting, weight 0.5), ties broken
-    by the seeded RNG. The ring's membership is the pool (every replica of the snapshot,
-    eligible or not), cached until the id set changes.
+    PREFIX = "prefix"
+    SESSION = "session"
+
+
+RING_KEYS: dict[RingKeySource, tuple[RingKey, RingBranches]] = {
+    RingKeySource.PREFIX: (prefix_ring_key, PREFIX_BRANCHES),
+    RingKeySource.SESSION: (session_ring_key, SESSION_BRANCHES),
+}
+"""Each key source with its key function and branch labels."""
+
+
+class BoundedRingPicker:
+    """Walks the pool's ring from the request's key to the first candidate under the bound.
+
+    The fallbacks (no key, all over bound) take the best combined score of the profile's scorers (the
+    presets: in-flight load in the bound's unit, weight 1; in-flight + engine waiting, weight 0.5), ties
+    broken by the seeded RNG. The ring's membership is the pool (every replica of the snapshot,
+    eligible or not), cached until the id set changes. With `bound=None` every candidate admits the
+    request: plain consistent hashing over the candidates (picker type `ring`).
     """
 
     def __init__(
         self,
         key_of: RingKey,
-        bound: LoadBound,
+        bound: LoadBound | None,
         branches: RingBranches,
         rng: random.Random,
         virtual_nodes_per_replica: int = DEFAULT_VIRTUAL_NODES_PER_REPLICA,
@@ -119,7 +138,7 @@ class BoundedRingPicker:
         scores: list[float],
         pool: Sequence[ReplicaView],
     ) -> Pick:
-        limit = self._bound.limit(request, replicas)
+        limit = 0 if self._bound is None else self._bound.limit(request, replicas)
         key = self._key_of(request)
         if key is None:
             return self._least_load(replicas, scores, limit)
@@ -127,7 +146,7 @@ class BoundedRingPicker:
         hops = 0
         for replica_id in self._rings.ring_for(pool).walk(key):
             index = position.get(replica_id)
-            if index is not None and self._bound.admits(replicas[index], limit):
+            if index is not None and self._admits(replicas[index], limit):
                 branch = self._branches.hit if hops == 0 else self._branches.moved
                 return Pick(index=index, branch=branch, hops=hops)
             hops += 1
@@ -135,8 +154,11 @@ class BoundedRingPicker:
 
     def _least_load(self, replicas: list[ReplicaView], scores: list[float], limit: int) -> Pick:
         """No key: the best load score among the candidates under the bound (all over → least load)."""
-        admitted = [i for i, replica in enumerate(replicas) if self._bound.admits(replica, limit)]
+        admitted = [i for i, replica in enumerate(replicas) if self._admits(replica, limit)]
         if not admitted:
             return Pick(index=best_score_index(scores, self._rng), branch=Branch.ALL_OVER_BOUND)
         best = best_score_index([scores[i] for i in admitted], self._rng)
         return Pick(index=admitted[best], branch=self._branches.no_key)
+
+    def _admits(self, replica: ReplicaView, limit: int) -> bool:
+        return self._bound is None or self._bound.admits(replica, limit)

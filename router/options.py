@@ -1,4 +1,4 @@
-"""Typed, validated reads of a pool's policy options (the `PolicyContext.options` mapping).
+"""Typed, validated reads of a pool's policy options and of each plugin entry of a profile.
 
 Every error is a `ValueError` that names the offending option, so configuration fails at start with a
 message an operator can act on. Unknown option names are rejected too: a typo must not silently fall
@@ -20,6 +20,11 @@ class OptionReader:
     def __init__(self, options: Mapping[str, Any], where: str) -> None:
         self._options = options
         self._where = where
+
+    @property
+    def where(self) -> str:
+        """The prefix of every error message (e.g. `policy prefix-index`, `profile.picker (ring)`)."""
+        return self._where
 
     def number(self, name: str, default: float, minimum: float | None = None) -> float:
         """A real number (ints accepted, bools rejected), at least `minimum` when given."""

@@ -1,13 +1,16 @@
 """A routing policy as a profile: filters → weighted scorers → one picker.
 
     eligible = healthy_filter(replicas)            (always first; the one definition of eligible)
-    for f in filters:  eligible = f(request, eligible)
-    score_i  = Σ_k weight_k · scorer_k(request, eligible)_i     (each scorer returns values in [0, 1])
+    for f in filters:  eligible = f(request, eligible)        (in order; stops early when empty)
+    score_i  = Σ_k weight_k · scorer_k(request, eligible)_i   (each scorer returns values in [0, 1])
     decision = picker(request, eligible, scores, pool=replicas)
 
-A behaviour is a new filter, scorer or picker plus configuration, never an `if` in the orchestrator.
-`Profile.decide` returns `None` only when no replica is eligible; the gateway turns that into
-`503 no_replica`.
+Weights default to 1.0 and must be ≥ 0; with no scorers every score is 0 and the picker decides alone.
+`Decision.candidates` counts the candidates after the filters. A behaviour is a new filter, scorer or
+picker plus configuration, never an `if` in the orchestrator: `router.plugins` registers the types by
+name (with their options and defaults) and builds a profile from a spec, `router.presets` spells the
+named policies as such specs. `Profile.decide` returns `None` only when no replica is eligible (or a
+filter left none); the gateway turns that into `503 no_replica`.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from router.types import Branch, Decision, ReplicaView, RoutingRequest
 
 
 class Filter(Protocol):
-    """Narrows the candidate list. Must never return an ineligible replica it was not given."""
+    """Narrows the candidate list: returns a subset of the replicas it was given, in their order."""
 
     name: str
 

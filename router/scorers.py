@@ -1,18 +1,32 @@
 """Load scorers. Each maps candidates to [0, 1], higher meaning "send here".
 
-Two normalisations over the candidates keep weights in a profile comparable across scorers:
-- min-max (default): score_i = (max - x_i) / (max - min), or 1.0 for all when every value is equal;
+Every load scorer inverts a per-replica metric x_i (lower is better) with one of two normalisations over
+the candidates, so weights in a profile stay comparable across scorers:
+- `min-max` (default): score_i = (max - x_i) / (max - min), or 1.0 for all when every value is equal;
   the least loaded always scores 1 and the most loaded 0, however small the gap;
-- ratio: score_i = 1 - x_i / max, or 1.0 for all when max ≤ 0; proportional to the gap, so a
+- `ratio`: score_i = 1 - x_i / max, or 1.0 for all when max ≤ 0; proportional to the gap, so a
   one-request difference between busy replicas barely moves the score (used beside a prefix scorer).
+
+Metrics (the registered scorer types of `router.plugins`):
+- `inflight`: the gateway's own in-flight load in `unit` (requests or estimated tokens);
+- `queue`: in-flight requests + the engine's waiting queue when its sample is fresh (`router.load`);
+- `kv-usage`: the engine's KV-cache usage ratio; a replica without a fresh sample counts as empty.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from enum import StrEnum
 
 from router.load import LoadUnit, inflight_load, request_load
 from router.types import ReplicaView, RoutingRequest
+
+
+class Normalisation(StrEnum):
+    """How a load scorer maps metric values to [0, 1] (see the module docstring)."""
+
+    MIN_MAX = "min-max"
+    RATIO = "ratio"
 
 
 def invert_min_max(values: list[float]) -> list[float]:
@@ -32,48 +46,50 @@ def invert_ratio(values: list[float]) -> list[float]:
     return [1.0 - v / high for v in values]
 
 
+_NORMALISERS: dict[Normalisation, Callable[[list[float]], list[float]]] = {
+    Normalisation.MIN_MAX: invert_min_max,
+    Normalisation.RATIO: invert_ratio,
+}
+
+
 class InvertedMetricScorer:
-    """Scores candidates by a per-replica metric where lower is better (min-max unless told)."""
+    """Scores candidates by a per-replica metric where lower is better (min-max unless told).
+
+    Its `name` is the metric's, suffixed `_ratio` under ratio normalisation (e.g. `queue_ratio`).
+    """
 
     def __init__(
         self,
         name: str,
         metric: Callable[[ReplicaView], float],
-        normalise: Callable[[list[float]], list[float]] = invert_min_max,
+        normalise: Normalisation = Normalisation.MIN_MAX,
     ) -> None:
-        self.name = name
+        self.name = name if normalise is Normalisation.MIN_MAX else f"{name}_ratio"
         self._metric = metric
-        self._normalise = normalise
+        self._normalise = _NORMALISERS[normalise]
 
     def __call__(self, request: RoutingRequest, replicas: list[ReplicaView]) -> list[float]:
         return self._normalise([self._metric(r) for r in replicas])
 
 
-def inflight_scorer() -> InvertedMetricScorer:
-    """Fewer gateway in-flight requests scores higher."""
-    return InvertedMetricScorer("inflight", lambda r: float(r.inflight_requests))
-
-
-def load_scorer(unit: LoadUnit = LoadUnit.REQUESTS) -> InvertedMetricScorer:
+def inflight_scorer(
+    unit: LoadUnit = LoadUnit.REQUESTS, normalise: Normalisation = Normalisation.MIN_MAX
+) -> InvertedMetricScorer:
     """Less gateway in-flight load in `unit` (requests or tokens) scores higher."""
-    return InvertedMetricScorer(f"inflight_{unit}", lambda r: float(inflight_load(r, unit)))
+    return InvertedMetricScorer(f"inflight_{unit}", lambda r: float(inflight_load(r, unit)), normalise)
 
 
-def queue_ratio_scorer() -> InvertedMetricScorer:
-    """In-flight plus engine-waiting requests, ratio-normalised (1 - x / max)."""
-    return InvertedMetricScorer("queue_ratio", request_load, invert_ratio)
-
-
-def queue_scorer() -> InvertedMetricScorer:
+def queue_scorer(normalise: Normalisation = Normalisation.MIN_MAX) -> InvertedMetricScorer:
     """Fewer in-flight plus engine-waiting requests scores higher."""
-    return InvertedMetricScorer("queue", request_load)
+    return InvertedMetricScorer("queue", request_load, normalise)
 
 
-def kv_usage_scorer() -> InvertedMetricScorer:
+def kv_usage(replica: ReplicaView) -> float:
+    """The engine's KV-cache usage ratio; 0 without a fresh sample."""
+    engine = replica.engine
+    return 0.0 if engine is None or engine.stale else engine.kv_usage_ratio
+
+
+def kv_usage_scorer(normalise: Normalisation = Normalisation.MIN_MAX) -> InvertedMetricScorer:
     """Lower engine KV-cache usage scores higher; replicas without a fresh sample count as empty."""
-
-    def kv(replica: ReplicaView) -> float:
-        engine = replica.engine
-        return 0.0 if engine is None or engine.stale else engine.kv_usage_ratio
-
-    return InvertedMetricScorer("kv_usage", kv)
+    return InvertedMetricScorer("kv_usage", kv_usage, normalise)

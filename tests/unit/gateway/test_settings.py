@@ -1,10 +1,15 @@
 from __future__ import annotations
 
+import random
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from gateway.settings import ConfigError, IdempotencySettings, load_settings, parse_settings
+from router.presets import PolicyContext, build_policy
+from router.types import EngineLoad, ReplicaView, RoutingRequest
 
 MINIMAL = {"pools": [{"model": "m", "replicas": {"static": ["http://127.0.0.1:8101"]}}]}
 
@@ -47,7 +52,7 @@ def test_defaults_fill_a_minimal_config() -> None:
         ),
     ],
 )
-def test_errors_name_the_offending_key(raw: dict, key: str) -> None:
+def test_errors_name_the_offending_key(raw: dict[str, Any], key: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_settings(raw)
     assert key in str(info.value)
@@ -127,7 +132,7 @@ def test_idempotency_defaults_are_the_stores_defaults() -> None:
         ({"ttl": 60}, "idempotency.ttl: Extra inputs are not permitted"),
     ],
 )
-def test_bad_idempotency_values_are_refused_by_name(raw: dict, message: str) -> None:
+def test_bad_idempotency_values_are_refused_by_name(raw: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_settings({"idempotency": raw})
     assert message in str(info.value)
@@ -139,3 +144,76 @@ def test_idempotency_env_overrides() -> None:
     assert (idempotency.ttl_s, idempotency.lease_s, idempotency.max_stored_bytes) == (60.0, 2.5, 1 << 20)
     with pytest.raises(ConfigError, match=r"idempotency\.max_stored_bytes"):
         load_settings(environ={"LLM_GATEWAY__IDEMPOTENCY__MAX_STORED_BYTES": "-1"})
+
+
+CUSTOM_POOL = """
+model: m
+replicas: {static: ['http://127.0.0.1:8101']}
+policy: custom
+policy_options: {block_size_chars: 32}
+profile:
+  filters: [{type: imbalance-guard, imbalance_abs_requests: 4}]
+  scorers:
+    - {type: kv-usage, weight: 1.0}
+    - {type: queue, weight: 0.5}
+  picker: {type: max-score}
+"""
+
+
+def custom_pool(**changes: Any) -> dict[str, Any]:
+    pool = yaml.safe_load(CUSTOM_POOL)
+    for key, value in changes.items():
+        if value is None:
+            del pool[key]
+        else:
+            pool[key] = value
+    return {"pools": [pool]}
+
+
+def test_a_custom_profile_from_yaml_routes_as_configured() -> None:
+    pool = parse_settings(custom_pool()).pools[0]
+    built = build_policy(pool.policy, PolicyContext(random.Random(0), pool.policy_options, pool.profile))
+    views = [
+        ReplicaView("busy", "http://b", inflight_requests=30),
+        ReplicaView("full-cache", "http://f", engine=EngineLoad(kv_usage_ratio=0.9)),
+        ReplicaView("empty-cache", "http://e", inflight_requests=1, engine=EngineLoad(kv_usage_ratio=0.1)),
+    ]
+    decision = built.decide(RoutingRequest(model="m"), views)
+    assert decision is not None
+    assert (decision.replica_id, decision.policy, decision.candidates) == ("full-cache", "custom", 1)
+    assert decision.branch == "single_candidate", "imbalanced: the guard kept only the least loaded"
+    calm = [ReplicaView("busy", "http://b", inflight_requests=3), *views[1:]]
+    assert (again := built.decide(RoutingRequest(model="m"), calm)) is not None
+    assert again.replica_id == "empty-cache", "no imbalance: the KV-usage scorer decides"
+
+
+@pytest.mark.parametrize(
+    ("changes", "names"),
+    [
+        ({"profile": None}, ["pools.0", "profile", "policy: custom"]),
+        ({"policy": "least-load"}, ["pools.0", "profile", "policy: custom"]),
+        (
+            {"profile": {"scorers": [{"type": "queue"}, {"type": "cache"}], "picker": {"type": "max-score"}}},
+            ["pools.0", "profile.scorers.1", "'cache'", "kv-usage"],
+        ),
+        (
+            {"profile": {"picker": {"type": "max-score", "branch": "x"}}},
+            ["profile.picker (max-score)", "branch"],
+        ),
+        (
+            {
+                "profile": {
+                    "filters": [{"type": "load-bound", "load_factor": 0.5}],
+                    "picker": {"type": "ring"},
+                }
+            },
+            ["profile.filters.0 (load-bound)", "'load_factor'"],
+        ),
+        ({"policy_options": {"load_factor": 2}}, ["pools.0", "policy_options", "load_factor"]),
+    ],
+)
+def test_custom_profile_errors_name_the_key(changes: dict[str, Any], names: list[str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_settings(custom_pool(**changes))
+    for name in names:
+        assert name in str(info.value)

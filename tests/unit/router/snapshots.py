@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from router.presets import PolicyContext, build_policy
 from router.profile import Policy
 from router.ring import HashRing
-from router.types import Decision, ReplicaView, RoutingRequest
+from router.types import Decision, EngineLoad, ReplicaView, RoutingRequest
 
 IDS = ("r0", "r1", "r2", "r3")
 
@@ -45,3 +45,51 @@ def decided(decision: Decision | None) -> Decision:
     """The decision, asserting the policy found an eligible replica."""
     assert decision is not None, "expected a decision, got None (no eligible replica)"
     return decision
+
+
+def random_snapshot(rng: random.Random, max_replicas: int = 6) -> list[ReplicaView]:
+    """A seeded snapshot mixing ineligible replicas, caps, loads and fresh or stale engine samples."""
+    return [
+        replica(
+            f"r{i}",
+            healthy=rng.random() > 0.1,
+            draining=rng.random() < 0.05,
+            breaker_open=rng.random() < 0.05,
+            inflight_requests=rng.randint(0, 30),
+            inflight_tokens=rng.randint(0, 50_000),
+            max_concurrency=rng.choice([None, 10, 25, 40]),
+            engine=rng.choice(
+                [
+                    None,
+                    EngineLoad(
+                        waiting=rng.uniform(0, 20), kv_usage_ratio=rng.random(), stale=rng.random() < 0.2
+                    ),
+                ]
+            ),
+        )
+        for i in range(rng.randint(0, max_replicas))
+    ]
+
+
+def random_request(rng: random.Random, replica_ids: Sequence[str]) -> RoutingRequest:
+    """A seeded request: recurring or fresh prefix blocks, sessions, sizes and retry exclusions."""
+    blocks = tuple(rng.choice([1, 2, 3, 4, 5, rng.getrandbits(64)]) for _ in range(rng.randint(0, 8)))
+    return RoutingRequest(
+        model="m",
+        estimated_prompt_tokens=rng.randint(0, 4000),
+        max_tokens=rng.choice([None, 100]),
+        session_key=rng.choice([None, "a", "b", "c", str(rng.random())]),
+        exclude=frozenset(rng.sample(list(replica_ids), min(len(replica_ids), rng.randint(0, 2)))),
+        prefix_hashes=blocks,
+        prefix_key=blocks[min(2, len(blocks)) - 1] if blocks else None,
+    )
+
+
+def decisions(chosen: Policy, seed: int, count: int = 300) -> list[Decision | None]:
+    """What `chosen` decides over `count` seeded (request, snapshot) pairs, in order."""
+    rng = random.Random(seed)
+    made: list[Decision | None] = []
+    for _ in range(count):
+        snapshot = random_snapshot(rng)
+        made.append(chosen.decide(random_request(rng, [r.replica_id for r in snapshot]), snapshot))
+    return made

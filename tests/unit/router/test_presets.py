@@ -8,7 +8,7 @@ import pytest
 
 from router.presets import PolicyContext, build_policy, known_policies
 from router.types import Branch, Decision
-from tests.unit.router.snapshots import policy
+from tests.unit.router.snapshots import decisions, policy
 
 ALL = ["least-load", "power-of-two", "prefix-affinity", "prefix-index", "round-robin", "session-affinity"]
 
@@ -25,8 +25,12 @@ def test_every_preset_builds_with_defaults_and_reports_its_name(name: str) -> No
 
 
 @pytest.mark.parametrize("name", ALL)
-def test_every_preset_accepts_the_routing_key_options(name: str) -> None:
-    policy(name, block_size_chars=32, max_prefix_chars=4096, prefix_key_blocks=8)
+def test_every_preset_accepts_the_routing_key_options_and_decides_as_without_them(name: str) -> None:
+    with_keys = policy(name, block_size_chars=32, max_prefix_chars=4096, prefix_key_blocks=8)
+    made = decisions(with_keys, seed=7)
+    assert with_keys.name == name
+    assert made == decisions(policy(name), seed=7), "key options shape the keys, not the policy"
+    assert sum(d is not None for d in made) > 100
 
 
 def test_unknown_policy_names_the_known_ones() -> None:

@@ -1,0 +1,280 @@
+"""The plugin registry: filter, scorer and picker types by name, and profiles built from them.
+
+A profile spec (a pool's `profile:` in the config, or a preset's declarative spelling) is a mapping
+
+    filters: [{type: <filter type>, <option>: <value>, ...}, ...]      optional, run in order
+    scorers: [{type: <scorer type>, weight: <w ≥ 0, default 1>, <option>: <value>, ...}, ...]   optional
+    picker:  {type: <picker type>, <option>: <value>, ...}               required
+
+built into a `router.profile.Profile` (the formula is in that module). Each entry's options are read
+with `router.options.OptionReader`: an unknown type, an unknown option or a bad value raises
+`ValueError` naming the key (e.g. `profile.scorers.1 (queue): option 'normalise' must be one of …`).
+
+Types (defaults in parentheses; the first value of a choice is its default):
+
+    filters (router.filters; soft: when none would pass, all are kept)
+      load-bound       the CHWBL bound: load_factor (1.25, ≥ 1), load_unit (requests | tokens)
+      imbalance-guard  only the least loaded when imbalanced: imbalance_abs_requests (16, ≥ 0),
+                       imbalance_rel_ratio (1.5, ≥ 1)
+    scorers (router.scorers, router.prefix_index); every scorer also takes weight (1.0, ≥ 0)
+      inflight         gateway in-flight load: load_unit (requests | tokens), normalise (min-max | ratio)
+      queue            in-flight + fresh engine waiting requests: normalise (min-max | ratio)
+      kv-usage         engine KV-cache usage, stale or missing samples count 0: normalise (min-max | ratio)
+      prefix-match     matched leading blocks / request blocks; no options; needs picker prefix-index
+    pickers (router.pickers, router.bounded, router.prefix_index)
+      round-robin      cycles in replica-id order; no options
+      max-score        best combined score, seeded tie-break (branch least_load); no options
+      power-of-two     the less loaded of two random candidates; no options
+      ring             consistent hashing, the first candidate clockwise from the key: key (prefix |
+                       session), virtual_nodes_per_replica (160)
+      bounded-ring     CHWBL, the ring with the load bound inside: the options of ring and load-bound
+      prefix-index     best score with the imbalance guard inside, records where prefixes went: the options
+                       of imbalance-guard, index_capacity_blocks (16384, ≥ 1)
+
+A profile owns at most one prefix index: picker `prefix-index` creates it and scorer `prefix-match` reads
+the same one. Only the picker draws from the seeded `random.Random`; building draws nothing.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Generic, TypeVar
+
+from router.bounded import (
+    DEFAULT_LOAD_FACTOR,
+    RING_KEYS,
+    BoundedRingPicker,
+    LoadBound,
+    RingKeySource,
+)
+from router.filters import ImbalanceFilter, LoadBoundFilter
+from router.load import LoadUnit
+from router.options import OptionReader
+from router.pickers import MaxScorePicker, PowerOfTwoPicker, RoundRobinPicker
+from router.prefix_index import (
+    DEFAULT_CAPACITY_BLOCKS_PER_REPLICA,
+    DEFAULT_IMBALANCE_ABS_REQUESTS,
+    DEFAULT_IMBALANCE_REL_RATIO,
+    ImbalanceGuard,
+    PrefixIndex,
+    PrefixIndexPicker,
+    PrefixMatchScorer,
+)
+from router.profile import Filter, Picker, Profile, Scorer, WeightedScorer
+from router.ring import DEFAULT_VIRTUAL_NODES_PER_REPLICA
+from router.scorers import Normalisation, inflight_scorer, kv_usage_scorer, queue_scorer
+
+_PluginT = TypeVar("_PluginT")
+
+ProfileSpec = Mapping[str, Any]
+"""`{filters: [...], scorers: [...], picker: {...}}`, as read from YAML."""
+
+DEFAULT_SCORER_WEIGHT = 1.0
+
+
+class FilterType(StrEnum):
+    LOAD_BOUND = "load-bound"
+    IMBALANCE_GUARD = "imbalance-guard"
+
+
+class ScorerType(StrEnum):
+    INFLIGHT = "inflight"
+    QUEUE = "queue"
+    KV_USAGE = "kv-usage"
+    PREFIX_MATCH = "prefix-match"
+
+
+class PickerType(StrEnum):
+    ROUND_ROBIN = "round-robin"
+    MAX_SCORE = "max-score"
+    POWER_OF_TWO = "power-of-two"
+    RING = "ring"
+    BOUNDED_RING = "bounded-ring"
+    PREFIX_INDEX = "prefix-index"
+
+
+class SpecKey(StrEnum):
+    """The keys of a profile spec."""
+
+    FILTERS = "filters"
+    SCORERS = "scorers"
+    PICKER = "picker"
+
+
+@dataclass(slots=True)
+class BuildContext:
+    """State shared by the plugins of one profile while it is built."""
+
+    rng: random.Random
+    prefix_index: PrefixIndex | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PluginType(Generic[_PluginT]):
+    """A registered type: the option names it accepts and its builder."""
+
+    options: frozenset[str]
+    build: Callable[[OptionReader, BuildContext], _PluginT]
+
+
+_BOUND_OPTIONS = frozenset({"load_factor", "load_unit"})
+_GUARD_OPTIONS = frozenset({"imbalance_abs_requests", "imbalance_rel_ratio"})
+_RING_OPTIONS = frozenset({"key", "virtual_nodes_per_replica"})
+
+
+def read_bound(read: OptionReader) -> LoadBound:
+    """`load_factor` (1.25, ≥ 1) and `load_unit` (requests) as a CHWBL `LoadBound`."""
+    return LoadBound(
+        load_factor=read.number("load_factor", DEFAULT_LOAD_FACTOR, minimum=1.0),
+        unit=read.choice("load_unit", LoadUnit, LoadUnit.REQUESTS),
+    )
+
+
+def read_guard(read: OptionReader) -> ImbalanceGuard:
+    """`imbalance_abs_requests` (16, ≥ 0) and `imbalance_rel_ratio` (1.5, ≥ 1) as an `ImbalanceGuard`."""
+    return ImbalanceGuard(
+        abs_margin_requests=read.number("imbalance_abs_requests", DEFAULT_IMBALANCE_ABS_REQUESTS, minimum=0),
+        rel_margin_ratio=read.number("imbalance_rel_ratio", DEFAULT_IMBALANCE_REL_RATIO, minimum=1.0),
+    )
+
+
+def read_virtual_nodes(read: OptionReader) -> int:
+    """`virtual_nodes_per_replica` (160, ≥ 1)."""
+    return read.integer("virtual_nodes_per_replica", DEFAULT_VIRTUAL_NODES_PER_REPLICA, minimum=1)
+
+
+def read_index_capacity(read: OptionReader) -> int:
+    """`index_capacity_blocks` (16384 block hashes per replica, ≥ 1)."""
+    return read.integer("index_capacity_blocks", DEFAULT_CAPACITY_BLOCKS_PER_REPLICA, minimum=1)
+
+
+def _normalise(read: OptionReader) -> Normalisation:
+    return read.choice("normalise", Normalisation, Normalisation.MIN_MAX)
+
+
+def _inflight(read: OptionReader, ctx: BuildContext) -> Scorer:
+    return inflight_scorer(read.choice("load_unit", LoadUnit, LoadUnit.REQUESTS), _normalise(read))
+
+
+def _prefix_match(read: OptionReader, ctx: BuildContext) -> Scorer:
+    if ctx.prefix_index is None:
+        raise ValueError(f"{read.where}: needs picker {PickerType.PREFIX_INDEX}, which records the prefixes")
+    return PrefixMatchScorer(ctx.prefix_index)
+
+
+def _ring(read: OptionReader, ctx: BuildContext, bound: LoadBound | None) -> Picker:
+    key_of, branches = RING_KEYS[read.choice("key", RingKeySource, RingKeySource.PREFIX)]
+    return BoundedRingPicker(key_of, bound, branches, ctx.rng, read_virtual_nodes(read))
+
+
+def _prefix_index(read: OptionReader, ctx: BuildContext) -> Picker:
+    capacity = read_index_capacity(read)
+    guard = read_guard(read)
+    ctx.prefix_index = PrefixIndex(capacity)
+    return PrefixIndexPicker(ctx.prefix_index, guard, ctx.rng)
+
+
+FILTERS: dict[str, PluginType[Filter]] = {
+    FilterType.LOAD_BOUND: PluginType(_BOUND_OPTIONS, lambda read, _: LoadBoundFilter(read_bound(read))),
+    FilterType.IMBALANCE_GUARD: PluginType(_GUARD_OPTIONS, lambda read, _: ImbalanceFilter(read_guard(read))),
+}
+
+_NORMALISE = frozenset({"normalise"})
+
+SCORERS: dict[str, PluginType[Scorer]] = {
+    ScorerType.INFLIGHT: PluginType(_NORMALISE | {"load_unit"}, _inflight),
+    ScorerType.QUEUE: PluginType(_NORMALISE, lambda read, _: queue_scorer(_normalise(read))),
+    ScorerType.KV_USAGE: PluginType(_NORMALISE, lambda read, _: kv_usage_scorer(_normalise(read))),
+    ScorerType.PREFIX_MATCH: PluginType(frozenset(), _prefix_match),
+}
+
+PICKERS: dict[str, PluginType[Picker]] = {
+    PickerType.ROUND_ROBIN: PluginType(frozenset(), lambda read, ctx: RoundRobinPicker()),
+    PickerType.MAX_SCORE: PluginType(frozenset(), lambda read, ctx: MaxScorePicker(ctx.rng)),
+    PickerType.POWER_OF_TWO: PluginType(frozenset(), lambda read, ctx: PowerOfTwoPicker(ctx.rng)),
+    PickerType.RING: PluginType(_RING_OPTIONS, lambda read, ctx: _ring(read, ctx, None)),
+    PickerType.BOUNDED_RING: PluginType(
+        _RING_OPTIONS | _BOUND_OPTIONS, lambda read, ctx: _ring(read, ctx, read_bound(read))
+    ),
+    PickerType.PREFIX_INDEX: PluginType(_GUARD_OPTIONS | {"index_capacity_blocks"}, _prefix_index),
+}
+
+
+def _plugin_reader(
+    kind: str,
+    registry: Mapping[str, PluginType[_PluginT]],
+    entry: Any,
+    where: str,
+    extra_options: frozenset[str] = frozenset(),
+) -> tuple[PluginType[_PluginT], OptionReader]:
+    """Look the entry's `type` up and return it with a reader over the rest (unknown options rejected)."""
+    known = ", ".join(sorted(registry))
+    if not isinstance(entry, Mapping):
+        raise ValueError(f"{where}: must be a mapping with a 'type' ({kind} types: {known}), got {entry!r}")
+    type_name = entry.get("type")
+    if not isinstance(type_name, str) or type_name not in registry:
+        raise ValueError(f"{where}: unknown {kind} type {type_name!r}; known: {known}")
+    plugin = registry[type_name]
+    read = OptionReader({k: v for k, v in entry.items() if k != "type"}, f"{where} ({type_name})")
+    read.reject_unknown(plugin.options | extra_options)
+    return plugin, read
+
+
+def _entries(spec: ProfileSpec, key: SpecKey, where: str) -> list[Any]:
+    """The list under `key`; absent or null means empty."""
+    entries = spec.get(key)
+    if entries is None:
+        return []
+    if not isinstance(entries, list | tuple):
+        raise ValueError(f"{where}.{key}: must be a list of {{type: …}} entries, got {entries!r}")
+    return list(entries)
+
+
+def _scorer(entry: Any, where: str, ctx: BuildContext) -> WeightedScorer:
+    plugin, read = _plugin_reader("scorer", SCORERS, entry, where, frozenset({"weight"}))
+    weight = read.number("weight", DEFAULT_SCORER_WEIGHT, minimum=0)
+    return WeightedScorer(plugin.build(read, ctx), weight=weight)
+
+
+def _filter(entry: Any, where: str, ctx: BuildContext) -> Filter:
+    plugin, read = _plugin_reader("filter", FILTERS, entry, where)
+    return plugin.build(read, ctx)
+
+
+def build_profile(name: str, spec: ProfileSpec, rng: random.Random, where: str = "profile") -> Profile:
+    """Build the profile `spec` describes, reporting `name` as its policy. `ValueError` names the key.
+
+    The picker is built first (it may create the prefix index the scorers read), then the scorers and
+    filters in the order given.
+    """
+    if not isinstance(spec, Mapping):
+        raise ValueError(f"{where}: must be a mapping of filters, scorers and picker, got {spec!r}")
+    unknown = sorted(str(key) for key in spec if key not in set(SpecKey))
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; known: filters, scorers, picker")
+    if SpecKey.PICKER not in spec:
+        raise ValueError(f"{where}.picker: required; known picker types: {', '.join(sorted(PICKERS))}")
+    ctx = BuildContext(rng)
+    picker_type, read = _plugin_reader("picker", PICKERS, spec[SpecKey.PICKER], f"{where}.picker")
+    picker = picker_type.build(read, ctx)
+    scorers = [
+        _scorer(entry, f"{where}.scorers.{i}", ctx)
+        for i, entry in enumerate(_entries(spec, SpecKey.SCORERS, where))
+    ]
+    filters = [
+        _filter(entry, f"{where}.filters.{i}", ctx)
+        for i, entry in enumerate(_entries(spec, SpecKey.FILTERS, where))
+    ]
+    return Profile(name, picker=picker, scorers=scorers, filters=filters)
+
+
+def plugin_types() -> dict[str, list[str]]:
+    """Every registered type name by kind (for docs and error messages)."""
+    return {
+        "filters": sorted(str(name) for name in FILTERS),
+        "scorers": sorted(str(name) for name in SCORERS),
+        "pickers": sorted(str(name) for name in PICKERS),
+    }
