@@ -1,9 +1,9 @@
 """Admission control for one pool: tenant limits → fast path or priority queue → a replica slot.
 
-`await controller.admit(request)` returns a `Grant` or raises `AdmissionRefused`:
+`await controller.admit(request)` returns a `Ticket` or raises `AdmissionRefused`:
 
 1. tenant stage (`TenantGate.enter`): rate limits, then the bulkhead → 429 `rate_limited`;
-2. fast path: when nobody of equal or higher priority waits, `try_dispatch(request)` at once; a token
+2. fast path: when nobody of equal or higher priority waits, `try_dispatch(request)` at once; a slot
    means "dispatched", with a queue wait of 0;
 3. otherwise the request waits in the `PriorityQueue` (classes highest first, WFQ across tenants on
    estimated tokens within a class — FIFO for one tenant) on a future. A full queue refuses it
@@ -14,25 +14,26 @@
 
 Event-driven, never polling. Three events move the queue:
 - a release: the gateway calls `on_release()` (synchronous, on the loop's thread) whenever a replica
-  slot may have freed — a token released, a replica added or back to healthy. It dispatches heads
-  while `try_dispatch` answers with a token: peek the head (highest class, WFQ order), ask
-  `try_dispatch`, pop it only when a token came back. `None` stops the round (no slot for anyone:
-  the pool is uniform);
+  slot may have freed — a slot released, a replica added or back to healthy. It schedules one pump
+  (`call_soon`; never re-entered in place) that dispatches heads while `try_dispatch` answers with a
+  slot: peek the head (highest class, WFQ order), ask `try_dispatch`, pop it only when a slot came
+  back. `None` stops the round (no slot for anyone: the pool is uniform);
 - an arrival: its fast-path probe is its wake-up. When it probed and got None there is no free slot;
   when it skipped the probe, others wait because there was none at the last release. Either way a
   further `try_dispatch` would only repeat a known answer (one wasted routing decision per arrival);
 - one timer, at the queue's earliest deadline (`Timers.call_at`), answers expired waiters. The timer
   is re-armed only when a new deadline is earlier; a timer that fires early re-arms itself.
 
-`try_dispatch(request) -> token | None` is the only place that decides whether a replica has a free
-slot: it routes `request.routing`, claims the slot synchronously and returns the token (see
-`admission.grant.DispatchToken`). It may raise `AdmissionRefused` (e.g. `no_replica` when no replica
-is eligible at all): on the fast path that refusal propagates; from the queue, that waiter gets it and
-the round continues with the next one. Any other exception fails that waiter the same way.
+`try_dispatch(request) -> slot | None` is the only place that decides whether a replica has a free
+slot: it routes `request.routing`, claims the slot synchronously and returns it (see
+`admission.ticket.SlotHold`); the `Ticket` then holds it. It may raise `AdmissionRefused` (e.g.
+`no_replica` when no replica is eligible at all): on the fast path that refusal propagates; from the
+queue, that waiter gets it and the round continues with the next one. Any other exception fails
+that waiter the same way.
 
 Retry-After of every queue refusal: `queue_retry_after_s(ahead, r, drain_bound)` — `ahead` = waiters at
 or above the class, r = the dispatch rate left to the class (`available_rate_per_s`: the pool's
-capacity C = held grants ÷ mean hold time, minus the measured dispatch rate of the classes above),
+capacity C = held tickets ÷ mean hold time, minus the measured dispatch rate of the classes above),
 capped by the time by which everything ahead has left the queue; clamped to [1, max_retry_after_s].
 An early refusal's Retry-After is its expected wait instead (see `AdmissionConfig`).
 
@@ -48,20 +49,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic
 
+from admission.config import AdmissionConfig
 from admission.dispatch_rate import DispatchRateMeter
-from admission.grant import AdmissionRequest, Grant, T
 from admission.observer import AdmissionObserver, AdmissionStats
 from admission.outcomes import AdmissionRefused, RejectReason
 from admission.priority_queue import (
-    DEFAULT_MAX_QUEUE_DEPTH,
-    DEFAULT_PRIORITY_CLASSES,
-    PriorityClass,
     PriorityQueue,
     QueueEntry,
 )
 from admission.release_forecast import ReleaseForecast
-from admission.retry_after import DEFAULT_MAX_RETRY_AFTER_S, clamp_retry_after_s, queue_retry_after_s
+from admission.retry_after import clamp_retry_after_s, queue_retry_after_s
 from admission.tenant_gate import TenantGate
+from admission.ticket import AdmissionRequest, S, Ticket
 from admission.timers import LoopTimers, TimerHandle, Timers
 from core.clock import Clock
 
@@ -71,63 +70,18 @@ OVERTAKE_MARGIN_SIGMAS = 2.0
 standard deviations (√mean), so that a burst of them rarely turns an admitted waiter into a timeout."""
 
 
-@dataclass(frozen=True, slots=True)
-class AdmissionConfig:
-    """A pool's queue: classes (highest first, with max wait and optional own depth), the global
-    depth (default 2000), the Retry-After ceiling (default 120 s), and early refusal.
-
-    `early_refusal_ratio` (None: off): refuse an arrival at once with `queue_full` when it is not
-    expected to be dispatched within that multiple of its class's `max_wait_s`, instead of queueing it
-    only to answer `queue_timeout` after the full wait: a refusal that is certain anyway should be fast.
-
-    An arrival of class k that found no free slot waits for `ahead_k` (the waiters now queued at or
-    above k) plus the higher classes that keep arriving meanwhile (they overtake it). With B = ratio ×
-    max_wait_s, λ_above the measured dispatch rate of the classes strictly above k (what they take),
-    and m = 2 √(λ_above × B) a margin for a burst of them (Poisson; `OVERTAKE_MARGIN_SIGMAS`), it needs
-
-        need = ahead_k + 1 + λ_above × B + m        slot releases within B
-
-    and is queued only when both hold:
-
-    1. capacity:  need ≤ C × B, with C = held grants ÷ mean hold time (Little's law on this
-                  controller's own grants: the pool's dispatch capacity when it is full, which it is
-                  when this runs). So the expected wait is (ahead_k + 1 + m) ÷ (C − λ_above); a class
-                  that the classes above leave nothing (C ≤ λ_above) is refused at once, whatever its
-                  own traffic, with its class's max wait as Retry-After (nothing sooner is known).
-    2. forecast:  the grants held now are expected to free `need` slots within B (`ReleaseForecast`:
-                  each at its dispatch time + the mean hold time; this catches cohorts of
-                  equal-length requests that free their slots together).
-
-    The checks run only when the fast path found no free slot and there is evidence: not before a
-    grant has completed (no hold time), not while this controller holds no grant, and not when
-    `full_by_own_caps()` (given by the gateway) says the pool is blocked by a limit it shares with
-    other pools (the process's upstream connection limit): then slots free up with work it cannot
-    see, and the arrival queues. With `early_refusal_needs_queue` (set with shared slot credits) an
-    arrival that would be first in line always queues, because a queued request is what makes the
-    credit refiller ask Redis for more. Retry-After of an early refusal is when a retry could be
-    admitted: the expected wait for the capacity check, (time to the needed release − B) for the
-    forecast, clamped like every Retry-After.
-    """
-
-    classes: tuple[PriorityClass, ...] = DEFAULT_PRIORITY_CLASSES
-    max_queue_depth: int = DEFAULT_MAX_QUEUE_DEPTH
-    max_retry_after_s: int = DEFAULT_MAX_RETRY_AFTER_S
-    early_refusal_ratio: float | None = None
-    early_refusal_needs_queue: bool = False
-
-
 @dataclass(eq=False, slots=True)
-class _Waiter(Generic[T]):
+class _Waiter(Generic[S]):
     request: AdmissionRequest
-    future: asyncio.Future[tuple[T, float, int]]  # token, queue wait, release-forecast key
+    future: asyncio.Future[tuple[S, float, int]]  # slot, queue wait, release-forecast key
 
 
-class AdmissionController(Generic[T]):
+class AdmissionController(Generic[S]):
     """Admission for one pool (see the module docstring)."""
 
     def __init__(
         self,
-        try_dispatch: Callable[[AdmissionRequest], T | None],
+        try_dispatch: Callable[[AdmissionRequest], S | None],
         gate: TenantGate,
         *,
         clock: Clock,
@@ -143,7 +97,7 @@ class AdmissionController(Generic[T]):
         self._clock = clock
         self._observer = observer
         self._timers: Timers = timers or LoopTimers(clock)
-        self._queue: PriorityQueue[_Waiter[T]] = PriorityQueue(
+        self._queue: PriorityQueue[_Waiter[S]] = PriorityQueue(
             clock, self._config.classes, self._config.max_queue_depth
         )
         self._meter = DispatchRateMeter(clock)
@@ -152,8 +106,7 @@ class AdmissionController(Generic[T]):
         self.stats = AdmissionStats()
         self._timer: TimerHandle | None = None
         self._timer_at_s = math.inf
-        self._pumping = False
-        self._pump_again = False
+        self._pump_handle: asyncio.Handle | None = None
 
     def __len__(self) -> int:
         """Waiters in the queue."""
@@ -172,8 +125,8 @@ class AdmissionController(Generic[T]):
         """Measured dispatches per second (None before the first)."""
         return self._meter.rate_per_s()
 
-    def held_grants(self) -> int:
-        """Grants given out and not yet released (the release forecast's population)."""
+    def held_tickets(self) -> int:
+        """Tickets given out and not yet released (the release forecast's population)."""
         return len(self._forecast)
 
     def above_rate_per_s(self, priority: str) -> float:
@@ -185,7 +138,7 @@ class AdmissionController(Generic[T]):
 
     def available_rate_per_s(self, priority: str) -> float | None:
         """C − λ_above (≥ 0): the dispatches per second left to class `priority` and those below it
-        while the pool is full (C: the measured dispatch rate until a grant has completed); None
+        while the pool is full (C: the measured dispatch rate until a ticket has been released); None
         before any dispatch. The rate of Retry-After estimates."""
         capacity = self.capacity_rate_per_s() or self._meter.rate_per_s()
         if capacity is None:
@@ -193,14 +146,14 @@ class AdmissionController(Generic[T]):
         return max(0.0, capacity - self.above_rate_per_s(priority))
 
     def capacity_rate_per_s(self) -> float | None:
-        """C: dispatches per second the pool sustains while full — held grants ÷ mean hold time; None
-        before a grant has completed or while none is held (no evidence)."""
+        """C: dispatches per second the pool sustains while full — held tickets ÷ mean hold time; None
+        before a ticket has been released or while none is held (no evidence)."""
         mean_hold_s = self._forecast.mean_hold_s
         if mean_hold_s is None or mean_hold_s <= 0 or not len(self._forecast):
             return None
         return len(self._forecast) / mean_hold_s
 
-    async def admit(self, request: AdmissionRequest) -> Grant[T]:
+    async def admit(self, request: AdmissionRequest) -> Ticket[S]:
         """Admit `request` or raise `AdmissionRefused`; ValueError for an unknown class or negative
         tokens (programming errors, raised before anything is charged)."""
         self._queue.priority_class(request.priority)
@@ -209,7 +162,7 @@ class AdmissionController(Generic[T]):
         try:
             tenant_pass = await self._gate.enter(request.tenant, request.estimated_tokens, request.priority)
             try:
-                token, queue_wait_s, hold_key = await self._acquire_slot(request)
+                slot, queue_wait_s, hold_key = await self._acquire_slot(request)
             except BaseException:
                 self._gate.abandon(tenant_pass)
                 raise
@@ -218,8 +171,8 @@ class AdmissionController(Generic[T]):
             if self._observer is not None:
                 self._observer.rejected(refusal.reason, request.priority)
             raise
-        return Grant(
-            token,
+        return Ticket(
+            slot,
             request,
             queue_wait_s=queue_wait_s,
             gate=self._gate,
@@ -230,9 +183,12 @@ class AdmissionController(Generic[T]):
         )
 
     def on_release(self) -> None:
-        """A replica slot may be free: dispatch as many waiters as now fit. Synchronous, re-entrant."""
-        if len(self._queue):
-            self._pump()
+        """A replica slot may be free: schedule one pump on the event loop (`call_soon`) that dispatches
+        as many waiters as then fit. Never runs the pump in place, so a release inside `try_dispatch`,
+        a slot's `release()` or another pool's pump cannot re-enter it; many releases in one loop
+        iteration cost one pump."""
+        if self._pump_handle is None and len(self._queue):
+            self._pump_handle = asyncio.get_running_loop().call_soon(self._pump)
 
     def reject_waiting(self, reason: RejectReason, retry_after_s: int, message: str) -> int:
         """Refuse every waiter now (e.g. `draining` at shutdown); returns how many were refused."""
@@ -246,15 +202,15 @@ class AdmissionController(Generic[T]):
         self._arm_timer()
         return len(entries)
 
-    async def _acquire_slot(self, request: AdmissionRequest) -> tuple[T, float, int]:
+    async def _acquire_slot(self, request: AdmissionRequest) -> tuple[S, float, int]:
         priority = request.priority
         self._expire_due()
         if self._queue.ahead_of(priority) == 0:
-            token = self._try_dispatch(request)
-            if token is not None:
-                return token, 0.0, self._record_dispatch(priority, 0.0, fast_path=True)
+            slot = self._try_dispatch(request)
+            if slot is not None:
+                return slot, 0.0, self._record_dispatch(priority, 0.0, fast_path=True)
         self._refuse_if_hopeless(priority)
-        waiter: _Waiter[T] = _Waiter(request, asyncio.get_running_loop().create_future())
+        waiter: _Waiter[S] = _Waiter(request, asyncio.get_running_loop().create_future())
         pushed = self._queue.push(
             waiter, priority, request.tenant.name, request.estimated_tokens, request.weight
         )
@@ -318,19 +274,10 @@ class AdmissionController(Generic[T]):
         return AdmissionRefused(RejectReason.QUEUE_FULL, retry_after_s, why, priority=priority)
 
     def _pump(self) -> None:
-        if self._pumping:  # try_dispatch or a token release called back into us: go round again
-            self._pump_again = True
-            return
-        self._pumping = True
-        try:
-            self._pump_again = True
-            while self._pump_again:
-                self._pump_again = False
-                self._expire_due()
-                self._dispatch_ready()
-        finally:
-            self._pumping = False
-            self._arm_timer()
+        self._pump_handle = None
+        self._expire_due()
+        self._dispatch_ready()
+        self._arm_timer()
 
     def _dispatch_ready(self) -> None:
         while (entry := self._queue.peek_next()) is not None:
@@ -339,21 +286,21 @@ class AdmissionController(Generic[T]):
                 self._drop(entry)
                 continue
             try:
-                token = self._try_dispatch(waiter.request)
+                slot = self._try_dispatch(waiter.request)
             except Exception as exc:  # a refusal (e.g. no_replica) or a bug: this waiter gets it
                 self._drop(entry)
                 waiter.future.set_exception(exc)
                 continue
-            if token is None:
+            if slot is None:
                 return
             popped = self._queue.pop_next()
             assert popped is entry, "peek_next and pop_next disagree"
             queue_wait_s = entry.waited_s(self._clock.now_s())
             hold_key = self._record_dispatch(entry.priority, queue_wait_s, fast_path=False)
-            waiter.future.set_result((token, queue_wait_s, hold_key))
+            waiter.future.set_result((slot, queue_wait_s, hold_key))
             self._publish_depths({entry.priority})
 
-    def _abandon(self, entry: QueueEntry[_Waiter[T]]) -> None:
+    def _abandon(self, entry: QueueEntry[_Waiter[S]]) -> None:
         """The waiter's task was cancelled: leave the queue, or give back a slot granted meanwhile."""
         future = entry.item.future
         if self._queue.remove(entry):
@@ -366,9 +313,9 @@ class AdmissionController(Generic[T]):
         self.stats.cancelled[entry.priority] += 1
         if future.cancelled():
             return
-        token, _, hold_key = future.result()  # dispatched in the instant before the cancellation landed
+        slot, _, hold_key = future.result()  # dispatched in the instant before the cancellation landed
         self._forecast.discard(hold_key)
-        token.release()
+        slot.release()
         self.on_release()
 
     def _expire_due(self) -> None:
@@ -380,7 +327,7 @@ class AdmissionController(Generic[T]):
             )
         self._publish_depths({entry.priority for entry in expired})
 
-    def _refuse(self, entry: QueueEntry[_Waiter[T]], reason: RejectReason, why: str) -> None:
+    def _refuse(self, entry: QueueEntry[_Waiter[S]], reason: RejectReason, why: str) -> None:
         """Answer a waiter already taken out of the queue (displaced or expired)."""
         if not entry.item.future.done():
             refusal = self._queue_refusal(reason, entry.priority, f"{entry.priority} request {why}")
@@ -395,7 +342,7 @@ class AdmissionController(Generic[T]):
         )
         return AdmissionRefused(reason, retry_after_s, message, priority=priority)
 
-    def _drop(self, entry: QueueEntry[_Waiter[T]]) -> None:
+    def _drop(self, entry: QueueEntry[_Waiter[S]]) -> None:
         self._queue.remove(entry)
         self._publish_depths({entry.priority})
 

@@ -1,24 +1,24 @@
-"""Forecast of replica-slot releases from the grants held now: when will the next k slots free up?
+"""Forecast of replica-slot releases from the tickets held now: when will the next k slots free up?
 
 The measured dispatch rate μ says how many slots free up per second *on average*. When requests are
 alike in length it is a poor guide to the next few seconds: a burst of dispatches becomes a cohort that
 finishes together about one service time later, so slots free up in waves with nothing in between, and
 a waiter that arrives just after a wave waits a whole service time, whatever μ says. The controller's
-early refusal therefore also asks this forecast, which knows when each held grant was dispatched:
+early refusal therefore also asks this forecast, which knows when each held ticket was dispatched:
 
-    grant i (dispatched at d_i) is expected to release at d_i + S
+    ticket i (dispatched at d_i) is expected to release at d_i + S
     releases within h seconds  R(h) = #{i : d_i + S ≤ now + h}
 
-where S is the mean hold time (dispatch → release) of completed grants, an exponentially weighted mean
+where S is the mean hold time (dispatch → release) of completed tickets, an exponentially weighted mean
 over completions (weight `DEFAULT_SMOOTHING` = 0.05 per completion: about the last 20 count).
-Grants older than S count as releasing at once. Grants dispatched later cannot release within h
+Tickets older than S count as releasing at once. Tickets dispatched later cannot release within h
 when h < S; for h ≥ S the forecast cannot say (those would count too) and answers None, as it does
 before the first completion.
 
-Grants are kept in dispatch order (the clock is monotonic), so "are at least k releases due within h"
-is one look at the k-th oldest held grant: O(k) in C, no sorting.
+Tickets are kept in dispatch order (the clock is monotonic), so "are at least k releases due within h"
+is one look at the k-th oldest held ticket: O(k) in C, no sorting.
 
-Limits: one S for every grant assumes requests of broadly similar length. With a strongly mixed pool
+Limits: one S for every ticket assumes requests of broadly similar length. With a strongly mixed pool
 (short embeddings beside long generations) the forecast is approximate in both directions: overdue long
 requests count as releasing at once, and young short ones count as holding on for S. A per-request
 estimate (e.g. from `max_tokens` and the measured time per token) would sharpen it. The controller only
@@ -35,7 +35,7 @@ DEFAULT_SMOOTHING = 0.05
 
 
 class ReleaseForecast:
-    """Held grants by dispatch time, and the mean hold time of completed ones (see the module doc)."""
+    """Held tickets by dispatch time, and the mean hold time of completed ones (see the module doc)."""
 
     def __init__(self, clock: Clock, smoothing: float = DEFAULT_SMOOTHING) -> None:
         if not 0.0 < smoothing <= 1.0:
@@ -47,27 +47,27 @@ class ReleaseForecast:
         self._mean_hold_s: float | None = None
 
     def __len__(self) -> int:
-        """Grants held now."""
+        """Tickets held now."""
         return len(self._held)
 
     @property
     def mean_hold_s(self) -> float | None:
-        """S: the smoothed hold time of completed grants (None before the first completion)."""
+        """S: the smoothed hold time of completed tickets (None before the first completion)."""
         return self._mean_hold_s
 
     def hold(self) -> int:
-        """A grant was dispatched now; returns its key for `release`."""
+        """A ticket was dispatched now; returns its key for `release`."""
         key = self._next_key
         self._next_key += 1
         self._held[key] = self._clock.now_s()
         return key
 
     def discard(self, key: int) -> None:
-        """Forget grant `key` without timing it (its slot was given back before anyone used it)."""
+        """Forget ticket `key` without timing it (its slot was given back before anyone used it)."""
         self._held.pop(key, None)
 
     def release(self, key: int) -> None:
-        """The grant `key` released its slot now (its hold time updates S). Unknown keys are ignored,
+        """The ticket `key` released its slot now (its hold time updates S). Unknown keys are ignored,
         so a double release cannot skew S."""
         dispatched_at_s = self._held.pop(key, None)
         if dispatched_at_s is None:
@@ -79,8 +79,8 @@ class ReleaseForecast:
             self._mean_hold_s += self._smoothing * (hold_s - self._mean_hold_s)
 
     def time_until_releases_s(self, count: int) -> float | None:
-        """Seconds until `count` held grants are expected to have released (the k-th oldest's due
-        time − now, ≥ 0); None without S or with fewer than `count` grants held."""
+        """Seconds until `count` held tickets are expected to have released (the k-th oldest's due
+        time − now, ≥ 0); None without S or with fewer than `count` tickets held."""
         mean_hold_s = self._mean_hold_s
         if mean_hold_s is None or count <= 0:
             return None if mean_hold_s is None else 0.0
@@ -90,9 +90,9 @@ class ReleaseForecast:
         return max(0.0, kth_oldest + mean_hold_s - self._clock.now_s())
 
     def releases_due(self, count: int, within_s: float) -> bool | None:
-        """Whether at least `count` held grants are expected to release within `within_s` (R(h) ≥ k).
+        """Whether at least `count` held tickets are expected to release within `within_s` (R(h) ≥ k).
 
-        None when the forecast cannot tell: no completion measured yet, or `within_s` ≥ S (grants
+        None when the forecast cannot tell: no completion measured yet, or `within_s` ≥ S (tickets
         dispatched meanwhile would release too). `count` ≤ 0 is trivially True."""
         if count <= 0:
             return True
@@ -105,5 +105,5 @@ class ReleaseForecast:
         return kth_oldest + mean_hold_s <= self._clock.now_s() + within_s
 
     def _kth_oldest_dispatch_s(self, count: int) -> float | None:
-        """Dispatch time of the `count`-th oldest held grant (count ≥ 1), None when fewer are held."""
+        """Dispatch time of the `count`-th oldest held ticket (count ≥ 1), None when fewer are held."""
         return next(islice(iter(self._held.values()), count - 1, None), None)

@@ -15,11 +15,11 @@ with either memory stores (`TenantGate.in_memory`) or the Redis ones (`RedisRate
    of the tenant's `max_concurrent` requests ends: mean service time ÷ max_concurrent
    (`concurrency_retry_after_s`). The tokens charged in step 1 are refunded.
 
-Mean service time (grant → release) is an EWMA, `mean_s += 0.1 · (sample_s − mean_s)`, starting from
+Mean service time (dispatch → ticket release) is an EWMA, `mean_s += 0.1 · (sample_s − mean_s)`, starting from
 `initial_service_s` (default 5 s, about the W ≈ 4.5 s of DESIGN §7) until requests have been measured.
 
 Giving back:
-- `leave(pass, service_s)` after a granted request (via `Grant.release`): idempotent; stops the lease
+- `leave(pass, service_s)` after an admitted request (via `Ticket.release`): idempotent; stops the lease
   renewal, releases the lease (shielded: a cancelled caller cannot leak it), records the service time.
 - `abandon(pass)` when the request was refused or cancelled after `enter`: refunds the charged tokens
   and releases the lease in a background task (so refusals stay fast and cancellation is never
@@ -113,7 +113,7 @@ class TenantGate:
 
     @property
     def mean_service_s(self) -> float:
-        """Current estimate of a request's service time (grant → release)."""
+        """Current estimate of a request's service time (dispatch → ticket release)."""
         return self._mean_service_s
 
     @property
@@ -153,7 +153,7 @@ class TenantGate:
         return pass_
 
     async def leave(self, pass_: TenantPass, service_s: float) -> None:
-        """Give back a granted request's lease and record its service time. Idempotent."""
+        """Give back an admitted request's lease and record its service time. Idempotent."""
         if pass_.closed:
             return
         self._close(pass_)

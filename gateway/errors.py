@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from enum import StrEnum
 
+from admission.outcomes import AdmissionRefused, RejectReason
+
 
 class ErrorCode(StrEnum):
     """The `x-gateway-reject-reason` values (DESIGN §4) and the body's `error.code`."""
@@ -200,15 +202,17 @@ class InternalError(GatewayError):
     error_type = "server_error"
 
 
-_REFUSALS: dict[str, type[GatewayError]] = {
-    ErrorCode.RATE_LIMITED: RateLimited,
-    ErrorCode.QUEUE_FULL: QueueFull,
-    ErrorCode.QUEUE_TIMEOUT: QueueTimeout,
-    ErrorCode.NO_REPLICA: NoReplica,
-    ErrorCode.DRAINING: Draining,
+_REFUSALS: dict[RejectReason, type[GatewayError]] = {
+    RejectReason.RATE_LIMITED: RateLimited,
+    RejectReason.QUEUE_FULL: QueueFull,
+    RejectReason.QUEUE_TIMEOUT: QueueTimeout,
+    RejectReason.NO_REPLICA: NoReplica,
+    RejectReason.DRAINING: Draining,
 }
+"""Every admission outcome and the gateway error that answers it (each error's `code` has the same
+value as its reason: tests hold the two enums together)."""
 
 
-def from_refusal(reason: str, message: str, retry_after_s: float) -> GatewayError:
-    """The gateway error for an admission refusal (`admission.outcomes.RejectReason` values)."""
-    return _REFUSALS[reason](message, retry_after_s=retry_after_s)
+def from_refusal(refused: AdmissionRefused) -> GatewayError:
+    """The gateway error for an admission refusal: its class by reason, its message and Retry-After."""
+    return _REFUSALS[refused.reason](refused.message, retry_after_s=refused.retry_after_s)

@@ -29,7 +29,7 @@ def _replica_status(model: str, replica: Replica, now_s: float) -> dict[str, Any
         "id": replica.replica_id,
         "url": replica.url,
         "model": model,
-        "eligible": replica.eligible_at(now_s),
+        "eligible": replica.routable_at(now_s),
         "healthy": replica.healthy_at(now_s),
         "active_up": replica.active_up,
         "draining": replica.is_draining,

@@ -1,9 +1,10 @@
 """The one place where mutable replica state lives; policies only ever see frozen `ReplicaView`s.
 
-Load accounting is an `InflightGuard` per request (see `gateway.upstream.replica`): acquired when a
-replica is chosen, released exactly once in the proxy's `finally` on every path. Outcomes reported by
-the proxy feed passive health, the circuit breakers and the metrics; release listeners (admission
-control) are told whenever a slot frees up.
+Load accounting is a `Slot` per request and replica (`gateway.upstream.slot`): claimed when routing
+has chosen the replica, held by the request's admission `Ticket`, released exactly once on every path.
+Outcomes reported by the proxy feed passive health, the circuit breakers and the metrics; release
+listeners (the admission pumps, which schedule themselves; the slot-credit refiller) are told whenever
+a slot frees up or capacity may have grown.
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ from gateway.settings import PoolSettings, Settings
 from gateway.upstream.breaker import BREAKER_STATE_VALUE, BreakerPolicy, CircuitBreaker
 from gateway.upstream.discovery.membership import plan_membership
 from gateway.upstream.discovery.types import ReplicaSet
-from gateway.upstream.replica import PASSIVE_BACKOFF_INITIAL_S, PASSIVE_BACKOFF_MAX_S, InflightGuard, Replica
+from gateway.upstream.replica import PASSIVE_BACKOFF_INITIAL_S, PASSIVE_BACKOFF_MAX_S, Replica
+from gateway.upstream.slot import Slot
+from router.eligibility import any_routable
 from router.keys import KeySettings
 from router.presets import PolicyContext, build_policy
 from router.profile import Policy
-from router.types import ReplicaView
+from router.types import Decision, ReplicaView
 
 logger = logging.getLogger(__name__)
 
@@ -109,13 +112,13 @@ class Pool:
         return tuple(r.view(now_s) for r in self.replicas.values())
 
     def has_eligible_replica(self) -> bool:
-        now_s = self._clock.now_s()
-        return any(r.eligible_at(now_s) for r in self.replicas.values())
+        """At least one replica may take traffic (`router.eligibility.any_routable`); else `no_replica`."""
+        return any_routable(self.snapshot())
 
     def retry_after_s(self) -> int:
         """`Retry-After` for `no_replica`: the soonest timer that can bring an ineligible replica back."""
         now_s = self._clock.now_s()
-        timers = (r.seconds_until_eligible(now_s) for r in self.replicas.values() if not r.eligible_at(now_s))
+        timers = (r.seconds_until_eligible(now_s) for r in self.replicas.values() if not r.routable_at(now_s))
         return no_replica_retry_after_s(timers)
 
 
@@ -131,7 +134,11 @@ class ReplicaRegistry:
         self._idle.set()
         self._release_listeners: list[Callable[[], None]] = []
         for pool_settings in settings.pools:
-            ctx = PolicyContext(rng=random.Random(rng.random()), options=pool_settings.policy_options)
+            ctx = PolicyContext(
+                rng=random.Random(rng.random()),
+                options=pool_settings.policy_options,
+                profile=pool_settings.profile,
+            )
             policy = build_policy(pool_settings.policy, ctx)
             self.pools[pool_settings.model] = Pool(pool_settings, policy, clock)
         for replica in self.all_replicas():
@@ -151,10 +158,11 @@ class ReplicaRegistry:
         """`listener()` runs after every guard release (admission uses it to dispatch waiters)."""
         self._release_listeners.append(listener)
 
-    def acquire(self, replica: Replica, tokens: int) -> InflightGuard:
+    def claim(self, replica: Replica, decision: Decision, tokens: int) -> Slot:
+        """Count one request of `tokens` estimated tokens on `replica` (chosen by `decision`)."""
         self._total_inflight += 1
         self._idle.clear()
-        return InflightGuard(replica, tokens, self._metrics, self._released_one)
+        return Slot(replica, decision, tokens, self._metrics, self._released_one)
 
     def _released_one(self, replica: Replica) -> None:
         self._total_inflight -= 1

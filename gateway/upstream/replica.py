@@ -1,11 +1,13 @@
-"""One replica's mutable state, and the in-flight guard that accounts a request on it.
+"""One replica's mutable state (requests are counted on it by `gateway.upstream.slot.Slot`).
 
 Health has two sources, combined in `view()`:
 - active: `active_up`, set by the health checker (thresholds in `HealthCheckSettings`);
 - passive: a connect failure holds the replica out until `hold_until_s` with exponential backoff
   (1 s doubling per consecutive failure, up to 30 s); an engine's `Retry-After` holds it out for that
   long too. The first request after the hold is a probe; a success clears the backoff.
-The circuit breaker is the third gate; `draining` the fourth (operator or discovery).
+The circuit breaker is the third gate; `draining` the fourth (operator or discovery). Whether the
+gates let traffic through is decided by `router.eligibility.is_routable` on the replica's view, the
+same function routing runs.
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gateway.metrics import GatewayMetrics
 from gateway.upstream.breaker import CircuitBreaker
+from router.eligibility import is_routable
 from router.types import EngineLoad, ReplicaView
 
 PASSIVE_BACKOFF_INITIAL_S = 1.0
@@ -54,9 +56,9 @@ class Replica:
     def is_draining(self) -> bool:
         return self.draining or self.discovery_draining
 
-    def eligible_at(self, now_s: float) -> bool:
-        """Health, drain and breaker gates (routing applies the same through `router.eligibility`)."""
-        return self.healthy_at(now_s) and not self.is_draining and self.breaker.allows()
+    def routable_at(self, now_s: float) -> bool:
+        """May take traffic at all (health, drain and breaker gates): `router.eligibility.is_routable`."""
+        return is_routable(self.view(now_s))
 
     def view(self, now_s: float) -> ReplicaView:
         return ReplicaView(
@@ -87,32 +89,3 @@ class Replica:
                 return None
             waits.append(max(0.0, self.next_health_probe_s - now_s))
         return max(waits)
-
-
-class InflightGuard:
-    """One request's claim on a replica. `release()` is idempotent; call it in `finally`."""
-
-    __slots__ = ("_metrics", "_on_release", "_released", "replica", "tokens")
-
-    def __init__(
-        self, replica: Replica, tokens: int, metrics: GatewayMetrics, on_release: Callable[[Replica], None]
-    ) -> None:
-        self.replica = replica
-        self.tokens = tokens
-        self._metrics = metrics
-        self._on_release = on_release
-        self._released = False
-        replica.inflight_requests += 1
-        replica.inflight_tokens += tokens
-        replica.breaker.on_dispatch()
-        metrics.inflight.labels(replica.replica_id).inc()
-
-    def release(self) -> None:
-        if self._released:
-            return
-        self._released = True
-        self.replica.inflight_requests -= 1
-        self.replica.inflight_tokens -= self.tokens
-        self.replica.breaker.on_release()
-        self._metrics.inflight.labels(self.replica.replica_id).dec()
-        self._on_release(self.replica)

@@ -141,7 +141,7 @@ class ReplicaCredits:
         """Ask Redis for one more: room under the cap, no usable free credit, eligible, not backing off.
         Uncontended: for waiters, or as the spare. Contended: up to the share; one floating credit
         above it only for waiters and not within `SHED_HOLDOFF_S` of shedding one."""
-        if self.held >= self.cap or self.retry_at_s > now_s or not self.replica.eligible_at(now_s):
+        if self.held >= self.cap or self.retry_at_s > now_s or not self.replica.routable_at(now_s):
             return False
         if self.usable_free() > 0:
             return False

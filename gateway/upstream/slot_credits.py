@@ -266,7 +266,7 @@ class SlotCredits:
             if window_over and idle_pool:
                 keep = inflight
                 if active:  # the window's peak, and the spare
-                    keep = max(rc.peak, inflight + (1 if rc.replica.eligible_at(now_s) else 0))
+                    keep = max(rc.peak, inflight + (1 if rc.replica.routable_at(now_s) else 0))
                 count = max(count, rc.held - keep)
             released += rc.take(count)
             if window_over:
@@ -295,7 +295,8 @@ class SlotCredits:
             )
             got = self._accept(pc, picks, leases)
             if got:
-                pc.on_credit()
+                pc.on_credit()  # schedules the pool's admission pump (call_soon) ...
+                await asyncio.sleep(0)  # ... which dispatches onto the new credits before we ask again
             if not got or not need:
                 return
 

@@ -171,8 +171,8 @@ async def test_gateways_measure_each_other_and_a_draining_one_leaves(
     def shares() -> list[float]:
         result = []
         for app in apps:
-            assert app.state.proxy is not None
-            result.append(app.state.proxy.signals.scalers[MODEL].traffic_share_ratio)
+            assert app.state.signals is not None
+            result.append(app.state.signals.scalers[MODEL].traffic_share_ratio)
         return result
 
     async def wait_for(wanted: list[float]) -> list[float]:

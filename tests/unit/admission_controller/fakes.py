@@ -6,11 +6,12 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from admission.controller import AdmissionConfig, AdmissionController
-from admission.grant import AdmissionRequest
+from admission.config import AdmissionConfig
+from admission.controller import AdmissionController
 from admission.priority_queue import DEFAULT_PRIORITY_CLASSES, PriorityClass
 from admission.tenant_gate import TenantGate
 from admission.tenants import Tenant
+from admission.ticket import AdmissionRequest
 from admission.timers import ManualTimers
 from core.clock import FakeClock
 from router.types import RoutingRequest
@@ -98,6 +99,12 @@ def req(
 def label_of(request: AdmissionRequest) -> str:
     assert request.routing is not None
     return request.routing.prompt_text
+
+
+async def run_scheduled_pump() -> None:
+    """One loop iteration: the pump a release scheduled (`call_soon`) runs and dispatches; the tasks it
+    wakes have not resumed yet (their wake-ups are queued behind this one)."""
+    await asyncio.sleep(0)
 
 
 async def settle(rounds: int = 10) -> None:

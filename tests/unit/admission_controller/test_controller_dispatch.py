@@ -4,14 +4,16 @@ import asyncio
 
 import pytest
 
-from admission.grant import AdmissionRequest, Grant
 from admission.outcomes import AdmissionRefused, RejectReason
 from admission.tenants import Tenant
+from admission.ticket import AdmissionRequest, Ticket
 
 from .fakes import Harness, Slot, label_of, make_harness, req, settle
 
 
-async def serve_in_order(h: Harness, tasks: list[asyncio.Task[Grant[Slot]]], first: Grant[Slot]) -> list[str]:
+async def serve_in_order(
+    h: Harness, tasks: list[asyncio.Task[Ticket[Slot]]], first: Ticket[Slot]
+) -> list[str]:
     """Release the running grant, then each grant as it is dispatched; returns the dispatch order."""
     order: list[str] = []
     await first.release()
@@ -28,7 +30,7 @@ async def serve_in_order(h: Harness, tasks: list[asyncio.Task[Grant[Slot]]], fir
 async def test_fast_path_dispatches_at_once_without_queueing() -> None:
     h = make_harness(slots=2)
     grant = await h.controller.admit(req("a"))
-    assert grant.token.label == "a" and grant.queue_wait_s == 0.0 and grant.queue_wait_ms == 0.0
+    assert grant.slot().label == "a" and grant.queue_wait_s == 0.0 and grant.queue_wait_ms == 0.0
     assert h.fleet.in_use == 1 and len(h.controller) == 0
     assert h.controller.stats.fast_path["interactive"] == 1
     assert h.timers.pending == 0  # nothing queued: no expiry timer
@@ -72,7 +74,7 @@ async def test_arrival_of_equal_priority_never_overtakes_waiters() -> None:
     first = await h.controller.admit(req("running"))
     waiting = asyncio.create_task(h.controller.admit(req("waiting")))
     await settle()
-    first.token.release()  # slot freed → the waiter gets it, not a later arrival
+    first.slot().release()  # slot freed → the waiter gets it, not a later arrival
     late = asyncio.create_task(h.controller.admit(req("late")))
     await settle()
     assert waiting.done() and not late.done()

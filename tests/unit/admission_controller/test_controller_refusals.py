@@ -6,12 +6,12 @@ import math
 
 import pytest
 
-from admission.grant import Grant
 from admission.outcomes import AdmissionRefused, RejectReason
 from admission.priority_queue import PriorityClass
 from admission.retry_after import queue_retry_after_s
+from admission.ticket import Ticket
 
-from .fakes import Harness, Slot, make_harness, req, settle
+from .fakes import Harness, Slot, make_harness, req, run_scheduled_pump, settle
 
 
 def refusal_of(task: asyncio.Task[object]) -> AdmissionRefused:
@@ -98,7 +98,7 @@ async def test_a_waiter_past_its_deadline_gets_queue_timeout_before_it_could_be_
     assert h.fleet.dispatched == ["running"] and h.fleet.in_use == 0
 
 
-async def _dispatch_one_per_second(h: Harness, priorities: list[str]) -> Grant[Slot]:
+async def _dispatch_one_per_second(h: Harness, priorities: list[str]) -> Ticket[Slot]:
     """Dispatch one request per second through the fast path, of the given classes in turn; return
     the grant still holding the fleet's single slot."""
     grant = await h.controller.admit(req("g0", priorities[0]))
@@ -111,7 +111,7 @@ async def _dispatch_one_per_second(h: Harness, priorities: list[str]) -> Grant[S
 
 async def _time_out_behind_three_critical(
     h: Harness,
-) -> tuple[AdmissionRefused, list[asyncio.Task[Grant[Slot]]]]:
+) -> tuple[AdmissionRefused, list[asyncio.Task[Ticket[Slot]]]]:
     """Queue 3 critical waiters and one interactive, let the interactive one's 2 s pass: its refusal,
     and the critical waiters (still queued)."""
     waiters = [asyncio.create_task(h.controller.admit(req(f"c{n}", "critical"))) for n in range(3)]
@@ -181,7 +181,7 @@ async def test_cancel_before_its_handler_runs_still_skips_the_waiter() -> None:
     stays = asyncio.create_task(h.controller.admit(req("stays")))
     await settle()
     gone.cancel()  # its future is cancelled now; its CancelledError handler runs later
-    first.token.release()  # → on_release in the same instant
+    first.slot().release()  # → on_release in the same instant
     await settle()
     assert gone.cancelled() and stays.done() and h.fleet.asked.count("gone") == 1
     await first.release()
@@ -194,7 +194,8 @@ async def test_cancel_landing_right_after_dispatch_gives_the_slot_back() -> None
     first = await h.controller.admit(req("running"))
     racer = asyncio.create_task(h.controller.admit(req("racer")))
     await settle()
-    first.token.release()  # racer's future gets the slot ...
+    first.slot().release()
+    await run_scheduled_pump()  # racer's future gets the slot ...
     assert h.fleet.in_use == 1
     racer.cancel()  # ... but its task is cancelled before it resumes
     await settle()
@@ -218,7 +219,8 @@ async def test_reject_waiting_answers_every_waiter_with_the_given_reason() -> No
 
 
 async def test_default_loop_timer_expires_waiters_in_real_time() -> None:
-    from admission.controller import AdmissionConfig, AdmissionController
+    from admission.config import AdmissionConfig
+    from admission.controller import AdmissionController
     from admission.tenant_gate import TenantGate
     from core.clock import SystemClock
 

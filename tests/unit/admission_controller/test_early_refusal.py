@@ -9,11 +9,11 @@ import math
 
 import pytest
 
-from admission.grant import Grant
 from admission.outcomes import AdmissionRefused, RejectReason
 from admission.priority_queue import PriorityClass
+from admission.ticket import Ticket
 
-from .fakes import Harness, Slot, make_harness, req, settle
+from .fakes import Harness, Slot, make_harness, req, run_scheduled_pump, settle
 
 CLASSES = (
     PriorityClass("critical", 30.0),
@@ -24,10 +24,10 @@ CLASSES = (
 
 async def _steady(
     h: Harness, per_round: dict[str, int], rounds: int, hold_s: float = 1.0
-) -> list[Grant[Slot]]:
+) -> list[Ticket[Slot]]:
     """`rounds` rounds: let `hold_s` pass, release everything held, dispatch `per_round` (fast path).
     Returns the last round's grants, still held: the pool is full of one cohort."""
-    held: list[Grant[Slot]] = []
+    held: list[Ticket[Slot]] = []
     for _ in range(rounds):
         h.clock.advance(hold_s)
         for grant in held:
@@ -45,20 +45,20 @@ def _need(h: Harness, priority: str, ahead: int, budget_s: float, margin: bool =
     return ahead + 1 + above * budget_s + (2 * math.sqrt(above * budget_s) if margin else 0.0)
 
 
-async def _queue(h: Harness, priority: str, count: int) -> list[asyncio.Task[Grant[Slot]]]:
+async def _queue(h: Harness, priority: str, count: int) -> list[asyncio.Task[Ticket[Slot]]]:
     tasks = [asyncio.create_task(h.controller.admit(req(f"{priority}-w{n}", priority))) for n in range(count)]
     await settle()
     assert not any(task.done() for task in tasks)
     return tasks
 
 
-async def _finish(h: Harness, held: list[Grant[Slot]], tasks: list[asyncio.Task[Grant[Slot]]]) -> None:
+async def _finish(h: Harness, held: list[Ticket[Slot]], tasks: list[asyncio.Task[Ticket[Slot]]]) -> None:
     for task in tasks:
         task.cancel()
     await settle()
     for grant in held:
         await grant.release()
-    assert h.fleet.in_use == 0 and h.controller.held_grants() == 0
+    assert h.fleet.in_use == 0 and h.controller.held_tickets() == 0
 
 
 async def test_a_queue_that_cannot_drain_in_time_is_refused_at_once() -> None:
@@ -213,17 +213,19 @@ async def test_every_grant_leaves_the_forecast_on_every_path() -> None:
     await settle()
     with pytest.raises(AdmissionRefused):
         await h.controller.admit(req("refused"))  # the queue is at its depth of 2
-    assert h.controller.held_grants() == 1
-    await first.release()  # dispatches `queued`
+    assert h.controller.held_tickets() == 1
+    await first.release()
+    await run_scheduled_pump()  # dispatches `queued`
     assert not queued.done(), "its task has not resumed yet"
-    assert h.controller.held_grants() == 1, "counted from its dispatch, before its task resumes"
+    assert h.controller.held_tickets() == 1, "counted from its dispatch, before its task resumes"
     second = await queued
-    assert h.controller.held_grants() == 1
-    await second.release()  # dispatches `doomed` ...
-    doomed.cancel()  # ... whose caller leaves in the same instant: the slot goes back, no Grant made
+    assert h.controller.held_tickets() == 1
+    await second.release()
+    await run_scheduled_pump()  # dispatches `doomed` ...
+    doomed.cancel()  # ... whose caller leaves in the same instant: the slot goes back, no Ticket made
     await settle()
     assert doomed.cancelled()
-    assert h.controller.held_grants() == 0 and h.fleet.in_use == 0
+    assert h.controller.held_tickets() == 0 and h.fleet.in_use == 0
 
 
 async def test_no_early_refusal_before_a_request_has_completed() -> None:
@@ -240,7 +242,8 @@ async def test_no_early_refusal_before_a_request_has_completed() -> None:
 async def test_no_early_refusal_while_a_limit_shared_with_other_pools_blocks() -> None:
     """The process's upstream connection limit is shared: when it, not this pool's caps, stops the
     claim, other pools' releases free slots and this pool's forecast cannot see them."""
-    from admission.controller import AdmissionConfig, AdmissionController
+    from admission.config import AdmissionConfig
+    from admission.controller import AdmissionController
 
     h = make_harness(slots=1, classes=CLASSES)
     own_caps = [True]

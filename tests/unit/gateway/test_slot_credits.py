@@ -11,16 +11,17 @@ from dataclasses import dataclass, field
 import pytest
 
 from admission.controller import AdmissionController
-from admission.grant import AdmissionRequest, Grant
 from admission.leases import Lease, LeaseScope, LeaseStore, MemoryLeaseStore
 from admission.tenant_gate import TenantGate
 from admission.tenants import Tenant
+from admission.ticket import AdmissionRequest, Ticket
 from core.clock import FakeClock
 from gateway.metrics import GatewayMetrics
-from gateway.proxy.admission import Dispatch, build_controllers
-from gateway.proxy.attempts import UpstreamOpener
+from gateway.proxy.admit import build_admission
+from gateway.proxy.route import Router
 from gateway.settings import parse_settings
 from gateway.upstream.registry import Pool, ReplicaRegistry
+from gateway.upstream.slot import Slot
 from gateway.upstream.slot_credit_ledger import PRESENCE_PREFIX, CreditMode, StateHealth, slot_resource_id
 from gateway.upstream.slot_credits import SlotCredits
 from router.types import RoutingRequest
@@ -85,10 +86,10 @@ class Instance:
 
     registry: ReplicaRegistry
     pool: Pool
-    controller: AdmissionController[Dispatch]
+    controller: AdmissionController[Slot]
     credits: SlotCredits
-    waiting: list[asyncio.Task[Grant[Dispatch]]] = field(default_factory=list)
-    grants: list[Grant[Dispatch]] = field(default_factory=list)
+    waiting: list[asyncio.Task[Ticket[Slot]]] = field(default_factory=list)
+    grants: list[Ticket[Slot]] = field(default_factory=list)
 
     def inflight(self, rid: str) -> int:
         return self.pool.replicas[rid].inflight_requests
@@ -168,19 +169,18 @@ def instance_pools(
         linger_s=LINGER_S,
         autostart=False,
     )
-    opener = UpstreamOpener(None, metrics)  # type: ignore[arg-type]  # decide() only
-    built = build_controllers(
+    admission = build_admission(
         settings,
         registry=registry,
-        opener=opener,
+        router=Router(metrics),
         gate=TenantGate.in_memory(clock),
         clock=clock,
         metrics=metrics,
         credits=credits,
     )
     return {
-        model: Instance(registry, registry.pools[model], controller, credits)
-        for model, (_, controller) in built.items()
+        model: Instance(registry, registry.pools[model], admission.pool(model).controller, credits)
+        for model in registry.pools
     }
 
 
@@ -208,7 +208,7 @@ async def test_a_replica_without_a_credit_is_not_routable_until_one_is_acquired_
     assert len(one.controller) == 1 and not one.grants  # queued: no credit yet
     await one.step()
     assert len(one.grants) == 1 and len(one.controller) == 0
-    busy = one.grants[0].token.decision.replica_id
+    busy = one.grants[0].slot().decision.replica_id
     assert one.inflight(busy) == 1
     assert one.held(busy) == 2  # the occupied credit and the spare
     other = next(rid for rid in RIDS if rid != busy)
@@ -243,7 +243,7 @@ async def test_idle_credits_go_back_after_the_linger_and_renewals_keep_busy_ones
         clock.advance(TTL_S / 3)
         await one.step()
         one.check_invariant()
-    busy = one.grants[0].token.decision.replica_id
+    busy = one.grants[0].slot().decision.replica_id
     assert await store.count(slots(busy)) == 1 and one.held(busy) == 1
     assert one.credits.leases_lost_total == 0
     await one.finish(1)
@@ -259,7 +259,7 @@ async def test_a_lease_that_expired_during_a_stall_is_dropped_and_the_replica_fi
     one = instance(store, clock)
     await one.submit(1)
     await one.step()
-    busy = one.grants[0].token.decision.replica_id
+    busy = one.grants[0].slot().decision.replica_id
     clock.advance(TTL_S + 1)  # no renewal happened: the instance was stalled
     await one.step()
     assert one.credits.leases_lost_total >= 1
@@ -398,7 +398,7 @@ async def test_three_starving_instances_share_the_slots_fairly(
     instances = [instance(store, clock, cap=4) for _ in range(3)]
     for inst in instances:
         await inst.submit(300)
-    started: dict[Grant[Dispatch], float] = {}
+    started: dict[Ticket[Slot], float] = {}
     served = [0, 0, 0]
     for _ in range(200):
         for inst in order.sample(instances, 3):
@@ -441,7 +441,7 @@ async def test_after_an_idle_period_an_arrival_queues_for_a_credit_instead_of_be
     finds the controller holding no grant of its own never gets an early refusal."""
     one = instance(store, clock)
     assert one.controller._config.early_refusal_ratio is not None
-    assert one.controller._config.early_refusal_needs_queue, "build_controllers sets it with credits"
+    assert one.controller._config.early_refusal_needs_queue, "build_admission sets it with credits"
     await one.submit(1)
     await one.step()
     await one.finish()

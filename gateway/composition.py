@@ -1,0 +1,291 @@
+"""The composition root: every component of one gateway instance, built from settings and closed in
+reverse order. Nothing else constructs a component; nothing else closes one.
+
+Built at construction (no event loop needed): the metrics and the replica registry (pools, their
+routing policies, replica state) — what the operations endpoints read even before start-up.
+Built by `start()`, in this order, each registered for closing as it is built:
+
+    state backend (Redis, or none with memory state)
+    tenant gate (rate limits + bulkheads, on memory or Redis stores) · tenant directory
+    slot credits (Redis only: the per-replica cap shared by every instance)
+    router (decide + its metrics) · admission (a controller per pool, dispatching through the router)
+    upstream session + client · control client (health checks, scrapes)
+    retry policies · idempotency store · autoscaling signals · request server · proxy handler
+    health checker · gateway-instance membership (Redis) · discovery runners · engine scrapers
+
+`aclose()` closes them in reverse order: background loops first (scrapers, discovery, membership,
+health, the autoscaling signal), then the HTTP clients, then the slot credits and the state backend
+last, so no loop ever runs against a closed connection. A failure while starting closes whatever was
+already built.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from collections.abc import Awaitable, Callable
+
+import aiohttp
+import httpx
+
+from admission.leases import LeaseScope
+from admission.redis_leases import RedisLeaseStore
+from admission.redis_rate_limit import RedisRateLimitStore
+from admission.retry_budget import RetryBudget
+from admission.tenant_gate import TenantGate
+from core.clock import Clock, SystemClock
+from core.shared_state import FailureMode, RedisBackend, RedisOperation
+from gateway.autoscaling import AutoscaleSignals
+from gateway.instance_membership import GatewayMembership, RedisMembership
+from gateway.metrics import GatewayMetrics
+from gateway.proxy.admit import build_admission, tenant_directory
+from gateway.proxy.handler import ProxyHandler
+from gateway.proxy.idempotency_redis import idempotency_store
+from gateway.proxy.retry_policy import RetryPolicy
+from gateway.proxy.route import Router
+from gateway.proxy.send import UpstreamClient
+from gateway.proxy.serving import RequestServer
+from gateway.settings import Settings
+from gateway.upstream.discovery.factory import DiscoveryRunner, build_discovery
+from gateway.upstream.discovery.types import ReplicaSet
+from gateway.upstream.engine_metrics import adapter_for
+from gateway.upstream.health import HealthChecker
+from gateway.upstream.http_client import build_control_client, build_proxy_session
+from gateway.upstream.registry import Pool, ReplicaRegistry
+from gateway.upstream.scraper import EngineScraper, ScrapeMetrics
+from gateway.upstream.slot_credits import SlotCredits
+
+
+class Components:
+    """One gateway instance's components (see the module docstring); `app.state` in the ASGI app."""
+
+    def __init__(
+        self, settings: Settings, clock: Clock | None = None, rng: random.Random | None = None
+    ) -> None:
+        self.settings = settings
+        self.clock: Clock = clock or SystemClock()
+        self._rng = rng or random.Random(settings.seed)
+        self.metrics = GatewayMetrics()
+        self.registry = ReplicaRegistry(settings, self.metrics, self.clock, self._child_rng())
+        self.started_s = time.time()
+        self.discovered: set[str] = set()
+        """Pools with a dynamic replica source that has reported at least once."""
+        self.state_backend: RedisBackend | None = None
+        self.session: aiohttp.ClientSession | None = None
+        self.control_client: httpx.AsyncClient | None = None
+        self.proxy: ProxyHandler | None = None
+        self.signals: AutoscaleSignals | None = None
+        self._membership: GatewayMembership | None = None
+        self._stack = contextlib.AsyncExitStack()
+
+    @property
+    def started(self) -> bool:
+        return self.proxy is not None
+
+    def ready(self) -> bool:
+        """Readiness: not draining, and every pool knows its replicas (static, or discovered once)."""
+        if self.proxy is None or self.proxy.draining:
+            return False
+        return bool(self.registry.pools) and all(
+            pool.model in self.discovered
+            if pool.settings.replicas.dynamic
+            else bool(pool.settings.replicas.static)
+            for pool in self.registry.pools.values()
+        )
+
+    async def start(self) -> None:
+        """Build and start everything (module docstring); closes what was built if a step fails."""
+        if self.started:
+            return
+        try:
+            await self._start()
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        """Close everything in reverse order of building (idempotent)."""
+        await self._stack.aclose()
+        self.proxy = None
+        self.session = None
+        self.control_client = None
+        self.state_backend = None
+        self.signals = None
+        self._membership = None
+
+    async def _start(self) -> None:
+        s, clock, metrics = self.settings, self.clock, self.metrics
+        backend = self.state_backend = self._state_backend()
+        if backend is not None:
+            self._on_close(backend.aclose)
+        gate = self._tenant_gate(backend)
+        credits = self._slot_credits(backend)
+        if credits is not None:
+            self._on_close(credits.aclose)
+        admission = build_admission(
+            s,
+            registry=self.registry,
+            router=Router(metrics),
+            gate=gate,
+            clock=clock,
+            metrics=metrics,
+            credits=credits,
+        )
+        self.session = build_proxy_session(s.upstream)
+        self._on_close(self.session.close)
+        self.control_client = build_control_client(s.upstream)
+        self._on_close(self.control_client.aclose)
+        signals = self.signals = AutoscaleSignals(self.registry, metrics, clock, admission.queue_depth)
+        server = RequestServer(
+            admission=admission,
+            upstream=UpstreamClient(self.session),
+            registry=self.registry,
+            retry_policies=self._retry_policies(),
+            signals=signals,
+            metrics=metrics,
+        )
+        idempotency = idempotency_store(backend, clock, s.idempotency)
+        self.proxy = ProxyHandler(
+            settings=s,
+            registry=self.registry,
+            tenants=tenant_directory(s),
+            admission=admission,
+            server=server,
+            idempotency=idempotency,
+            metrics=metrics,
+        )
+        signals.start()
+        self._on_close(signals.stop)
+        health = HealthChecker(self.registry, self.control_client, clock, self._child_rng())
+        health.start()
+        self._on_close(health.stop)
+        self._start_membership(backend, signals)
+        self._start_discovery()
+        for pool in self.registry.pools.values():
+            scraper = self._scraper(pool, self.control_client)
+            if scraper is not None:
+                scraper.start()
+                self._on_close(scraper.stop)
+
+    def _on_close(self, close: Callable[[], Awaitable[object]]) -> None:
+        self._stack.push_async_callback(close)
+
+    def _child_rng(self) -> random.Random:
+        return random.Random(self._rng.random())
+
+    def _state_backend(self) -> RedisBackend | None:
+        """The Redis backend with the configured failure mode, None with memory state. Every call that
+        cannot reach Redis is counted as `llm_gateway_state_errors_total{operation}`."""
+        state = self.settings.state
+        if state.backend == "memory":
+            return None
+
+        def count_error(operation: RedisOperation) -> None:
+            self.metrics.state_errors_total.labels(str(operation)).inc()
+
+        return RedisBackend.from_url(
+            state.url,
+            on_error=FailureMode(state.on_error),
+            key_prefix=state.key_prefix,
+            on_error_callback=count_error,
+        )
+
+    def _tenant_gate(self, backend: RedisBackend | None) -> TenantGate:
+        """Memory stores, or Redis ones behind atomic scripts with the configured failure mode."""
+        if backend is None:
+            return TenantGate.in_memory(self.clock)
+        leases = RedisLeaseStore(backend, LeaseScope.TENANT)
+        return TenantGate(RedisRateLimitStore(backend), leases, self.clock)
+
+    def _slot_credits(self, backend: RedisBackend | None) -> SlotCredits | None:
+        """Replica slot credits on Redis (None with memory state: each instance's own cap is the cap).
+        A failure of the refiller loop itself is logged with its stack trace and counted as
+        `llm_gateway_state_errors_total{operation="slot_credit_refill"}`."""
+        if backend is None:
+            return None
+        state = self.settings.state
+        return SlotCredits(
+            RedisLeaseStore(backend, LeaseScope.REPLICA),
+            backend,
+            self.clock,
+            ttl_s=state.replica_lease_ttl_s,
+            linger_s=state.replica_credit_linger_s,
+            on_error=self.metrics.state_errors_total.labels("slot_credit_refill").inc,
+        )
+
+    def _retry_policies(self) -> dict[str, RetryPolicy]:
+        """One retry policy (and budget) per pool."""
+        return {
+            pool.model: RetryPolicy(
+                pool.settings.retries,
+                RetryBudget(
+                    self.clock,
+                    budget_ratio=pool.settings.retries.budget_ratio,
+                    min_retries_per_s=pool.settings.retries.budget_min_per_s,
+                ),
+                self._child_rng(),
+            )
+            for pool in self.registry.pools.values()
+        }
+
+    def _start_membership(self, backend: RedisBackend | None, signals: AutoscaleSignals) -> None:
+        """Measure k, the live gateway instances, for the autoscaling signal's traffic share
+        (`gateway.instance_membership`): with Redis state and a pool whose `autoscale.gateway_instances`
+        is unset. Leaving is registered for close (before the backend closes) and done by the drain."""
+        if backend is None or not signals.measures_gateway_instances:
+            return
+        errors = self.metrics.state_errors_total.labels(str(RedisOperation.MEMBERSHIP_HEARTBEAT))
+        membership = GatewayMembership(
+            RedisMembership(backend),
+            ttl_s=self.settings.state.replica_lease_ttl_s,
+            clock=self.clock,
+            on_count=signals.set_gateway_instances,
+            on_error=errors.inc,
+        )
+        membership.start()
+        self._membership = membership
+        self._on_close(membership.leave)
+
+    async def leave_membership(self) -> None:
+        """Leave the gateway-instance membership now (the drain's first step); idempotent."""
+        if self._membership is not None:
+            await self._membership.leave()
+
+    def _start_discovery(self) -> None:
+        """One discovery source per pool with a dynamic replica source (`dns` or `kubernetes`)."""
+        registry = self.registry
+        for pool in registry.pools.values():
+            if not pool.settings.replicas.dynamic:
+                continue
+
+            def on_change(target: ReplicaSet, pool: Pool = pool) -> None:
+                registry.apply_membership(pool, target)
+                self.discovered.add(pool.model)
+
+            runner = DiscoveryRunner(build_discovery(pool.settings.replicas, on_change), pool.model)
+            runner.start()
+            self._on_close(runner.stop)
+
+    def _scraper(self, pool: Pool, control_client: httpx.AsyncClient) -> EngineScraper | None:
+        """An engine /metrics scraper for `pool`, unless disabled or the flavour exports nothing."""
+        adapter = adapter_for(pool.settings.engine)
+        if adapter is None or not pool.settings.scrape.enabled:
+            return None
+        m = self.metrics
+        return EngineScraper(
+            pool.settings.scrape,
+            adapter,
+            pool.replicas.values,
+            control_client,
+            model=pool.settings.upstream_model or pool.model,
+            metrics=ScrapeMetrics(
+                errors=m.scrape_errors_total,
+                running=m.replica_engine_running,
+                waiting=m.replica_engine_waiting,
+                kv_usage_ratio=m.replica_kv_usage_ratio,
+                prefix_cache_hit_ratio=m.replica_prefix_cache_hit_ratio,
+            ),
+            clock=self.clock.now_s,
+            rng=self._child_rng(),
+        )

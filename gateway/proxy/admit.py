@@ -1,0 +1,239 @@
+"""Admission for the proxy: who may send, in which class, and when a replica slot is free.
+
+Per request: the tenant is resolved from `Authorization` (401 when tenants are configured and the key
+is unknown), the priority class from `x-gateway-priority` clamped to the tenant's ceiling (both in the
+handler, with the `TenantDirectory` built here), then the pool's `AdmissionController` applies the
+tenant's rate limits and bulkhead and either dispatches at once (a replica under its cap is eligible)
+or queues the request by class (FIFO within a class, weighted fair share across tenants) until a slot
+frees up, its class's max wait passes (429 `queue_timeout`), or a higher class displaces it (429
+`queue_full`). Routing runs at dispatch time, so a queued request goes where it is cheapest when it
+leaves the queue. What admission gives is a `Ticket` (`admission.ticket`) holding the `Slot`.
+
+`PoolAdmission.claim` is the one synchronous "route and take a slot" step; admission's `try_dispatch`
+and the retry loop both use it, and `PoolAdmission.no_replica` is the one `no_replica` refusal. State
+lives in memory or, with `state.backend: redis`, in Redis: rate limits and tenant concurrency shared by
+every gateway instance, and the per-replica cap held across instances through slot credits
+(`gateway.upstream.slot_credits`): a replica is routable only while this instance holds a free credit
+on it; the credits' refiller wakes the controllers when credits arrive.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from admission.config import AdmissionConfig
+from admission.controller import AdmissionController
+from admission.outcomes import AdmissionRefused, RejectReason
+from admission.priority_queue import PriorityClass
+from admission.tenant_gate import TenantGate
+from admission.tenants import Tenant, TenantDirectory
+from admission.ticket import AdmissionRequest, Ticket
+from core.clock import Clock
+from gateway.errors import from_refusal
+from gateway.metrics import GatewayMetrics
+from gateway.proxy.route import Router
+from gateway.settings import AdmissionSettings, Settings
+from gateway.upstream.registry import Pool, ReplicaRegistry
+from gateway.upstream.slot import Slot
+from gateway.upstream.slot_credits import SlotCredits
+from router.types import RoutingRequest
+
+
+class MetricsObserver:
+    """Admission events → Prometheus."""
+
+    def __init__(self, metrics: GatewayMetrics, model: str) -> None:
+        self._metrics = metrics
+        self._model = model
+
+    def queue_depth_changed(self, priority: str, depth: int) -> None:
+        self._metrics.queue_depth.labels(self._model, priority).set(depth)
+
+    def dispatched(self, priority: str, queue_wait_s: float) -> None:
+        self._metrics.queue_wait_seconds.labels(priority).observe(queue_wait_s)
+
+    def rejected(self, reason: RejectReason, priority: str) -> None:
+        """Counted by the handler with every other rejection (`rejections_total`)."""
+
+
+class PoolAdmission:
+    """One pool's admission: its controller and the route-and-claim step it dispatches with."""
+
+    def __init__(
+        self,
+        pool: Pool,
+        registry: ReplicaRegistry,
+        router: Router,
+        gate: TenantGate,
+        *,
+        clock: Clock,
+        config: AdmissionConfig,
+        metrics: GatewayMetrics,
+        credits: SlotCredits | None = None,
+        max_inflight: int | None = None,
+    ) -> None:
+        self.pool = pool
+        self._registry = registry
+        self._router = router
+        self._credits = credits
+        self._max_inflight = max_inflight
+        self.controller: AdmissionController[Slot] = AdmissionController(
+            self.try_dispatch,
+            gate,
+            clock=clock,
+            config=config,
+            observer=MetricsObserver(metrics, pool.model),
+            full_by_own_caps=self.full_by_own_caps,
+        )
+
+    async def admit(self, request: AdmissionRequest) -> Ticket[Slot]:
+        """A ticket holding a slot, or the refusal as the gateway error that answers it."""
+        try:
+            return await self.controller.admit(request)
+        except AdmissionRefused as refused:
+            raise from_refusal(refused) from None
+
+    def queue_depth(self) -> int:
+        """Requests of this pool waiting for a replica slot."""
+        return len(self.controller)
+
+    def full_by_own_caps(self) -> bool:
+        """False while the process's upstream connection limit, which every pool shares, is what
+        stops a claim: other pools' releases free slots then, which this pool's own tickets cannot
+        forecast (admission's early refusal stays out)."""
+        return self._max_inflight is None or self._registry.total_inflight() < self._max_inflight
+
+    def claim(self, routing: RoutingRequest) -> Slot | None:
+        """A slot on the replica routing picks among eligible replicas under their cap (with shared
+        state: under this instance's credits), or None.
+
+        The process's upstream connection limit (`upstream.max_connections`) is a cap too: at the limit
+        nothing is claimed and requests wait in admission like any capped request. Left to the HTTP
+        client's own pool, they would wait inside it and its timeouts would be blamed on the replicas
+        (connect failures trip breakers), turning a gateway-local limit into a fleet outage."""
+        if self._max_inflight is not None and self._registry.total_inflight() >= self._max_inflight:
+            return None
+        if self._credits is not None:
+            self._credits.sync(self.pool)
+        decision = self._router.decide(self.pool, routing)
+        if decision is None:
+            if self._credits is not None:
+                self._credits.wake()  # the refiller looks for credits while requests wait
+            return None
+        replica = self.pool.replicas[decision.replica_id]
+        slot = self._registry.claim(replica, decision, routing.estimated_total_tokens)
+        if self._credits is not None:
+            self._credits.on_dispatch(replica)
+        return slot
+
+    def try_dispatch(self, request: AdmissionRequest) -> Slot | None:
+        """Admission's hook: a slot now, None to wait, `no_replica` when nothing is up at all."""
+        assert request.routing is not None
+        slot = self.claim(request.routing)
+        if slot is None and not self.pool.has_eligible_replica():
+            raise self.no_replica()
+        return slot
+
+    def claim_excluding(self, routing: RoutingRequest, excluded: frozenset[str]) -> Slot | None:
+        """A slot for a retry: routing again with the replicas that failed this request excluded."""
+        return self.claim(replace(routing, exclude=excluded))
+
+    def no_replica(self) -> AdmissionRefused:
+        """The `no_replica` refusal (503), with the soonest timer that can bring a replica back."""
+        return AdmissionRefused(
+            RejectReason.NO_REPLICA,
+            self.pool.retry_after_s(),
+            f"no eligible replica for model {self.pool.model!r} (all down, draining or circuit-open)",
+        )
+
+
+class Admission:
+    """Every pool's admission, by client-facing model name."""
+
+    def __init__(self, pools: dict[str, PoolAdmission]) -> None:
+        self._pools = pools
+
+    def pool(self, model: str) -> PoolAdmission:
+        """The admission of `model`'s pool (a configured model: the handler checked it)."""
+        return self._pools[model]
+
+    def queue_depth(self, model: str) -> int:
+        """Requests of `model`'s pool waiting for a replica slot."""
+        return self._pools[model].queue_depth()
+
+    def reject_waiting(self, refused: AdmissionRefused) -> None:
+        """Refuse everything still queued (shutdown)."""
+        for pool in self._pools.values():
+            pool.controller.reject_waiting(refused.reason, refused.retry_after_s, refused.message)
+
+
+def tenant_directory(settings: Settings) -> TenantDirectory:
+    """The configured tenants (API key hashes, limits, ceiling, weight) and the class names."""
+    tenants = [
+        Tenant(
+            name=t.name,
+            api_key_hashes=tuple(t.api_key_hashes),
+            requests_per_min=t.requests_per_min,
+            tokens_per_min=t.tokens_per_min,
+            max_concurrent=t.max_concurrent,
+            priority_ceiling=t.priority_ceiling,
+            weight=t.weight,
+        )
+        for t in settings.tenants
+    ]
+    admission = settings.admission
+    return TenantDirectory(
+        tenants,
+        allow_anonymous=admission.allow_anonymous,
+        class_names=list(admission.classes),
+        default_priority=admission.default_priority,
+    )
+
+
+def admission_config(settings: AdmissionSettings) -> AdmissionConfig:
+    """The controllers' configuration from the `admission:` settings."""
+    classes = tuple(PriorityClass(name, c.max_wait_s, c.max_depth) for name, c in settings.classes.items())
+    return AdmissionConfig(
+        classes=classes,
+        max_queue_depth=settings.max_queue_depth,
+        early_refusal_ratio=settings.early_refusal_ratio,
+    )
+
+
+def build_admission(
+    settings: Settings,
+    *,
+    registry: ReplicaRegistry,
+    router: Router,
+    gate: TenantGate,
+    clock: Clock,
+    metrics: GatewayMetrics,
+    credits: SlotCredits | None = None,
+) -> Admission:
+    """One `PoolAdmission` per pool; every slot release (and capacity change) schedules every pool's
+    pump (and wakes the credits' refiller); a credit that arrives schedules its pool's pump."""
+    # With shared slot credits, a queued request is what makes this instance ask Redis for more: an
+    # arrival that would be first in line always queues (see AdmissionConfig).
+    config = replace(admission_config(settings.admission), early_refusal_needs_queue=credits is not None)
+    if credits is not None:
+        registry.add_release_listener(credits.wake)
+    pools: dict[str, PoolAdmission] = {}
+    for pool in registry.pools.values():
+        admission = PoolAdmission(
+            pool,
+            registry,
+            router,
+            gate,
+            clock=clock,
+            config=config,
+            metrics=metrics,
+            credits=credits,
+            max_inflight=settings.upstream.max_connections,
+        )
+        registry.add_release_listener(admission.controller.on_release)
+        if credits is not None:
+            credits.attach(
+                pool, waiting=admission.controller.__len__, on_credit=admission.controller.on_release
+            )
+        pools[pool.model] = admission
+    return Admission(pools)

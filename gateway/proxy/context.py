@@ -1,0 +1,109 @@
+"""The frozen context of one request, parsed once at the edge and read by every later step.
+
+`build_context` runs after the body is parsed and the pool found: it fixes everything the serve
+path needs to know about the request and never changes afterwards — who (tenant, priority class),
+what (the parsed body, its pool), where it may go (the `RoutingRequest`: prompt block hashes, session
+key, token estimate), and how it is sent (the upstream body and headers, its timers). A bad timer
+override header is a 400 `bad_request` here, before admission charges anything.
+
+What changes while the request runs lives elsewhere: the client side in `gateway.proxy.reply.Reply`,
+one upstream try in `gateway.proxy.attempt.Attempt`, the held slot and tenant pass in the admission
+`Ticket`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from admission.tenants import Tenant
+from gateway.api.asgi_io import Scope, header
+from gateway.api.request_parsing import ParsedRequest, rewrite_body
+from gateway.proxy.timers import IDLE_HEADER, TTFT_HEADER, RequestTimers, request_timers
+from gateway.upstream.registry import Pool
+from router.keys import build_routing_request, session_key_of
+from router.types import RoutingRequest
+
+FORWARDED_HEADERS = (b"authorization", b"accept", b"user-agent")
+"""Client headers passed upstream as they are (beside content-type and the request id)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """What the serve path knows about one request (see the module docstring)."""
+
+    request_id: str
+    started_s: float
+    """`time.perf_counter()` at arrival (the same origin as `Reply.started_s`)."""
+    parsed: ParsedRequest
+    pool: Pool
+    tenant: Tenant
+    priority: str
+    routing: RoutingRequest
+    upstream_body: bytes
+    upstream_headers: Mapping[str, str]
+    timers: RequestTimers
+    idempotency_key: str | None
+    authorization: str | None
+
+    @property
+    def model(self) -> str:
+        """The client-facing model name (the pool's)."""
+        return self.pool.model
+
+    @property
+    def stream(self) -> bool:
+        """The client asked for a streamed (SSE) response."""
+        return self.parsed.stream
+
+    def elapsed_s(self) -> float:
+        """Seconds since the request arrived."""
+        return time.perf_counter() - self.started_s
+
+
+def build_context(
+    *,
+    request_id: str,
+    started_s: float,
+    scope: Scope,
+    parsed: ParsedRequest,
+    pool: Pool,
+    tenant: Tenant,
+    priority: str,
+) -> RequestContext:
+    """Fix the request's routing key, upstream bytes and timers (400 on a bad timer header)."""
+    routing = build_routing_request(
+        parsed.model,
+        parsed.prompt_text,
+        pool.key_settings,
+        session_key=session_key_of(header(scope, b"x-session-id"), parsed.user),
+        estimated_prompt_tokens=parsed.estimated_prompt_tokens,
+        max_tokens=parsed.max_tokens,
+    )
+    timers = request_timers(
+        pool.settings.timeouts, header(scope, TTFT_HEADER.encode()), header(scope, IDLE_HEADER.encode())
+    )
+    return RequestContext(
+        request_id=request_id,
+        started_s=started_s,
+        parsed=parsed,
+        pool=pool,
+        tenant=tenant,
+        priority=priority,
+        routing=routing,
+        upstream_body=rewrite_body(parsed, pool.settings.upstream_model),
+        upstream_headers=forwarded_headers(scope["headers"], request_id),
+        timers=timers,
+        idempotency_key=header(scope, b"idempotency-key"),
+        authorization=header(scope, b"authorization"),
+    )
+
+
+def forwarded_headers(raw_headers: list[tuple[bytes, bytes]], request_id: str) -> dict[str, str]:
+    """Headers sent upstream: content-type JSON, the request id, and `FORWARDED_HEADERS` from the client."""
+    out = {"content-type": "application/json", "x-request-id": request_id}
+    for key, value in raw_headers:
+        if key in FORWARDED_HEADERS:
+            out[key.decode("latin-1")] = value.decode("latin-1")
+    return out

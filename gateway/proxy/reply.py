@@ -1,0 +1,63 @@
+"""The client side of one request: what has been sent back, and what was measured on the way.
+
+One `Reply` per request, created at arrival (before anything is parsed, so even a 401 has its
+request id and timing). It holds the ASGI `send` (wrapped by the idempotency recorder when the
+response is stored), the disconnect watcher, whether the response has started (after that an error
+can only be a terminal SSE event), the decision of the replica that answers (for the headers), and
+the measurements accounting reads: queue wait, first output, usage.
+
+`first_output_s` is when the client could first see generated output, from arrival: the first
+content event of a stream (the time to first token, TTFT) or, for a non-streamed response, the
+arrival of the whole body (the client sees nothing earlier, so that is its TTFT too).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.api.asgi_io import DisconnectWatcher, Send
+from gateway.errors import GatewayError
+from router.types import Decision
+
+
+@dataclass(slots=True, eq=False)
+class Reply:
+    """The client side of one request (see the module docstring)."""
+
+    request_id: str
+    send: Send
+    started_s: float = field(default_factory=time.perf_counter)
+    watcher: DisconnectWatcher | None = None
+    decision: Decision | None = None
+    started: bool = False
+    """The response's first message (status and headers) went out."""
+    first_output_s: float | None = None
+    usage: dict[str, Any] | None = None
+    queue_wait_s: float = 0.0
+    abort_error: GatewayError | None = None
+    """Set by a shutdown that ends the request: the handler answers with it."""
+
+    def elapsed_s(self) -> float:
+        """Seconds since the request arrived."""
+        return time.perf_counter() - self.started_s
+
+    def mark_first_output(self) -> None:
+        """Record the first output now (once; later calls keep the first)."""
+        if self.first_output_s is None:
+            self.first_output_s = self.elapsed_s()
+
+    def response_headers(self, content_type: str) -> list[tuple[str, str]]:
+        """Gateway response headers (DESIGN §4): request id, replica, route, queue time, Server-Timing."""
+        headers = [("content-type", content_type), ("x-request-id", self.request_id)]
+        if self.decision is not None:
+            headers.append(("x-gateway-replica", self.decision.replica_id))
+            headers.append(("x-gateway-route", self.decision.header_value()))
+        queue_ms = self.queue_wait_s * 1000
+        headers.append(("x-gateway-queue-ms", f"{queue_ms:.0f}"))
+        timing = f"queue;dur={queue_ms:.1f}"
+        if self.first_output_s is not None:
+            timing += f", upstream-ttft;dur={self.first_output_s * 1000:.1f}"
+        headers.append(("server-timing", timing))
+        return headers

@@ -1,0 +1,34 @@
+"""Routing, as the serve path calls it: one pure decision over a pool's snapshot, plus its metrics.
+
+`Router.decide(pool, routing)` takes the pool's frozen snapshot (`Pool.snapshot`), asks the pool's
+policy (`router/`: filters → weighted scorers → picker) and counts the outcome:
+`llm_gateway_routing_decision_seconds` (time to decide) and `routing_decisions_total{policy,branch}`.
+It never claims anything and never does I/O; `None` means no replica is eligible for this request
+now (all at their cap, excluded, or not routable). Claiming the chosen replica is admission's step
+(`gateway.proxy.admit.PoolAdmission.claim`), sending to it the upstream client's
+(`gateway.proxy.send.UpstreamClient`).
+"""
+
+from __future__ import annotations
+
+import time
+
+from gateway.metrics import GatewayMetrics
+from gateway.upstream.registry import Pool
+from router.types import Decision, RoutingRequest
+
+
+class Router:
+    """The routing facade of the serve path (see the module docstring)."""
+
+    def __init__(self, metrics: GatewayMetrics) -> None:
+        self._metrics = metrics
+
+    def decide(self, pool: Pool, routing: RoutingRequest) -> Decision | None:
+        """The pool policy's decision for `routing` over the pool's current snapshot, counted."""
+        started_s = time.perf_counter()
+        decision = pool.policy.decide(routing, pool.snapshot())
+        self._metrics.routing_decision_seconds.observe(time.perf_counter() - started_s)
+        if decision is not None:
+            self._metrics.routing_decisions_total.labels(decision.policy, decision.branch).inc()
+        return decision

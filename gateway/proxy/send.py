@@ -1,0 +1,98 @@
+"""Send one try upstream and classify what came back; the upstream client does nothing else.
+
+`UpstreamClient.send(ctx, attempt)` posts the request's upstream body to the attempt's replica and
+returns the open response of a 2xx answer (the relay reads it), or raises:
+- `UpstreamConnectError` when the replica cannot be reached,
+- `StaleConnection` when the request hit a keep-alive connection the engine had already closed and no
+  byte came back (the serve loop retries it once on a fresh connection, not held against the replica),
+- `UpstreamTTFTTimeout` when a stream's headers do not arrive within the first-token deadline (which
+  runs from the attempt's start),
+- `UpstreamStatusError` with the engine's status, body (up to 64 KiB) and Retry-After for an error.
+Routing, claiming and retrying are not here: see `gateway.proxy.route`, `gateway.proxy.admit` and
+the loop in `gateway.proxy.serving` (its policy in `gateway.proxy.retry_policy`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+
+from gateway.errors import UpstreamConnectError, UpstreamStatusError, UpstreamTTFTTimeout
+from gateway.proxy.attempt import Attempt
+from gateway.proxy.context import RequestContext
+
+MAX_ERROR_BODY_BYTES = 64 * 1024
+
+
+class StaleConnection(Exception):
+    """The engine closed a pooled keep-alive connection before answering (nothing was generated)."""
+
+
+def _retry_after_s(response: aiohttp.ClientResponse) -> float | None:
+    value = response.headers.get("retry-after")
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+class UpstreamClient:
+    """Sends tries over the one shared proxy session (see the module docstring)."""
+
+    def __init__(self, session: aiohttp.ClientSession) -> None:
+        self._session = session
+
+    async def send(self, ctx: RequestContext, attempt: Attempt) -> aiohttp.ClientResponse:
+        """The open 2xx response of `attempt`'s replica, or the classified failure (module docstring)."""
+        rid = attempt.slot.replica.replica_id
+        timers = ctx.timers
+        try:
+            response = await self._post(ctx, attempt)
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError):
+            raise UpstreamConnectError(f"could not connect to replica {rid}", replica_id=rid) from None
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+            raise StaleConnection(rid) from None
+        except TimeoutError:
+            raise UpstreamTTFTTimeout(
+                f"no response from replica {rid} within the first-token deadline of {timers.ttft_s} s",
+                replica_id=rid,
+            ) from None
+        if response.status >= 400:
+            raise await self._status_error(response, rid)
+        return response
+
+    async def _post(self, ctx: RequestContext, attempt: Attempt) -> aiohttp.ClientResponse:
+        timers = ctx.timers
+        timeout = aiohttp.ClientTimeout(
+            total=None,
+            connect=timers.connect_s,
+            sock_connect=timers.connect_s,
+            sock_read=timers.idle_s if ctx.stream else timers.nonstream_s,
+        )
+        request = self._session.post(
+            attempt.slot.replica.url + ctx.parsed.endpoint.value,
+            data=ctx.upstream_body,
+            headers=ctx.upstream_headers,
+            timeout=timeout,
+        )
+        if not ctx.stream:
+            return await request
+        async with asyncio.timeout(timers.ttft_s - attempt.elapsed_s()):
+            return await request
+
+    async def _status_error(self, response: aiohttp.ClientResponse, replica_id: str) -> UpstreamStatusError:
+        try:
+            body = await response.content.read(MAX_ERROR_BODY_BYTES)
+        except (aiohttp.ClientError, TimeoutError):
+            body = b""
+        finally:
+            response.close()
+        return UpstreamStatusError(
+            f"replica {replica_id} answered {response.status}",
+            status=response.status,
+            body=body,
+            content_type=response.headers.get("content-type"),
+            replica_id=replica_id,
+            retry_after_s=_retry_after_s(response),
+        )
