@@ -25,10 +25,6 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 MAX_MODULE_LINES = 400
 
-BEING_REFACTORED: tuple[str, ...] = ("admission/controller.py",)
-"""Modules (repo-relative paths) or packages another change is splitting right now (#13): their cases
-are expected failures (non-strict) until it lands; delete an entry as soon as its case passes."""
-
 ROUTER_MAY_IMPORT = ("xxhash", "core.tokens")
 CORE_MAY_IMPORT = ("redis",)
 
@@ -91,10 +87,7 @@ def _cycle_through(start: str) -> list[str] | None:
 
 
 def _case(name: str) -> object:
-    marks = []
-    if any(name == entry or name.startswith(entry.rstrip("/") + "/") for entry in BEING_REFACTORED):
-        marks.append(pytest.mark.xfail(strict=False, reason="being refactored (#13)"))
-    return pytest.param(name, marks=marks, id=name)
+    return pytest.param(name, id=name)
 
 
 def test_the_packages_are_the_expected_ones() -> None:

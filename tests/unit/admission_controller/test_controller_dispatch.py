@@ -8,7 +8,7 @@ from admission.outcomes import AdmissionRefused, RejectReason
 from admission.tenants import Tenant
 from admission.ticket import AdmissionRequest, Ticket
 
-from .fakes import Harness, Slot, label_of, make_harness, req, settle
+from .fakes import Harness, Slot, label_of, make_harness, req, run_scheduled_pump, settle
 
 
 async def serve_in_order(
@@ -171,3 +171,26 @@ async def test_unknown_priority_and_negative_tokens_are_programming_errors() -> 
     with pytest.raises(ValueError, match="estimated_tokens"):
         await h.controller.admit(req("a", tokens=-1))
     assert h.fleet.asked == []
+
+
+async def test_a_release_schedules_the_pump_and_never_runs_it_in_place() -> None:
+    """Releases only schedule the pump (`call_soon`): nothing is dispatched inside `on_release` (so a
+    slot released from within `try_dispatch` or another pump cannot re-enter it), and many releases
+    in one loop iteration cost one pump round."""
+    h = make_harness(slots=3)
+    running = [await h.controller.admit(req(f"r{n}")) for n in range(3)]
+    tasks = [asyncio.create_task(h.controller.admit(req(f"w{n}"))) for n in range(3)]
+    await settle()
+    asked_before = len(h.fleet.asked)
+    for ticket in running:
+        slot = ticket.slot()
+        assert slot is not None
+        slot.release()  # each calls on_release
+        assert h.fleet.in_use < 3 and h.fleet.asked[asked_before:] == [], "nothing dispatched in place"
+    await run_scheduled_pump()
+    assert h.fleet.asked[asked_before:] == ["w0", "w1", "w2"], "one round served all three, in order"
+    await settle()
+    assert all(t.done() for t in tasks)
+    for ticket in [*running, *(t.result() for t in tasks)]:
+        await ticket.release()
+    assert h.fleet.in_use == 0

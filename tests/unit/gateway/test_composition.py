@@ -1,0 +1,63 @@
+"""The composition root builds every component from settings and closes them in reverse order."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.composition import Components
+from gateway.settings import parse_settings
+from gateway.upstream.health import HealthChecker
+from tests.servers import free_port
+
+
+def settings(**state: object) -> object:
+    pool = {"model": "m", "replicas": {"static": [f"http://127.0.0.1:{free_port()}"]}}
+    return parse_settings({"pools": [pool], "state": state or {"backend": "memory"}})
+
+
+async def test_start_builds_the_serve_path_and_aclose_closes_it_in_reverse_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    components = Components(settings())  # type: ignore[arg-type]
+    assert components.registry.pools and not components.ready(), "registry before start, nothing to serve"
+    closed: list[str] = []
+    original_stop = HealthChecker.stop
+
+    async def recording_stop(self: HealthChecker) -> None:
+        assert components.control_client is not None
+        closed.append(f"health (control client open: {not components.control_client.is_closed})")
+        await original_stop(self)
+
+    monkeypatch.setattr(HealthChecker, "stop", recording_stop)
+    await components.start()
+    assert components.proxy is not None and components.session is not None and components.ready()
+    assert components.state_backend is None, "memory state: no Redis connection"
+    session, control = components.session, components.control_client
+    assert control is not None
+    await components.aclose()
+    assert closed == ["health (control client open: True)"], "loops stop before the clients they use close"
+    assert session.closed and control.is_closed and components.proxy is None
+    await components.aclose()  # idempotent
+
+
+async def test_a_failure_while_starting_closes_what_was_already_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    components = Components(settings())  # type: ignore[arg-type]
+
+    def broken_start(self: HealthChecker) -> None:
+        raise RuntimeError("health checker failed to start")
+
+    monkeypatch.setattr(HealthChecker, "start", broken_start)
+    with pytest.raises(RuntimeError, match="health checker"):
+        await components.start()
+    assert components.session is None and components.proxy is None
+
+
+async def test_redis_state_builds_one_backend_that_closes_last() -> None:
+    components = Components(settings(backend="redis", url=f"redis://127.0.0.1:{free_port()}/0"))  # type: ignore[arg-type]
+    await components.start()
+    backend = components.state_backend
+    assert backend is not None, "one shared-state backend for the gate, the credits and idempotency"
+    await components.aclose()
+    assert components.state_backend is None
