@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from gateway.serve import serve
+from gateway.uvicorn_runner import serve
 from gateway.settings import parse_settings
 
 DEMO_MODEL = "demo-model"

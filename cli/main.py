@@ -18,7 +18,7 @@ from mock_engine import cli as mock_cli
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from gateway.serve import serve
+    from gateway.uvicorn_runner import serve
 
     try:
         settings = load_settings(args.config)

@@ -20,7 +20,7 @@ from gateway.settings import UpstreamClientSettings
 
 CONNECTION_HEADROOM = 16
 """Connections above `max_connections`: admission caps in-flight requests at `max_connections`
-(`gateway.proxy.admission.PoolDispatcher.claim`), so the pool itself never makes a request wait; the
+(`gateway.proxy.admit.PoolAdmission.claim`), so the pool itself never makes a request wait; the
 headroom covers connections still closing."""
 
 

@@ -29,7 +29,7 @@ from tests.deploy.tools import require_module
 MIN_KUBERNETES = "1.26.0"
 """EndpointSlice `conditions.terminating` is GA from 1.26; older clusters cannot drain by it."""
 SERVICE_MONITOR_SCHEMA = Path(__file__).parent / "schemas" / "servicemonitor-monitoring.coreos.com-v1.json"
-UVICORN_SHUTDOWN_SLACK_S = 5  # gateway/serve.py: timeout_graceful_shutdown = drain_timeout_s + 5
+UVICORN_SHUTDOWN_SLACK_S = 5  # gateway/uvicorn_runner.py: timeout_graceful_shutdown = drain_timeout_s + 5
 
 
 def _core_docs() -> list[Doc]:
