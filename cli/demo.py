@@ -11,8 +11,8 @@ import subprocess
 import sys
 import time
 
-from gateway.uvicorn_runner import serve
 from gateway.settings import parse_settings
+from gateway.uvicorn_runner import serve
 
 DEMO_MODEL = "demo-model"
 ENGINE_PORTS = (8101, 8102, 8103)
