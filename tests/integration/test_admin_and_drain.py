@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import httpx
 
 from tests.integration.conftest import MODEL, pool
 from tests.servers import gateway_settings
+from tests.waiting import wait_for
 
 ADMIN_KEY = "s3cret-admin"
 CHAT = "/v1/chat/completions"
@@ -41,14 +41,14 @@ def test_admin_requires_the_key_and_drains_a_replica(monkeypatch, mock_engines, 
                 assert other.status_code == 200 and other.headers["x-gateway-replica"] != held_replica
             lines = [line for line in held.iter_lines() if line]
             assert lines[-1] == "data: [DONE]", "the draining replica's in-flight stream finishes"
-        deadline = time.monotonic() + 2
-        status = {}
-        while time.monotonic() < deadline:
-            status = client.get(f"/admin/replicas/{held_replica}", headers=auth).json()["replicas"][0]
-            if status["drained"]:
-                break
-            time.sleep(0.02)
-        assert status["drained"] and status["inflight_requests"] == 0
+
+        def replica_status() -> dict:
+            answer = client.get(f"/admin/replicas/{held_replica}", headers=auth).json()
+            status: dict = answer["replicas"][0]
+            return status
+
+        wait_for(lambda: replica_status()["drained"], timeout_s=2, what="the drained replica reports drained")
+        assert replica_status()["inflight_requests"] == 0
         client.post(f"/admin/replicas/{held_replica}/undrain", headers=auth)
         seen = {client.post(CHAT, json=_body()).headers["x-gateway-replica"] for _ in range(4)}
         assert held_replica in seen
@@ -70,7 +70,7 @@ def test_drain_refuses_new_requests_lets_streams_finish_then_ends_the_rest(mock_
         assert short.status_code == 200 and long.status_code == 200
         drain = threading.Thread(target=lambda: gateway.call(app.drain()))
         drain.start()
-        time.sleep(0.1)
+        wait_for(lambda: app.draining, what="the gateway started draining")
         refused = client.post(CHAT, json=_body())
         assert refused.status_code == 503 and refused.headers["x-gateway-reject-reason"] == "draining"
         assert int(refused.headers["retry-after"]) >= 1

@@ -13,6 +13,7 @@ import httpx
 
 from tests.integration.conftest import MODEL, pool
 from tests.servers import free_port, gateway_settings, wait_until
+from tests.waiting import eventually
 
 CHAT = "/v1/chat/completions"
 
@@ -72,12 +73,16 @@ def test_queue_timeout_and_queue_full(mock_engines, gateways) -> None:
             _contract(timed_out, 429, "queue_timeout")
             assert 0.25 <= waited_s < 2.0
 
+            depth = gateway.app.state.metrics.queue_depth
+
             async def one_queued_one_refused() -> tuple[httpx.Response, httpx.Response]:
                 async with httpx.AsyncClient(base_url=gateway.url, timeout=10) as aclient:
                     batch = asyncio.create_task(
                         aclient.post(CHAT, json=_body(), headers={"x-gateway-priority": "batch"})
                     )
-                    await asyncio.sleep(0.1)
+                    await eventually(
+                        lambda: depth.labels(MODEL, "batch")._value.get() == 1, what="batch queued"
+                    )
                     refused = await aclient.post(CHAT, json=_body(), headers={"x-gateway-priority": "batch"})
                     critical = asyncio.create_task(
                         aclient.post(CHAT, json=_body(), headers={"x-gateway-priority": "critical"})
@@ -114,8 +119,10 @@ def test_a_waiter_whose_client_leaves_is_never_dispatched(mock_engines, gateways
             assert wait_until(lambda: depth.labels(MODEL, "interactive")._value.get() == 0)
             for _ in held.iter_lines():
                 pass
-    time.sleep(0.2)
-    assert engine.app.counters.started == 1, "the abandoned waiter never reached the engine"
+        # A probe behind the freed slot: had the abandoned waiter still been queued, it would have been
+        # dispatched (FIFO, cap 1) before the probe could finish.
+        assert client.post(CHAT, json=_body(max_tokens=1)).status_code == 200
+    assert engine.app.counters.started == 2, "the held stream and the probe; the abandoned waiter never ran"
 
 
 def test_no_replica_is_503_with_a_computed_retry_after(gateways) -> None:

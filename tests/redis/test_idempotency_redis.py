@@ -21,6 +21,7 @@ from gateway.settings import IdempotencySettings
 from mock_engine.faults import FaultSettings
 from tests.integration.conftest import MODEL, pool
 from tests.servers import ServerThread, gateway_settings
+from tests.waiting import eventually
 
 from .conftest import CLOSED_PORT_URL, REDIS_URL, BackendFactory, TcpProxy
 
@@ -36,6 +37,32 @@ def stores(make_backend: BackendFactory, count: int = 2, **kwargs: Any) -> list[
     return [RedisIdempotencyStore(make_backend(), **kwargs) for _ in range(count)]
 
 
+async def entry_key(raw_redis: Redis, key_prefix: str) -> str:
+    """The one idempotency entry under the test's prefix."""
+    [entry] = [k async for k in raw_redis.scan_iter(match=f"{key_prefix}idem:*")]
+    return str(entry)
+
+
+async def waiting_on(raw_redis: Redis, key_prefix: str, count: int) -> None:
+    """Until `count` waiters are subscribed to the entry's completion channel (they wait for it)."""
+    channel = await entry_key(raw_redis, key_prefix) + ":done"
+
+    async def subscribed() -> bool:
+        [(_, subscribers)] = await raw_redis.pubsub_numsub(channel)
+        return int(subscribers) == count
+
+    await eventually(subscribed, what=f"{count} waiter(s) subscribed to {channel}")
+
+
+async def expired(raw_redis: Redis, entry: str) -> None:
+    """Until Redis has expired `entry` (its own clock: `EXISTS` expires a key past its PTTL)."""
+
+    async def gone() -> bool:
+        return await raw_redis.exists(entry) == 0
+
+    await eventually(gone, what=f"{entry} expired")
+
+
 async def test_leader_then_replay_on_another_instance_and_a_different_body_is_a_bad_request(
     make_backend: BackendFactory,
 ) -> None:
@@ -48,12 +75,12 @@ async def test_leader_then_replay_on_another_instance_and_a_different_body_is_a_
 
 
 async def test_concurrent_duplicates_on_both_instances_wake_on_completion(
-    make_backend: BackendFactory,
+    make_backend: BackendFactory, raw_redis: Redis, key_prefix: str
 ) -> None:
     one, two = stores(make_backend)  # lease 10 s: only the published completion can wake them early
     assert await one.claim(KEY, DIGEST) is None
     waiters = [asyncio.create_task(store.claim(KEY, DIGEST)) for store in (one, two, two)]
-    await asyncio.sleep(0.2)
+    await waiting_on(raw_redis, key_prefix, 3)
     assert not any(w.done() for w in waiters)
     completed_s = time.monotonic()
     await one.complete(KEY, OK)
@@ -61,11 +88,13 @@ async def test_concurrent_duplicates_on_both_instances_wake_on_completion(
     assert time.monotonic() - completed_s < 0.5
 
 
-async def test_a_failed_leader_hands_over_to_a_waiter(make_backend: BackendFactory) -> None:
+async def test_a_failed_leader_hands_over_to_a_waiter(
+    make_backend: BackendFactory, raw_redis: Redis, key_prefix: str
+) -> None:
     one, two = stores(make_backend)
     assert await one.claim(KEY, DIGEST) is None
     waiter = asyncio.create_task(two.claim(KEY, DIGEST))
-    await asyncio.sleep(0.1)
+    await waiting_on(raw_redis, key_prefix, 1)
     await one.complete(KEY, None)
     assert await asyncio.wait_for(waiter, 1.0) is None, "the waiter on the other instance now leads"
     await two.complete(KEY, OK)
@@ -91,13 +120,17 @@ async def test_a_live_leader_keeps_its_claim_past_the_lease(make_backend: Backen
     one, two = stores(make_backend, lease_s=0.3)
     assert await one.claim(KEY, DIGEST) is None
     waiter = asyncio.create_task(two.claim(KEY, DIGEST))
-    await asyncio.sleep(1.0)  # > 3 leases: renewed every lease / 3
+    # Deliberate idle period, the behaviour under test: more than 3 leases pass (renewed every
+    # lease / 3); nothing happens that could be waited for instead.
+    await asyncio.sleep(1.0)
     assert not waiter.done()
     await one.complete(KEY, OK)
     assert await asyncio.wait_for(waiter, 1.0) == OK
 
 
-async def test_oversized_responses_are_not_stored_and_entries_expire(make_backend: BackendFactory) -> None:
+async def test_oversized_responses_are_not_stored_and_entries_expire(
+    make_backend: BackendFactory, raw_redis: Redis, key_prefix: str
+) -> None:
     (small,) = stores(make_backend, 1, max_stored_bytes=10)
     assert await small.claim(KEY, DIGEST) is None
     await small.complete(KEY, OK)
@@ -107,7 +140,9 @@ async def test_oversized_responses_are_not_stored_and_entries_expire(make_backen
     assert await short.claim(KEY, DIGEST) is None
     await short.complete(KEY, OK)
     assert await short.claim(KEY, DIGEST) == OK
-    await asyncio.sleep(0.3)
+    entry = await entry_key(raw_redis, key_prefix)
+    assert 0 < await raw_redis.pttl(entry) <= 200, "done: kept for ttl_s"
+    await expired(raw_redis, entry)
     assert await short.claim(KEY, body_digest(b"new body after expiry")) is None
 
 
@@ -126,7 +161,7 @@ async def test_the_idempotency_settings_reach_the_redis_store(
     await one.complete(KEY, OK)
     assert 500 < await raw_redis.pttl(entry) <= 1000, "done: kept for ttl_s (not the lease)"
     assert await two.claim(KEY, DIGEST) == OK, "exactly max_stored_bytes: stored"
-    await asyncio.sleep(1.1)
+    await expired(raw_redis, entry)
     assert await two.claim(KEY, DIGEST) is None, "past ttl_s: the key runs again"
 
     await two.complete(KEY, StoredResponse(200, OK.headers, OK.body + b" "))
@@ -153,14 +188,28 @@ async def test_unreachable_redis_follows_on_error_and_is_counted(make_backend: B
 
 
 async def test_redis_lost_while_waiting_applies_on_error(
-    make_backend: BackendFactory, redis_proxy: TcpProxy
+    make_backend: BackendFactory, redis_proxy: TcpProxy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[RedisOperation] = []
     leader = RedisIdempotencyStore(make_backend())
-    waiting = RedisIdempotencyStore(make_backend(redis_proxy.url, on_error_callback=seen.append))
+    backend = make_backend(redis_proxy.url, on_error_callback=seen.append)
+    answered: list[RedisOperation] = []
+    run = backend.run
+
+    async def recorded_run(operation: RedisOperation, *args: Any) -> Any:
+        reply = await run(operation, *args)
+        answered.append(operation)
+        return reply
+
+    monkeypatch.setattr(backend, "run", recorded_run)
+    waiting = RedisIdempotencyStore(backend)
     assert await leader.claim(KEY, DIGEST) is None
     waiter = asyncio.create_task(waiting.claim(KEY, DIGEST))
-    await asyncio.sleep(0.2)
+    # The first claim answers pending; the second is the re-check after the subscription was confirmed,
+    # right before the waiter blocks on the channel (no await in between): from then on it is waiting.
+    await eventually(
+        lambda: answered.count(RedisOperation.IDEMPOTENCY_CLAIM) == 2, what="the waiter waits on the channel"
+    )
     await redis_proxy.stop()
     assert await asyncio.wait_for(waiter, 2.0) is None, "fail_open: served without the key"
     assert RedisOperation.IDEMPOTENCY_WAIT in seen

@@ -7,8 +7,9 @@ from admission.rate_limit import LimitKind, MemoryRateLimitStore, TenantRateLimi
 from admission.redis_rate_limit import RedisRateLimitStore
 from admission.retry_after import rate_limit_retry_after_s
 from core.clock import FakeClock
+from core.shared_state import FailureMode, RedisOperation
 
-from .conftest import BackendFactory
+from .conftest import CLOSED_PORT_URL, BackendFactory
 
 pytestmark = pytest.mark.redis
 
@@ -71,7 +72,23 @@ async def test_reconcile_is_shared_between_instances(make_backend: BackendFactor
     assert (await first.acquire("t", limits, 6000)).allowed
 
 
-async def test_unlimited_tenant_does_not_touch_redis(make_backend: BackendFactory, raw_redis: Redis) -> None:
-    store = RedisRateLimitStore(make_backend())
-    assert (await store.acquire("t", TenantRateLimits(), 100)).allowed
+async def test_unlimited_tenant_does_not_touch_redis(make_backend: BackendFactory) -> None:
+    # A backend on a closed port with fail_closed: any call that reached for Redis would be refused,
+    # counted in errors_total and reported to the callback.
+    touched: list[RedisOperation] = []
+    backend = make_backend(
+        CLOSED_PORT_URL, on_error=FailureMode.FAIL_CLOSED, on_error_callback=touched.append
+    )
+    store = RedisRateLimitStore(backend)
+    unlimited = await store.acquire("t", TenantRateLimits(), 100)
+    assert unlimited.allowed and not unlimited.degraded
     await store.reconcile("t", TenantRateLimits(), 100)
+    tokens_limited = TenantRateLimits(tokens=TokenBucketLimit.per_minute(6000))
+    await store.reconcile("t", tokens_limited, 0)  # nothing to adjust: no call either
+    requests_only = TenantRateLimits(requests=TokenBucketLimit.per_minute(60))
+    await store.reconcile("t", requests_only, 100)  # no token bucket to adjust
+    assert touched == [] and backend.errors_total == 0, "no Redis call was attempted"
+
+    limited = await store.acquire("t", requests_only, 100)  # the probe works: a limited tenant calls
+    assert not limited.allowed and limited.degraded
+    assert touched == [RedisOperation.RATE_LIMIT_ACQUIRE] and backend.errors_total == 1

@@ -28,6 +28,7 @@ from tests.unit.engine_metrics.http_server import (
     Target,
     closed_port_url,
 )
+from tests.waiting import eventually
 
 SETTINGS = ScrapeSettings(interval_s=0.5, timeout_s=0.2)  # stale after 1.5 s
 
@@ -286,22 +287,21 @@ async def test_the_loop_polls_each_replica_on_its_own_phase_and_stops_cleanly(
     try:
         scraper.start()
         scraper.start()  # idempotent
-        for _ in range(200):
-            if all(len(s.paths) >= 3 for s in servers):
-                break
-            await asyncio.sleep(0.01)
-        assert all(len(s.paths) >= 3 for s in servers)
+        await eventually(lambda: all(len(s.paths) >= 3 for s in servers), what="3 polls of each replica")
         assert all(t.engine is not None and not t.engine.stale for t in targets)
         phases = [state.next_due_s % settings.interval_s for state in scraper._states.values()]
         assert abs(phases[0] - phases[1]) > 1e-6  # not in lockstep
+        await scraper.stop()
+        assert not scraper.running
+        polled = [len(s.paths) for s in servers]
+        # Deliberate idle period, the behaviour under test: with the servers still up, more than two
+        # scrape intervals pass and no poll arrives (there is no event to wait for when nothing happens).
+        await asyncio.sleep(0.12)
+        assert [len(s.paths) for s in servers] == polled  # nothing polls after stop()
     finally:
         await scraper.stop()
         for s in servers:
             await s.stop()
-    assert not scraper.running
-    polled = [len(s.paths) for s in servers]
-    await asyncio.sleep(0.12)
-    assert [len(s.paths) for s in servers] == polled  # nothing polls after stop()
     leftovers = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
     assert not [t for t in leftovers if not t.done()]
 
@@ -313,11 +313,7 @@ async def test_stop_cancels_a_scrape_in_flight(server: MetricsServer, client: ht
         settings, ADAPTERS["vllm"], lambda: [Target("r1", server.url)], client, rng=random.Random(1)
     )  # phase ≈ 0.27 s
     scraper.start()
-    for _ in range(100):
-        if server.paths:
-            break
-        await asyncio.sleep(0.01)
-    assert server.paths  # a scrape is waiting on the slow server
+    await eventually(lambda: bool(server.paths), what="a scrape is waiting on the slow server")
     started = asyncio.get_running_loop().time()
     await scraper.stop()
     assert asyncio.get_running_loop().time() - started < 0.5  # cancelled, not waited out

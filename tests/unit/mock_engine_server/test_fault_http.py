@@ -158,6 +158,9 @@ def test_stall_stays_open_while_the_client_waits(engine: Engine) -> None:
     ):
         lines = r.iter_lines()
         assert next(lines).startswith("data: ")  # role chunk
+        assert wait_until(lambda: stats(server.url)["stalled_injected"] == 1), "the stall began"
+        # Deliberate idle period, the behaviour under test: the stalled stream stays open and counted
+        # active for as long as the client waits (nothing happens that could be waited for instead).
         time.sleep(0.5)
         assert stats(server.url)["active"] == 1 and stats(server.url)["aborted"] == 0
     assert wait_until(lambda: stats(server.url)["aborted"] == 1)
