@@ -111,7 +111,7 @@ class StreamRelay:
             first_deadline = min(first_deadline, total_deadline)
         splitter = SSESplitter()
         try:
-            async with asyncio.timeout(first_deadline) as timer:
+            async with asyncio.timeout_at(first_deadline) as timer:
                 async for chunk in response.content.iter_any():
                     out = self._filter(splitter.feed(chunk))
                     if not reply.started:

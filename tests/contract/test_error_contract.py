@@ -246,13 +246,6 @@ def test_ttft_timeout_after_retries_when_no_replica_sends_anything(contract_gate
     assert elapsed_s < 2 * SILENT_TTFT_S + 1.0, "each attempt bounded by the first-token deadline"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="product defect: gateway/proxy/relay.py StreamRelay.run passes the absolute loop-time deadline "
-    "`first_deadline` to asyncio.timeout(), which takes a delay, so once the headers and role chunk arrived "
-    "the first-token deadline never fires and the late stream is served (200)",
-)
 def test_ttft_timeout_when_the_first_token_is_late(contract_gateway: ContractGateway) -> None:
     headers = {"x-gateway-ttft-timeout-ms": "200"}
     response = httpx.post(
