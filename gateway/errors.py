@@ -34,6 +34,7 @@ class ErrorCode(StrEnum):
     UPSTREAM_STATUS = "upstream_status"
     UPSTREAM_PROTOCOL = "upstream_protocol"
     INTERNAL = "internal_error"
+    REQUEST_QUARANTINED = "request_quarantined"
 
 
 class GatewayError(Exception):
@@ -90,6 +91,15 @@ class Unauthorized(GatewayError):
     status = 401
     code = ErrorCode.UNAUTHORIZED
     error_type = "authentication_error"
+
+
+class RequestQuarantined(GatewayError):
+    """The request broke two replicas (or is identical to one that did, within the quarantine TTL):
+    it is not sent anywhere, and a retry fails the same way (no Retry-After)."""
+
+    status = 422
+    code = ErrorCode.REQUEST_QUARANTINED
+    error_type = "invalid_request_error"
 
 
 class Overloaded(GatewayError):

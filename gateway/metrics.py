@@ -189,6 +189,37 @@ class GatewayMetrics:
             ["model"],
             registry=r,
         )
+        self.upstream_failures_total = Counter(
+            f"{PREFIX}_upstream_failures_total",
+            "Failed upstream attempts by the cause they were charged to (replica, request, load) and kind",
+            ["model", "cause", "kind"],
+            registry=r,
+        )
+        self.ejections_refused_total = Counter(
+            f"{PREFIX}_ejections_refused_total",
+            "Breakers kept closed because the pool's ejection budget (breaker.max_ejected_ratio) was spent",
+            ["model"],
+            registry=r,
+        )
+        self.pool_panic = Gauge(
+            f"{PREFIX}_pool_panic",
+            "1 while the pool routes in panic mode (too few routable replicas: breakers ignored)",
+            ["model"],
+            registry=r,
+        )
+        self.panic_decisions_total = Counter(
+            f"{PREFIX}_panic_decisions_total",
+            "Routing decisions made in panic mode (over every up, non-draining replica)",
+            ["model"],
+            registry=r,
+        )
+        self.quarantine_total = Counter(
+            f"{PREFIX}_quarantine_total",
+            "Poison-request quarantine: requests quarantined after breaking two replicas, and arrivals "
+            "refused because their fingerprint is quarantined",
+            ["model", "outcome"],
+            registry=r,
+        )
         self.tokens_total = Counter(
             f"{PREFIX}_tokens_total", "Tokens from upstream usage, by direction", ["direction"], registry=r
         )

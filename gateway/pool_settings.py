@@ -56,7 +56,17 @@ class RetrySettings(StrictModel):
 
 
 class BreakerSettings(StrictModel):
-    """Per-replica circuit breaker (`gateway.upstream.breaker`)."""
+    """Per-replica circuit breaker (`gateway.upstream.breaker`), with the pool's ejection budget and
+    panic mode (Envoy's outlier-detection anchors).
+
+    Only failures charged to the replica open a breaker (see `AttributionSettings`). At most
+    `max_ejected_ratio` of the pool's replicas may be circuit-open at once — floor(ratio × n), and at
+    least one when the pool has two or more; a breaker that would open beyond the budget stays closed
+    (counted in `llm_gateway_ejections_refused_total`). When fewer than `panic_threshold` of the pool's
+    non-draining replicas are routable, routing ignores breakers and spreads over every replica that is
+    up and not draining (`llm_gateway_pool_panic`, `llm_gateway_panic_decisions_total`). A replica that
+    refuses connections or fails its health check is down, not ejected: neither rule brings it back.
+    """
 
     consecutive_failures: int = Field(5, ge=1)
     failure_ratio: float = Field(0.5, gt=0, le=1)
@@ -64,6 +74,34 @@ class BreakerSettings(StrictModel):
     window_s: float = Field(10.0, gt=0)
     open_s: float = Field(5.0, gt=0)
     max_open_s: float = Field(60.0, gt=0)
+    max_ejected_ratio: float = Field(0.5, ge=0, le=1)
+    panic_threshold: float = Field(0.5, ge=0, le=1)
+
+
+class AttributionSettings(StrictModel):
+    """How a failed attempt is charged to its cause: the replica, the request, or load
+    (`gateway.proxy.failure_attribution`). Only replica failures count against a breaker.
+
+    A replica "keeps serving other requests" when it answered another request successfully within
+    `window_s`. A missed first-token deadline is *load* when the replica's engine reports at least
+    `saturated_waiting_requests` waiting or a KV-cache use of at least `saturated_kv_usage_ratio` (fresh
+    scrape), or when every routable replica of the pool missed a deadline within `window_s`.
+    """
+
+    window_s: float = Field(60.0, gt=0)
+    saturated_waiting_requests: float = Field(1.0, ge=0)
+    saturated_kv_usage_ratio: float = Field(0.9, gt=0, le=1)
+
+
+class QuarantineSettings(StrictModel):
+    """Poison-request quarantine (`gateway.proxy.quarantine`): a request that broke two different
+    replicas (both kept serving other requests) is answered 422 `request_quarantined` instead of being
+    sent to a third, and its fingerprint (model + prompt-bearing fields, hashed) is refused at arrival
+    for `ttl_s` (shared through Redis with `state.backend: redis`; at most `max_entries` in memory)."""
+
+    enabled: bool = True
+    ttl_s: float = Field(600.0, gt=0)
+    max_entries: int = Field(10_000, ge=1)
 
 
 class HealthCheckSettings(StrictModel):
@@ -139,6 +177,8 @@ class PoolSettings(StrictModel):
     timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)
     retries: RetrySettings = Field(default_factory=RetrySettings)
     breaker: BreakerSettings = Field(default_factory=BreakerSettings)
+    attribution: AttributionSettings = Field(default_factory=AttributionSettings)
+    quarantine: QuarantineSettings = Field(default_factory=QuarantineSettings)
     health: HealthCheckSettings = Field(default_factory=HealthCheckSettings)
     scrape: ScrapeSettings = Field(default_factory=ScrapeSettings)
     slo: SloSettings = Field(default_factory=SloSettings)
