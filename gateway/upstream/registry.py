@@ -181,6 +181,7 @@ class ReplicaRegistry:
         return self._total_inflight
 
     def record_success(self, replica: Replica) -> None:
+        replica.last_success_s = self._clock.now_s()
         state_before = replica.breaker.state
         replica.breaker.record_success()
         if replica.consecutive_connect_failures or replica.breaker.state is not state_before:

@@ -43,6 +43,9 @@ class Replica:
     inflight_tokens: int = 0
     consecutive_connect_failures: int = 0
     hold_until_s: float = 0.0
+    last_success_s: float | None = None
+    """When this replica last answered a request successfully (failure attribution: a replica that keeps
+    serving other requests is not the cause of one request's repeated failure)."""
     engine: EngineLoad | None = None
     next_health_probe_s: float | None = field(default=None)
     credit_limit: Callable[[], int] | None = None
