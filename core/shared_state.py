@@ -89,6 +89,8 @@ class RedisOperation(StrEnum):
     IDEMPOTENCY_COMPLETE = "idempotency_complete"
     MEMBERSHIP_HEARTBEAT = "membership_heartbeat"
     MEMBERSHIP_LEAVE = "membership_leave"
+    QUARANTINE_ADD = "quarantine_add"
+    QUARANTINE_SYNC = "quarantine_sync"
 
 
 def make_redis_client(url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Redis:

@@ -40,8 +40,11 @@ from gateway.autoscaling import AutoscaleSignals
 from gateway.instance_membership import GatewayMembership, RedisMembership
 from gateway.metrics import GatewayMetrics
 from gateway.proxy.admit import build_admission, tenant_directory
+from gateway.proxy.failure_attribution import PoolAttribution
 from gateway.proxy.handler import ProxyHandler
 from gateway.proxy.idempotency_redis import idempotency_store
+from gateway.proxy.quarantine import MemoryQuarantine, QuarantineStore
+from gateway.proxy.quarantine_redis import QuarantineSync, RedisQuarantine
 from gateway.proxy.retry_policy import RetryPolicy
 from gateway.proxy.route import Router
 from gateway.proxy.send import UpstreamClient
@@ -142,6 +145,10 @@ class Components:
             upstream=UpstreamClient(self.session),
             registry=self.registry,
             retry_policies=self._retry_policies(),
+            attribution={
+                p.model: PoolAttribution(p.settings.attribution, clock) for p in self.registry.pools.values()
+            },
+            quarantines=self._quarantines(backend),
             signals=signals,
             metrics=metrics,
         )
@@ -213,6 +220,27 @@ class Components:
             linger_s=state.replica_credit_linger_s,
             on_error=self.metrics.state_errors_total.labels("slot_credit_refill").inc,
         )
+
+    def _quarantines(self, backend: RedisBackend | None) -> dict[str, QuarantineStore]:
+        """A quarantine per pool that has it enabled: in Redis (with a background sync of every pool's
+        local mirror, registered for close) or in memory."""
+        stores: dict[str, QuarantineStore] = {}
+        shared: list[RedisQuarantine] = []
+        for pool in self.registry.pools.values():
+            q = pool.settings.quarantine
+            if not q.enabled:
+                continue
+            if backend is None:
+                stores[pool.model] = MemoryQuarantine(self.clock, q.ttl_s, q.max_entries)
+                continue
+            store = RedisQuarantine(backend, pool.model, self.clock, ttl_s=q.ttl_s, max_entries=q.max_entries)
+            shared.append(store)
+            stores[pool.model] = store
+        if shared:
+            sync = QuarantineSync(shared)
+            sync.start()
+            self._on_close(sync.stop)
+        return stores
 
     def _retry_policies(self) -> dict[str, RetryPolicy]:
         """One retry policy (and budget) per pool."""

@@ -11,6 +11,12 @@
 The retry rules are `gateway.proxy.retry_policy`'s. A try that hit a keep-alive connection the engine
 had already closed (`StaleConnection`) is tried once more on a fresh connection (routed again, not
 held against the replica, not charged to the budget).
+
+Every failed try is charged to its cause (`gateway.proxy.failure_attribution`): only a replica's own
+failures reach its breaker (`ReplicaRegistry.record_failure`); an engine's 429/503 still holds the
+replica out for its Retry-After. A request whose failures two replicas show while both keep serving
+other requests is a poison request: 422 `request_quarantined`, no third replica, and its fingerprint
+is refused at arrival for the pool's `quarantine.ttl_s` (`gateway.proxy.quarantine`).
 """
 
 from __future__ import annotations
@@ -19,16 +25,18 @@ import asyncio
 
 from admission.ticket import AdmissionRequest, SlotRole, Ticket
 from gateway.autoscaling import AutoscaleSignals
-from gateway.errors import UpstreamError, UpstreamProtocolError, from_refusal
+from gateway.errors import RequestQuarantined, UpstreamError, UpstreamProtocolError, from_refusal
 from gateway.metrics import GatewayMetrics
 from gateway.proxy.admit import Admission, PoolAdmission
 from gateway.proxy.attempt import Attempt
 from gateway.proxy.context import RequestContext
+from gateway.proxy.failure_attribution import Charge, FailureCause, PoolAttribution, RequestFailures
+from gateway.proxy.quarantine import QuarantineStore, fingerprint
 from gateway.proxy.relay import relay
 from gateway.proxy.reply import Reply
 from gateway.proxy.retry_policy import RetryPolicy, failure_kind
 from gateway.proxy.send import StaleConnection, UpstreamClient
-from gateway.upstream.registry import ReplicaRegistry
+from gateway.upstream.registry import FailureKind, ReplicaRegistry
 from gateway.upstream.slot import Slot
 
 
@@ -42,6 +50,8 @@ class RequestServer:
         upstream: UpstreamClient,
         registry: ReplicaRegistry,
         retry_policies: dict[str, RetryPolicy],
+        attribution: dict[str, PoolAttribution],
+        quarantines: dict[str, QuarantineStore],
         signals: AutoscaleSignals,
         metrics: GatewayMetrics,
     ) -> None:
@@ -49,12 +59,15 @@ class RequestServer:
         self._upstream = upstream
         self._registry = registry
         self._retry_policies = retry_policies
+        self._attribution = attribution
+        self._quarantines = quarantines
         self._signals = signals
         self._metrics = metrics
 
     async def serve(self, ctx: RequestContext, reply: Reply) -> None:
         """Admit, try, relay; everything taken is released before this returns or raises."""
         model = ctx.model
+        self._refuse_if_quarantined(ctx)
         admission = self._admission.pool(model)
         self._signals.arrival(model)
         ticket = await admission.admit(
@@ -83,6 +96,20 @@ class RequestServer:
         self, ctx: RequestContext, reply: Reply, ticket: Ticket[Slot], admission: PoolAdmission
     ) -> None:
         """The retry loop (see `gateway.proxy.retry_policy` for when a failure is retried)."""
+        failures = self._attribution[ctx.model].for_request()
+        try:
+            await self._tries(ctx, reply, ticket, admission, failures)
+        finally:
+            self._charge(ctx, failures.settle())
+
+    async def _tries(
+        self,
+        ctx: RequestContext,
+        reply: Reply,
+        ticket: Ticket[Slot],
+        admission: PoolAdmission,
+        failures: RequestFailures,
+    ) -> None:
         retry = self._retry_policies[ctx.model]
         retry.budget.record_request()
         excluded: set[str] = set()
@@ -118,14 +145,54 @@ class RequestServer:
             finally:
                 attempt.close()
             kind = failure_kind(failure)
-            if kind is not None:
-                self._registry.record_failure(replica, kind, failure.retry_after_s)
+            verdict = failures.record(kind, replica, ctx.pool)
+            self._charge(ctx, verdict.charges, failure)
+            if verdict.quarantine and ctx.pool.settings.quarantine.enabled:
+                raise await self._quarantine(ctx, failure)
             if reply.started or not retry.eligible(failure, number, ctx.routing):
                 raise failure
             last_error = failure
             excluded.add(replica.replica_id)
             ticket.swap(SlotRole.SERVE, None)
             await asyncio.sleep(retry.backoff_s(len(excluded)))
+
+    def _charge(
+        self, ctx: RequestContext, charges: tuple[Charge, ...], failure: UpstreamError | None = None
+    ) -> None:
+        """Account charged failures: the metric, and the registry for what is the replica's (breaker,
+        passive health) or an engine's overload answer (its Retry-After hold)."""
+        for charge in charges:
+            kind = charge.kind
+            label = "none" if kind is None else str(kind)
+            self._metrics.upstream_failures_total.labels(ctx.model, charge.cause, label).inc()
+            if kind is None:
+                continue
+            if charge.cause is FailureCause.REPLICA or kind is FailureKind.OVERLOADED:
+                current = failure is not None and failure.replica_id == charge.replica.replica_id
+                retry_after_s = failure.retry_after_s if current and failure is not None else None
+                self._registry.record_failure(charge.replica, kind, retry_after_s)
+
+    def _refuse_if_quarantined(self, ctx: RequestContext) -> None:
+        """422 at arrival for a request identical to a quarantined one (no replica is touched)."""
+        store = self._quarantines.get(ctx.model)
+        if store is None or not store.active or not store.contains(fingerprint(ctx.parsed, ctx.model)):
+            return
+        self._metrics.quarantine_total.labels(ctx.model, "refused").inc()
+        raise RequestQuarantined(
+            "an identical request broke two replicas and is quarantined: it is not sent again "
+            f"(for up to {ctx.pool.settings.quarantine.ttl_s:g} s)"
+        )
+
+    async def _quarantine(self, ctx: RequestContext, failure: UpstreamError) -> RequestQuarantined:
+        """Remember the request's fingerprint and return the 422 that answers it."""
+        store = self._quarantines.get(ctx.model)
+        if store is not None:
+            await store.add(fingerprint(ctx.parsed, ctx.model))
+        self._metrics.quarantine_total.labels(ctx.model, "quarantined").inc()
+        return RequestQuarantined(
+            f"the request failed the same way on two replicas that keep serving other requests "
+            f"({failure.code}: {failure.message}); it is quarantined and not sent to a third"
+        )
 
     def _reclaim(
         self,

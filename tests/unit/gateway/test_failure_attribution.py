@@ -1,0 +1,142 @@
+"""Every failed attempt is charged to the replica, the request or load (gateway.proxy.failure_attribution)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from core.clock import FakeClock
+from gateway.metrics import GatewayMetrics
+from gateway.proxy.failure_attribution import FailureCause, PoolAttribution
+from gateway.settings import parse_settings
+from gateway.upstream.registry import FailureKind, Pool, ReplicaRegistry
+from gateway.upstream.replica import Replica
+from router.types import EngineLoad
+
+URLS = ["http://10.0.0.1:8000", "http://10.0.0.2:8000", "http://10.0.0.3:8000"]
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(start_s=1000.0)
+
+
+def make_pool(clock: FakeClock) -> tuple[Pool, PoolAttribution]:
+    settings = parse_settings({"pools": [{"model": "m", "replicas": {"static": URLS}}]})
+    registry = ReplicaRegistry(settings, GatewayMetrics(), clock, random.Random(0))
+    pool = registry.pools["m"]
+    return pool, PoolAttribution(pool.settings.attribution, clock)
+
+
+def replicas(pool: Pool) -> list[Replica]:
+    return list(pool.replicas.values())
+
+
+def serving(clock: FakeClock, *replicas: Replica) -> None:
+    for replica in replicas:
+        replica.last_success_s = clock.now_s() - 1.0
+
+
+def causes(verdict_charges: tuple) -> list[tuple[str, FailureCause]]:  # type: ignore[type-arg]
+    return [(c.replica.replica_id, c.cause) for c in verdict_charges]
+
+
+def test_connect_failures_are_always_the_replicas(clock: FakeClock) -> None:
+    pool, attribution = make_pool(clock)
+    a, _, _ = replicas(pool)
+    serving(clock, a)
+    verdict = attribution.for_request().record(FailureKind.CONNECT, a, pool)
+    assert causes(verdict.charges) == [(a.replica_id, FailureCause.REPLICA)] and not verdict.quarantine
+
+
+def test_an_engine_refusing_the_request_is_the_requests_and_overload_is_load(clock: FakeClock) -> None:
+    pool, attribution = make_pool(clock)
+    a, _, _ = replicas(pool)
+    failures = attribution.for_request()
+    assert causes(failures.record(None, a, pool).charges) == [(a.replica_id, FailureCause.REQUEST)]
+    assert causes(failures.record(FailureKind.OVERLOADED, a, pool).charges) == [
+        (a.replica_id, FailureCause.LOAD)
+    ]
+
+
+def test_a_replica_that_serves_nobody_is_charged_at_once(clock: FakeClock) -> None:
+    pool, attribution = make_pool(clock)
+    a, _, _ = replicas(pool)
+    a.last_success_s = clock.now_s() - 61.0  # outside the 60 s window
+    verdict = attribution.for_request().record(FailureKind.STATUS_5XX, a, pool)
+    assert causes(verdict.charges) == [(a.replica_id, FailureCause.REPLICA)]
+
+
+def test_a_failure_on_a_working_replica_waits_and_is_the_replicas_if_it_does_not_repeat(
+    clock: FakeClock,
+) -> None:
+    pool, attribution = make_pool(clock)
+    a, b, _ = replicas(pool)
+    serving(clock, a, b)
+    failures = attribution.for_request()
+    assert failures.record(FailureKind.STATUS_5XX, a, pool).charges == ()  # pending
+    assert failures.record(FailureKind.TTFT_TIMEOUT, b, pool).charges == ()  # another kind: no repeat
+    settled = failures.settle()
+    assert sorted(causes(settled)) == sorted(
+        [(a.replica_id, FailureCause.REPLICA), (b.replica_id, FailureCause.REPLICA)]
+    )
+    assert failures.settle() == (), "charged once"
+
+
+def test_the_same_failure_on_two_working_replicas_is_a_poison_request(clock: FakeClock) -> None:
+    pool, attribution = make_pool(clock)
+    a, b, _ = replicas(pool)
+    serving(clock, a, b)
+    failures = attribution.for_request()
+    failures.record(FailureKind.STREAM_BROKEN, a, pool)
+    verdict = failures.record(FailureKind.STREAM_BROKEN, b, pool)
+    assert verdict.quarantine
+    assert causes(verdict.charges) == [
+        (a.replica_id, FailureCause.REQUEST),
+        (b.replica_id, FailureCause.REQUEST),
+    ]
+    assert failures.settle() == (), "nothing left to charge to the replicas"
+
+
+def test_the_same_replica_twice_is_not_two_replicas(clock: FakeClock) -> None:
+    pool, attribution = make_pool(clock)
+    a, _, _ = replicas(pool)
+    serving(clock, a)
+    failures = attribution.for_request()
+    failures.record(FailureKind.STATUS_5XX, a, pool)
+    assert not failures.record(FailureKind.STATUS_5XX, a, pool).quarantine
+
+
+def test_a_missed_first_token_on_a_saturated_engine_is_load(clock: FakeClock) -> None:
+    pool, attribution = make_pool(clock)
+    a, _, _ = replicas(pool)
+    serving(clock, a)
+    a.engine = EngineLoad(waiting=3.0)
+    verdict = attribution.for_request().record(FailureKind.TTFT_TIMEOUT, a, pool)
+    assert causes(verdict.charges) == [(a.replica_id, FailureCause.LOAD)]
+    a.engine = EngineLoad(waiting=3.0, stale=True)  # an old sample is no evidence
+    assert attribution.for_request().record(FailureKind.TTFT_TIMEOUT, a, pool).charges == ()
+
+
+def test_missed_first_tokens_everywhere_are_load(clock: FakeClock) -> None:
+    pool, attribution = make_pool(clock)
+    a, b, c = replicas(pool)
+    for replica in (a, b):
+        attribution.for_request().record(FailureKind.TTFT_TIMEOUT, replica, pool)  # no success: replica
+    verdict = attribution.for_request().record(FailureKind.TTFT_TIMEOUT, c, pool)
+    assert causes(verdict.charges) == [(c.replica_id, FailureCause.LOAD)], "every routable replica missed"
+    clock.advance(61.0)
+    verdict = attribution.for_request().record(FailureKind.TTFT_TIMEOUT, a, pool)
+    assert causes(verdict.charges) == [(a.replica_id, FailureCause.REPLICA)], "the others' misses are old"
+
+
+def test_a_poison_requests_misses_are_not_taken_for_load(clock: FakeClock) -> None:
+    pool, attribution = make_pool(clock)
+    a, b, c = replicas(pool)
+    serving(clock, a, b, c)
+    poison = attribution.for_request()
+    poison.record(FailureKind.TTFT_TIMEOUT, a, pool)
+    assert poison.record(FailureKind.TTFT_TIMEOUT, b, pool).quarantine
+    later = attribution.for_request()
+    assert later.record(FailureKind.TTFT_TIMEOUT, c, pool).charges == (), "pending, not load"
