@@ -213,6 +213,12 @@ class GatewayMetrics:
             ["model"],
             registry=r,
         )
+        self.stream_continuations_total = Counter(
+            f"{PREFIX}_stream_continuations_total",
+            "Broken streams continued on another replica after the first byte",
+            ["model"],
+            registry=r,
+        )
         self.quarantine_total = Counter(
             f"{PREFIX}_quarantine_total",
             "Poison-request quarantine: requests quarantined after breaking two replicas, and arrivals "

@@ -60,12 +60,16 @@ class BreakerSettings(StrictModel):
     panic mode (Envoy's outlier-detection anchors).
 
     Only failures charged to the replica open a breaker (see `AttributionSettings`). At most
-    `max_ejected_ratio` of the pool's replicas may be circuit-open at once — floor(ratio × n), and at
-    least one when the pool has two or more; a breaker that would open beyond the budget stays closed
-    (counted in `llm_gateway_ejections_refused_total`). When fewer than `panic_threshold` of the pool's
-    non-draining replicas are routable, routing ignores breakers and spreads over every replica that is
-    up and not draining (`llm_gateway_pool_panic`, `llm_gateway_panic_decisions_total`). A replica that
-    refuses connections or fails its health check is down, not ejected: neither rule brings it back.
+    `max_ejected_ratio` of the pool's replicas may be ejected (breaker open or half-open) at once —
+    floor(ratio × n) with n = every replica of the pool (down and draining ones included), and at least
+    one when the pool has two or more (so a lone replica's breaker never opens unless the ratio is 1); a
+    breaker that would open beyond the budget stays closed, keeps counting (it opens at its next failure
+    once the budget has room) and is counted in `llm_gateway_ejections_refused_total`. When fewer than
+    `panic_threshold` × (non-draining replicas) are routable, routing ignores breakers and spreads over
+    every replica that is up and not draining (`llm_gateway_pool_panic`,
+    `llm_gateway_panic_decisions_total`); 0 turns panic mode off. A replica that refuses connections or
+    fails its health check is down, not ejected: it uses none of the budget, and neither rule brings it
+    back. Details: `gateway.upstream.registry`, docs/RELIABILITY.md.
     """
 
     consecutive_failures: int = Field(5, ge=1)
@@ -153,6 +157,19 @@ class SloSettings(StrictModel):
 
 
 EngineFlavour = Literal["vllm", "sglang", "tgi", "llamacpp", "openai"]
+CONTINUING_ENGINES = frozenset({"vllm", "sglang", "llamacpp"})
+"""Flavours that continue a trailing assistant message (`continue_final_message`), so continuation is
+on by default for them."""
+
+
+class ContinuationSettings(StrictModel):
+    """Mid-stream continuation (`gateway.proxy.continuation`): a stream whose replica breaks after the
+    first byte goes on from another replica, at most `max_resumes` times per request, each a retry
+    charged to the retry budget. `enabled` None (default): on for the engine flavours that continue a
+    trailing assistant message (vllm, sglang, llamacpp), off for tgi and openai."""
+
+    enabled: bool | None = None
+    max_resumes: int = Field(1, ge=0, le=10)
 
 
 class PoolSettings(StrictModel):
@@ -179,11 +196,20 @@ class PoolSettings(StrictModel):
     breaker: BreakerSettings = Field(default_factory=BreakerSettings)
     attribution: AttributionSettings = Field(default_factory=AttributionSettings)
     quarantine: QuarantineSettings = Field(default_factory=QuarantineSettings)
+    continuation: ContinuationSettings = Field(default_factory=ContinuationSettings)
     health: HealthCheckSettings = Field(default_factory=HealthCheckSettings)
     scrape: ScrapeSettings = Field(default_factory=ScrapeSettings)
     slo: SloSettings = Field(default_factory=SloSettings)
     autoscale: AutoscaleSignalSettings | None = None
     """Off unless configured: the signal needs the replica's measured decode rate."""
+
+    @property
+    def continues_streams(self) -> bool:
+        """Whether broken streams of this pool are continued on another replica."""
+        enabled = self.continuation.enabled
+        if enabled is None:
+            enabled = self.engine in CONTINUING_ENGINES
+        return enabled and self.continuation.max_resumes > 0
 
     @field_validator("policy")
     @classmethod

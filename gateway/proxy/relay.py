@@ -6,7 +6,9 @@ stream), so a failure before it is still a clean error response; the empty role 
 once waits with them. Timers: until the first content event the first-token deadline runs (it started
 when the request was sent upstream); after it, the idle timeout is the upstream read timeout, and the
 optional total deadline bounds the whole stream. A stream that ends without `[DONE]` is a truncation and
-ends with a terminal error event, never silently.
+ends with a terminal error event, never silently — unless the pool continues broken streams
+(`gateway.proxy.continuation`): then one `StreamRelay` serves the request's tries, keeps what the client
+received, and relays a continuation through a `Splice`; each try has its own first-token deadline.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from gateway.errors import (
 )
 from gateway.proxy.attempt import Attempt
 from gateway.proxy.context import RequestContext
+from gateway.proxy.continuation import Splice, StreamTranscript
 from gateway.proxy.reply import Reply
 from gateway.proxy.sse import SSESplitter, inspect_event
 
@@ -34,13 +37,13 @@ def _encode_headers(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]
     return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
 
 
-async def relay(ctx: RequestContext, reply: Reply, attempt: Attempt) -> None:
-    """Relay `attempt`'s open response: as a stream when the client asked for one and the replica
-    answers SSE, else as one whole response."""
+async def relay(ctx: RequestContext, reply: Reply, attempt: Attempt, stream: StreamRelay) -> None:
+    """Relay `attempt`'s open response: through `stream` when the client asked for a stream and the
+    replica answers SSE, else as one whole response."""
     assert attempt.response is not None
     is_sse = attempt.response.headers.get("content-type", "").startswith(SSE_CONTENT_TYPE)
     if ctx.stream and is_sse:
-        await StreamRelay(ctx, reply, attempt).run()
+        await stream.run(attempt)
     else:
         await relay_full(reply, attempt, ctx.timers.nonstream_s)
 
@@ -86,24 +89,38 @@ async def relay_full(reply: Reply, attempt: Attempt, nonstream_s: float) -> None
 
 
 class StreamRelay:
-    """Pumps one SSE stream (module docstring)."""
+    """Pumps one request's SSE stream, over one try or, after a break, the tries that continue it
+    (module docstring; `gateway.proxy.continuation`)."""
 
-    def __init__(self, ctx: RequestContext, reply: Reply, attempt: Attempt) -> None:
+    def __init__(
+        self, ctx: RequestContext, reply: Reply, *, transcript: StreamTranscript | None = None
+    ) -> None:
         self._reply = reply
-        self._attempt = attempt
         self._ttft_s = ctx.timers.ttft_s
         self._total_s = ctx.timers.total_s
         self._strip_usage = not ctx.parsed.client_wants_usage
+        self.transcript = transcript
+        """What the client has received, kept when the pool continues broken streams (else None)."""
+        self._splice: Splice | None = None
         self._held: list[bytes] = []
         self._saw_done = False
+        self._got_first = False
 
-    async def run(self) -> None:
-        response = self._attempt.response
+    def continue_with(self, splice: Splice) -> None:
+        """The next `run` relays a continuation: its events are rewritten by `splice`."""
+        self._splice = splice
+
+    async def run(self, attempt: Attempt) -> None:
+        """Relay `attempt`'s open response until `[DONE]`, or raise the classified failure."""
+        response = attempt.response
         assert response is not None
         reply = self._reply
+        self._saw_done = self._got_first = False
+        if not reply.started:
+            self._held = []
         loop = asyncio.get_running_loop()
         now = loop.time()
-        started = now - self._attempt.elapsed_s()
+        started = now - attempt.elapsed_s()
         request_started = now - reply.elapsed_s()
         total_deadline = None if self._total_s is None else request_started + self._total_s
         first_deadline = started + self._ttft_s
@@ -113,19 +130,23 @@ class StreamRelay:
         try:
             async with asyncio.timeout_at(first_deadline) as timer:
                 async for chunk in response.content.iter_any():
+                    first_before = self._got_first
                     out = self._filter(splitter.feed(chunk))
-                    if not reply.started:
-                        if reply.first_output_s is None:
-                            continue
+                    if self._got_first and not first_before:
                         timer.reschedule(total_deadline)
+                    if not reply.started:
+                        if not self._got_first:
+                            continue
                         out = b"".join(self._held) + out
                         await _start(reply, 200, SSE_CONTENT_TYPE, [("cache-control", "no-cache")])
                     if out:
                         await reply.send({"type": "http.response.body", "body": out, "more_body": True})
+                        if self.transcript is not None:
+                            self.transcript.record(out)
         except TimeoutError:
             if not timer.expired():
                 raise UpstreamIdleTimeout("the replica sent nothing within the idle timeout") from None
-            if reply.first_output_s is None:
+            if not self._got_first:
                 raise UpstreamTTFTTimeout(f"no first token within the deadline of {self._ttft_s} s") from None
             raise UpstreamTotalTimeout(
                 f"the stream exceeded its total deadline of {self._total_s} s"
@@ -137,8 +158,12 @@ class StreamRelay:
     def _filter(self, events: list[bytes]) -> bytes:
         kept: list[bytes] = []
         reply = self._reply
-        for event in events:
-            info = inspect_event(event, need_content=reply.first_output_s is None)
+        splice = self._splice
+        for raw in events:
+            event = raw if splice is None else splice.rewrite(raw)
+            if event is None:
+                continue
+            info = inspect_event(event, need_content=not self._got_first)
             if info.usage is not None:
                 reply.usage = info.usage
             if info.is_done:
@@ -146,6 +171,7 @@ class StreamRelay:
             if info.usage_only and self._strip_usage:
                 continue
             if info.has_content or info.error or info.is_done:
+                self._got_first = True
                 reply.mark_first_output()
             if reply.started:
                 kept.append(event)

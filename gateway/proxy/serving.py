@@ -22,22 +22,36 @@ is refused at arrival for the pool's `quarantine.ttl_s` (`gateway.proxy.quaranti
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 from admission.ticket import AdmissionRequest, SlotRole, Ticket
 from gateway.autoscaling import AutoscaleSignals
-from gateway.errors import RequestQuarantined, UpstreamError, UpstreamProtocolError, from_refusal
+from gateway.errors import (
+    RequestQuarantined,
+    UpstreamConnectError,
+    UpstreamError,
+    UpstreamIdleTimeout,
+    UpstreamProtocolError,
+    UpstreamTTFTTimeout,
+    from_refusal,
+)
 from gateway.metrics import GatewayMetrics
 from gateway.proxy.admit import Admission, PoolAdmission
 from gateway.proxy.attempt import Attempt
 from gateway.proxy.context import RequestContext
+from gateway.proxy.continuation import Splice, StreamTranscript, continuation_body
 from gateway.proxy.failure_attribution import Charge, FailureCause, PoolAttribution, RequestFailures
 from gateway.proxy.quarantine import QuarantineStore, fingerprint
-from gateway.proxy.relay import relay
+from gateway.proxy.relay import StreamRelay, relay
 from gateway.proxy.reply import Reply
 from gateway.proxy.retry_policy import RetryPolicy, failure_kind
 from gateway.proxy.send import StaleConnection, UpstreamClient
 from gateway.upstream.registry import FailureKind, ReplicaRegistry
 from gateway.upstream.slot import Slot
+
+RESUMABLE_FAILURES = (UpstreamIdleTimeout, UpstreamProtocolError, UpstreamTTFTTimeout, UpstreamConnectError)
+"""Failures after the first byte that a continuation on another replica repairs (the replica went
+silent, broke off or truncated the stream; a continuation's own try stalled or could not connect)."""
 
 
 class RequestServer:
@@ -115,46 +129,82 @@ class RequestServer:
         excluded: set[str] = set()
         last_error: UpstreamError | None = None
         stale_retry_left = True
-        number = 0
+        number = resumes = 0
+        keep = ctx.stream and ctx.pool.settings.continues_streams
+        stream = StreamRelay(ctx, reply, transcript=StreamTranscript() if keep else None)
+        sent_ctx = ctx  # what goes upstream: the request, or after a break its continuation
         while True:
             slot = ticket.slot(SlotRole.SERVE)
             if slot is None:
                 slot = self._reclaim(ctx, admission, excluded, last_error, retry)
                 ticket.swap(SlotRole.SERVE, slot)
+                if sent_ctx is not ctx and reply.started:
+                    self._metrics.stream_continuations_total.labels(ctx.model).inc()
             number += 1
-            attempt = Attempt(slot, number)
             reply.decision = slot.decision
             replica = slot.replica
-            try:
-                attempt.response = await self._upstream.send(ctx, attempt)
-                self._registry.record_success(replica)
-                await relay(ctx, reply, attempt)
+            outcome = await self._try(sent_ctx, reply, Attempt(slot, number), stream)
+            if outcome is None:
                 return
-            except StaleConnection:
+            if isinstance(outcome, StaleConnection):
                 if stale_retry_left:
                     stale_retry_left = False
                     self._metrics.retries_total.labels("stale_connection").inc()
                     ticket.swap(SlotRole.SERVE, None)
                     continue
-                failure: UpstreamError = UpstreamProtocolError(
+                outcome = UpstreamProtocolError(
                     f"replica {replica.replica_id} closed the connection before answering",
                     replica_id=replica.replica_id,
                 )
-            except UpstreamError as error:
-                failure = error
-            finally:
-                attempt.close()
+            failure = outcome
             kind = failure_kind(failure)
             verdict = failures.record(kind, replica, ctx.pool)
             self._charge(ctx, verdict.charges, failure)
             if verdict.quarantine and ctx.pool.settings.quarantine.enabled:
                 raise await self._quarantine(ctx, failure)
-            if reply.started or not retry.eligible(failure, number, ctx.routing):
+            if reply.started:  # the client has bytes: continue elsewhere, or end with the terminal error
+                sent_ctx = self._continuation(ctx, stream, failure, resumes)
+                resumes += 1
+            elif not retry.eligible(failure, number, ctx.routing):
                 raise failure
             last_error = failure
             excluded.add(replica.replica_id)
             ticket.swap(SlotRole.SERVE, None)
-            await asyncio.sleep(retry.backoff_s(len(excluded)))
+            if not reply.started:  # a continuation does not back off: the client is mid-stream
+                await asyncio.sleep(retry.backoff_s(len(excluded)))
+
+    async def _try(
+        self, sent_ctx: RequestContext, reply: Reply, attempt: Attempt, stream: StreamRelay
+    ) -> UpstreamError | StaleConnection | None:
+        """One try: send, then relay; None when the response went through, else what failed. The
+        attempt is closed whatever happens (an unfinished upstream response is aborted)."""
+        try:
+            attempt.response = await self._upstream.send(sent_ctx, attempt)
+            self._registry.record_success(attempt.slot.replica)
+            await relay(sent_ctx, reply, attempt, stream)
+            self._registry.record_served(attempt.slot.replica)
+            return None
+        except StaleConnection as stale:
+            return stale
+        except UpstreamError as error:
+            return error
+        finally:
+            attempt.close()
+
+    def _continuation(
+        self, ctx: RequestContext, stream: StreamRelay, failure: UpstreamError, resumes: int
+    ) -> RequestContext:
+        """The request that continues a stream broken after the first byte, or `failure` raised when
+        it cannot be continued (`gateway.proxy.continuation`)."""
+        transcript = stream.transcript
+        resumable = isinstance(failure, RESUMABLE_FAILURES)
+        if transcript is None or not resumable or resumes >= ctx.pool.settings.continuation.max_resumes:
+            raise failure
+        body = continuation_body(ctx.parsed, transcript, ctx.pool.settings.upstream_model)
+        if body is None:
+            raise failure
+        stream.continue_with(Splice(transcript))
+        return replace(ctx, upstream_body=body)
 
     def _charge(
         self, ctx: RequestContext, charges: tuple[Charge, ...], failure: UpstreamError | None = None

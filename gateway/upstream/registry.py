@@ -180,8 +180,13 @@ class ReplicaRegistry:
     def total_inflight(self) -> int:
         return self._total_inflight
 
-    def record_success(self, replica: Replica) -> None:
+    def record_served(self, replica: Replica) -> None:
+        """`replica` delivered a whole response (the evidence failure attribution reads: a replica that
+        keeps serving other requests is not the cause of one request's repeated failure)."""
         replica.last_success_s = self._clock.now_s()
+
+    def record_success(self, replica: Replica) -> None:
+        """The replica answered (response headers): passive health and the breaker count a success."""
         state_before = replica.breaker.state
         replica.breaker.record_success()
         if replica.consecutive_connect_failures or replica.breaker.state is not state_before:

@@ -44,8 +44,8 @@ class Replica:
     consecutive_connect_failures: int = 0
     hold_until_s: float = 0.0
     last_success_s: float | None = None
-    """When this replica last answered a request successfully (failure attribution: a replica that keeps
-    serving other requests is not the cause of one request's repeated failure)."""
+    """When this replica last delivered a whole response (`ReplicaRegistry.record_served`; failure
+    attribution: a replica that keeps serving other requests is not the cause of one request's failure)."""
     engine: EngineLoad | None = None
     next_health_probe_s: float | None = field(default=None)
     credit_limit: Callable[[], int] | None = None

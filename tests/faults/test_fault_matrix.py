@@ -87,11 +87,17 @@ FAULTS: dict[str, tuple[FaultSettings, set[str]]] = {
         FaultSettings(slow_first_token_ms=2500),
         {"ok", "upstream_ttft_timeout", "upstream_total_timeout"},
     ),
+    # Streams broken mid-way are continued on another replica (gateway.proxy.continuation); each
+    # continuation is a retry from the pool's budget, so in this burst the non-streamed requests that
+    # hit the faulty replica after the budget is spent end with their own error before the first byte.
     "stall mid-stream": (
         FaultSettings(stall_after_tokens=3),
-        {"ok", "sse:upstream_idle_timeout", "upstream_total_timeout"},
+        {"ok", "sse:upstream_idle_timeout", "upstream_total_timeout", "upstream_ttft_timeout"},
     ),
-    "reset mid-stream": (FaultSettings(crash_after_tokens=3), {"ok", "sse:upstream_protocol"}),
+    "reset mid-stream": (
+        FaultSettings(crash_after_tokens=3),
+        {"ok", "sse:upstream_protocol", "upstream_protocol"},
+    ),
 }
 
 
