@@ -64,9 +64,27 @@ class StreamTranscript:
         self._splitter = SSESplitter()
         self._parts: list[str] = []
         self._text_bytes = 0
-        self.content_chunks = 0
-        self.identity: dict[str, Any] | None = None
-        self.resumable = True
+        self._content_chunks = 0
+        self._identity: dict[str, Any] | None = None
+        self._resumable = True
+
+    @property
+    def content_chunks(self) -> int:
+        """Content chunks the client received (one token each, see the module docstring)."""
+        self._fold()
+        return self._content_chunks
+
+    @property
+    def identity(self) -> dict[str, Any] | None:
+        """The first chunk's `id`, `created` and `model`, as the client saw them."""
+        self._fold()
+        return self._identity
+
+    @property
+    def resumable(self) -> bool:
+        """False once something was received that a continuation cannot reproduce (module docstring)."""
+        self._fold()
+        return self._resumable
 
     def record(self, data: bytes) -> None:
         """Keep bytes just sent to the client (folded into text every `FOLD_BYTES`)."""
@@ -90,28 +108,28 @@ class StreamTranscript:
         data = _json_payload(event)
         if data is None:
             return
-        if self.identity is None and "id" in data:
-            self.identity = {key: data[key] for key in ("id", "created", "model") if key in data}
+        if self._identity is None and "id" in data:
+            self._identity = {key: data[key] for key in ("id", "created", "model") if key in data}
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices:
             return
         if len(choices) > 1 or not isinstance(choices[0], dict):
-            self.resumable = False
+            self._resumable = False
             return
         choice = choices[0]
         delta = choice.get("delta")
         if isinstance(delta, dict):
             if any(delta.get(name) for name in _NOT_RESUMABLE_DELTAS):
-                self.resumable = False
+                self._resumable = False
             text = delta.get("content")
         else:
             text = choice.get("text")
         if isinstance(text, str) and text:
             self._parts.append(text)
             self._text_bytes += len(text)
-            self.content_chunks += 1
+            self._content_chunks += 1
             if self._text_bytes > MAX_TRANSCRIPT_BYTES:
-                self.resumable = False
+                self._resumable = False
 
 
 def continuation_body(
