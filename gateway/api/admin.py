@@ -6,6 +6,11 @@ Never open by default: the API exists only when the environment variable named b
 
 A draining replica gets no new requests; its in-flight requests finish. Its status reports the
 remaining in-flight count and `drained: true` once that reaches zero.
+
+Each replica's status also says whether it is `ejected` (breaker open or half-open while neither down
+nor draining: what the pool's ejection budget counts) and whether its pool is in panic mode
+(`pool_panic`: routing ignores breakers; `eligible` then reflects that). See
+`gateway.upstream.registry`.
 """
 
 from __future__ import annotations
@@ -19,16 +24,16 @@ from fastapi import APIRouter, Depends, Request
 from core.clock import Clock
 from gateway.errors import RouteNotFound, Unauthorized
 from gateway.settings import Settings
-from gateway.upstream.registry import ReplicaRegistry
+from gateway.upstream.registry import Pool, ReplicaRegistry
 from gateway.upstream.replica import Replica
 
 
-def _replica_status(model: str, replica: Replica, now_s: float) -> dict[str, Any]:
+def _replica_status(pool: Pool, replica: Replica, now_s: float) -> dict[str, Any]:
     engine = replica.engine
     return {
         "id": replica.replica_id,
         "url": replica.url,
-        "model": model,
+        "model": pool.model,
         "eligible": replica.routable_at(now_s),
         "healthy": replica.healthy_at(now_s),
         "active_up": replica.active_up,
@@ -37,6 +42,8 @@ def _replica_status(model: str, replica: Replica, now_s: float) -> dict[str, Any
         "discovery_draining": replica.discovery_draining,
         "drained": replica.is_draining and replica.inflight_requests == 0,
         "breaker": str(replica.breaker.state),
+        "ejected": replica.is_ejected(now_s),
+        "pool_panic": pool.panic,
         "inflight_requests": replica.inflight_requests,
         "inflight_tokens": replica.inflight_tokens,
         "max_concurrency": replica.max_concurrency,
@@ -65,8 +72,10 @@ def build_admin_router(settings: Settings, registry: ReplicaRegistry, clock: Clo
 
     def statuses(replica_id: str | None = None) -> list[dict[str, Any]]:
         now_s = clock.now_s()
+        for pool in registry.pools.values():
+            pool.in_panic()  # fresh: panic may have flipped with time (a hold or a cooldown ended)
         found = [
-            _replica_status(pool.model, replica, now_s)
+            _replica_status(pool, replica, now_s)
             for pool in registry.pools.values()
             for replica in pool.replicas.values()
             if replica_id is None or replica.replica_id == replica_id

@@ -10,6 +10,13 @@
 While OPEN nothing is sent; while HALF_OPEN exactly one request (the probe) is let through. What counts
 as a failure is the caller's call (the proxy: connect errors, 5xx, first-token timeouts, broken streams;
 not 4xx, not 429, not client disconnects).
+
+The pool's ejection budget reaches the breaker as an injected `may_open()` (the registry's pool answers
+it; see `ejection_budget`): a CLOSED breaker whose thresholds are reached asks it before opening, and
+when it says no the breaker stays CLOSED and `record_failure` says `TRIP_REFUSED`. Its failure counts
+are kept (the streak and the window go on), so it opens at its next failure once the budget has room
+(a success still ends the streak, as always). A failed half-open probe re-opens without asking: a
+HALF_OPEN breaker is already ejected.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from math import floor
 
 
 class BreakerState(StrEnum):
@@ -28,6 +36,30 @@ class BreakerState(StrEnum):
 
 BREAKER_STATE_VALUE = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
 """Numeric encoding for the `llm_gateway_breaker_state` gauge."""
+
+_RATIO_EPSILON = 1e-9
+"""Slack for `ratio × n` in floating point (0.29 × 100 is 28.999…, and must give 29)."""
+
+
+class FailureEffect(StrEnum):
+    """What `CircuitBreaker.record_failure` did with a failure."""
+
+    COUNTED = "counted"
+    """Counted; the state did not change."""
+    OPENED = "opened"
+    """CLOSED → OPEN: the replica is ejected."""
+    REOPENED = "reopened"
+    """HALF_OPEN → OPEN: the probe failed (the cooldown doubled)."""
+    TRIP_REFUSED = "trip_refused"
+    """The thresholds were reached but `may_open()` said no (the pool's ejection budget is spent)."""
+
+
+def ejection_budget(replicas: int, max_ejected_ratio: float) -> int:
+    """How many of a pool's `replicas` may be circuit-open at once: floor(ratio × n), and at least one
+    when the pool has two or more replicas (as Envoy's `max_ejection_percent`); 0 for a lone replica
+    unless the ratio is 1."""
+    budget = floor(max_ejected_ratio * replicas + _RATIO_EPSILON)
+    return max(1, budget) if replicas >= 2 else budget
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,9 +75,15 @@ class BreakerPolicy:
 class CircuitBreaker:
     """See the module docstring. `allows()` is side-effect free; `on_dispatch()` claims the probe."""
 
-    def __init__(self, policy: BreakerPolicy, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        policy: BreakerPolicy,
+        clock: Callable[[], float],
+        may_open: Callable[[], bool] = lambda: True,
+    ) -> None:
         self._policy = policy
         self._clock = clock
+        self._may_open = may_open
         self._state = BreakerState.CLOSED
         self._consecutive = 0
         self._outcomes: deque[tuple[float, bool]] = deque()
@@ -77,6 +115,11 @@ class CircuitBreaker:
         if self._state is BreakerState.HALF_OPEN:
             self._probe_in_flight = False
 
+    @property
+    def ejected(self) -> bool:
+        """OPEN or HALF_OPEN: what the pool's ejection budget counts (the replica's other gates aside)."""
+        return self.state is not BreakerState.CLOSED
+
     def seconds_until_probe(self) -> float:
         """Time until a request may be tried here again (0 when it may be now)."""
         if self.state is not BreakerState.OPEN:
@@ -89,14 +132,19 @@ class CircuitBreaker:
         if self._state is BreakerState.HALF_OPEN:
             self._close()
 
-    def record_failure(self) -> None:
+    def record_failure(self) -> FailureEffect:
         self._record(ok=False)
         self._consecutive += 1
         state = self.state
         if state is BreakerState.HALF_OPEN:
             self._open(backoff=True)
-        elif state is BreakerState.CLOSED and self._should_trip():
+            return FailureEffect.REOPENED
+        if state is BreakerState.CLOSED and self._should_trip():
+            if not self._may_open():
+                return FailureEffect.TRIP_REFUSED
             self._open(backoff=False)
+            return FailureEffect.OPENED
+        return FailureEffect.COUNTED
 
     def _should_trip(self) -> bool:
         p = self._policy

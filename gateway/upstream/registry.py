@@ -5,6 +5,18 @@ has chosen the replica, held by the request's admission `Ticket`, released exact
 Outcomes reported by the proxy feed passive health, the circuit breakers and the metrics; release
 listeners (the admission pumps, which schedule themselves; the slot-credit refiller) are told whenever
 a slot frees up or capacity may have grown.
+
+Two pool-wide rules keep breakers from turning bad requests or an overload into a fleet outage
+(Envoy's outlier detection; `BreakerSettings`; formulas and edge cases in docs/RELIABILITY.md):
+- **ejection budget**: at most `ejection_budget(n, max_ejected_ratio)` replicas ejected at once
+  (`Replica.is_ejected`: breaker open or half-open, neither down nor draining; n = every replica of the
+  pool). A breaker that would open beyond it stays closed and keeps counting (`Pool._may_eject`, its
+  injected `may_open`); each refusal counts in `ejections_refused_total{model}`.
+- **panic mode**: when fewer than `panic_threshold` × (non-draining replicas) are routable, the pool's
+  views ignore breakers (`Replica.panic`): routing and `has_eligible_replica` spread over every up,
+  non-draining replica. Evaluated at every snapshot and replica state change (`pool_panic{model}`, a
+  warning on entering and leaving); decisions made in panic count in `panic_decisions_total{model}`
+  when their slot is claimed.
 """
 
 from __future__ import annotations
@@ -21,7 +33,13 @@ from admission.retry_after import no_replica_retry_after_s
 from core.clock import Clock
 from gateway.metrics import GatewayMetrics
 from gateway.settings import PoolSettings, Settings
-from gateway.upstream.breaker import BREAKER_STATE_VALUE, BreakerPolicy, CircuitBreaker
+from gateway.upstream.breaker import (
+    BREAKER_STATE_VALUE,
+    BreakerPolicy,
+    CircuitBreaker,
+    FailureEffect,
+    ejection_budget,
+)
 from gateway.upstream.discovery.membership import plan_membership
 from gateway.upstream.discovery.types import ReplicaSet
 from gateway.upstream.replica import PASSIVE_BACKOFF_INITIAL_S, PASSIVE_BACKOFF_MAX_S, Replica
@@ -84,13 +102,23 @@ def breaker_policy(settings: PoolSettings) -> BreakerPolicy:
 
 
 class Pool:
-    """The replicas serving one client-facing model, and the routing policy over them."""
+    """The replicas serving one client-facing model, the routing policy over them, and the pool-wide
+    ejection budget and panic mode (module docstring)."""
 
-    def __init__(self, settings: PoolSettings, policy: Policy, clock: Clock) -> None:
+    def __init__(
+        self,
+        settings: PoolSettings,
+        policy: Policy,
+        clock: Clock,
+        on_panic_change: Callable[[Pool], None] | None = None,
+    ) -> None:
         self.settings = settings
         self.policy = policy
         self.key_settings = KeySettings.from_options(settings.policy_options)
         self._clock = clock
+        self._on_panic_change = on_panic_change
+        self.panic = False
+        """Panic mode as last evaluated (`in_panic`, `snapshot`): routing ignores breakers."""
         self.replicas: dict[str, Replica] = {}
         for url in settings.replicas.static:
             self.add_replica(url)
@@ -101,18 +129,70 @@ class Pool:
 
     def add_replica(self, url: str) -> Replica:
         rid = replica_id_for(url)
-        breaker = CircuitBreaker(breaker_policy(self.settings), self._clock.now_s)
+        breaker = CircuitBreaker(
+            breaker_policy(self.settings), self._clock.now_s, may_open=lambda: self._may_eject(rid)
+        )
         replica = Replica(rid, url, self.model, breaker, self.settings.max_concurrency_per_replica)
+        replica.panic = self.panic
         self.replicas[rid] = replica
         return replica
 
-    def snapshot(self) -> tuple[ReplicaView, ...]:
-        """Frozen views for one routing decision."""
+    def ejection_budget(self) -> int:
+        """How many replicas may be ejected at once (module docstring), n = every replica of the pool."""
+        return ejection_budget(len(self.replicas), self.settings.breaker.max_ejected_ratio)
+
+    def ejected_count(self) -> int:
+        """Replicas ejected now (`Replica.is_ejected`: circuit-open, neither down nor draining)."""
         now_s = self._clock.now_s()
+        return sum(1 for r in self.replicas.values() if r.is_ejected(now_s))
+
+    def _may_eject(self, replica_id: str) -> bool:
+        """The breaker of `replica_id` may open: it would not be ejected (down or draining: no budget
+        used), or the others leave room in the budget."""
+        replica = self.replicas.get(replica_id)
+        now_s = self._clock.now_s()
+        if replica is None or replica.is_draining or replica.is_down(now_s):
+            return True
+        others = sum(1 for r in self.replicas.values() if r is not replica and r.is_ejected(now_s))
+        return others < self.ejection_budget()
+
+    def in_panic(self) -> bool:
+        """Evaluate panic mode now: fewer than `panic_threshold` × (non-draining replicas) routable.
+        On a change, every replica's `panic` flag follows, a warning is logged and the registry told."""
+        return self._evaluate_panic(self._clock.now_s())
+
+    def _evaluate_panic(self, now_s: float) -> bool:
+        serving = [r for r in self.replicas.values() if not r.is_draining]
+        routable = sum(1 for r in serving if r.routable_ignoring_panic(now_s))
+        threshold = self.settings.breaker.panic_threshold
+        panic = routable < threshold * len(serving)
+        if panic != self.panic:
+            self.panic = panic
+            for replica in self.replicas.values():
+                replica.panic = panic
+            logger.warning(
+                "pool %s %s panic mode: %d of %d non-draining replicas routable (threshold %.2f)%s",
+                self.model,
+                "enters" if panic else "leaves",
+                routable,
+                len(serving),
+                threshold,
+                "; routing ignores breakers" if panic else "",
+            )
+            if self._on_panic_change is not None:
+                self._on_panic_change(self)
+        return panic
+
+    def snapshot(self) -> tuple[ReplicaView, ...]:
+        """Frozen views for one routing decision (panic mode evaluated first: in panic, the views of up,
+        non-draining replicas say their breaker is not open)."""
+        now_s = self._clock.now_s()
+        self._evaluate_panic(now_s)
         return tuple(r.view(now_s) for r in self.replicas.values())
 
     def has_eligible_replica(self) -> bool:
-        """At least one replica may take traffic (`router.eligibility.any_routable`); else `no_replica`."""
+        """At least one replica may take traffic (`router.eligibility.any_routable`, panic included: in
+        panic an up, non-draining replica with an open breaker is eligible); else `no_replica`."""
         return any_routable(self.snapshot())
 
     def retry_after_s(self) -> int:
@@ -140,7 +220,8 @@ class ReplicaRegistry:
                 profile=pool_settings.profile,
             )
             policy = build_policy(pool_settings.policy, ctx)
-            self.pools[pool_settings.model] = Pool(pool_settings, policy, clock)
+            self.pools[pool_settings.model] = Pool(pool_settings, policy, clock, self._publish_panic)
+            metrics.pool_panic.labels(pool_settings.model).set(0)
         for replica in self.all_replicas():
             self._publish(replica)
 
@@ -159,7 +240,10 @@ class ReplicaRegistry:
         self._release_listeners.append(listener)
 
     def claim(self, replica: Replica, decision: Decision, tokens: int) -> Slot:
-        """Count one request of `tokens` estimated tokens on `replica` (chosen by `decision`)."""
+        """Count one request of `tokens` estimated tokens on `replica` (chosen by `decision`; a decision
+        made in panic mode — over the pool's last snapshot — is counted in `panic_decisions_total`)."""
+        if replica.panic:
+            self._metrics.panic_decisions_total.labels(replica.model).inc()
         self._total_inflight += 1
         self._idle.clear()
         return Slot(replica, decision, tokens, self._metrics, self._released_one)
@@ -204,8 +288,8 @@ class ReplicaRegistry:
             replica.hold_until_s = max(
                 replica.hold_until_s, now_s + min(retry_after_s, PASSIVE_BACKOFF_MAX_S)
             )
-        if kind in _BREAKER_FAILURES:
-            replica.breaker.record_failure()
+        if kind in _BREAKER_FAILURES and replica.breaker.record_failure() is FailureEffect.TRIP_REFUSED:
+            self._metrics.ejections_refused_total.labels(replica.model).inc()
         self._publish(replica)
 
     def set_active_health(self, replica: Replica, up: bool, next_probe_s: float | None) -> None:
@@ -265,6 +349,12 @@ class ReplicaRegistry:
             counts[condition_of(replica, now_s)] += 1
         for condition, count in counts.items():
             self._metrics.replicas.labels(pool.model, condition).set(count)
+        pool.in_panic()
+
+    def _publish_panic(self, pool: Pool) -> None:
+        self._metrics.pool_panic.labels(pool.model).set(1 if pool.panic else 0)
+        if pool.panic:
+            self._notify_capacity()  # circuit-open replicas just became routable: dispatch waiters
 
     def _publish(self, replica: Replica) -> None:
         pool = self.pools.get(replica.model)

@@ -8,6 +8,15 @@ Health has two sources, combined in `view()`:
 The circuit breaker is the third gate; `draining` the fourth (operator or discovery). Whether the
 gates let traffic through is decided by `router.eligibility.is_routable` on the replica's view, the
 same function routing runs.
+
+Down and ejected are different things (the pool's ejection budget counts only the second):
+- *down* (`is_down`): the active check says down, a passive hold runs, or its last attempt could not
+  connect (until a request succeeds there) — a replica that refuses connections is down between its
+  holds too;
+- *ejected* (`is_ejected`): its breaker is OPEN or HALF_OPEN while it is neither down nor draining —
+  out of rotation because of its answers alone.
+While the pool is in panic (`panic`, set by the pool), the view ignores the breaker: an up,
+non-draining replica is routable whatever its breaker says (`gateway.upstream.registry`).
 """
 
 from __future__ import annotations
@@ -51,6 +60,8 @@ class Replica:
     credit_limit: Callable[[], int] | None = None
     """This instance's slot limit when the cap is shared across instances through Redis
     (`gateway.upstream.slot_credits`); None: `max_concurrency` alone."""
+    panic: bool = False
+    """The pool is in panic mode: routing ignores this replica's breaker (set by `Pool` only)."""
 
     def healthy_at(self, now_s: float) -> bool:
         return self.active_up and now_s >= self.hold_until_s
@@ -59,8 +70,17 @@ class Replica:
     def is_draining(self) -> bool:
         return self.draining or self.discovery_draining
 
+    def is_down(self, now_s: float) -> bool:
+        """Down, not ejected (module docstring): active check, passive hold, or a connect-failure streak."""
+        return not self.healthy_at(now_s) or self.consecutive_connect_failures > 0
+
+    def is_ejected(self, now_s: float) -> bool:
+        """Circuit-open (OPEN or HALF_OPEN) while neither down nor draining: what the budget counts."""
+        return self.breaker.ejected and not self.is_draining and not self.is_down(now_s)
+
     def routable_at(self, now_s: float) -> bool:
-        """May take traffic at all (health, drain and breaker gates): `router.eligibility.is_routable`."""
+        """May take traffic at all (health, drain and breaker gates — the breaker's ignored in panic):
+        `router.eligibility.is_routable` on `view`."""
         return is_routable(self.view(now_s))
 
     def view(self, now_s: float) -> ReplicaView:
@@ -69,7 +89,7 @@ class Replica:
             url=self.url,
             healthy=self.healthy_at(now_s),
             draining=self.is_draining,
-            breaker_open=not self.breaker.allows(),
+            breaker_open=not self.panic and not self.breaker.allows(),
             inflight_requests=self.inflight_requests,
             inflight_tokens=self.inflight_tokens,
             max_concurrency=self.effective_max_concurrency(),
@@ -81,6 +101,10 @@ class Replica:
         if self.credit_limit is None or self.max_concurrency is None:
             return self.max_concurrency
         return min(self.max_concurrency, self.credit_limit())
+
+    def routable_ignoring_panic(self, now_s: float) -> bool:
+        """Healthy, not draining, breaker letting traffic through: what panic mode's threshold counts."""
+        return self.healthy_at(now_s) and not self.is_draining and self.breaker.allows()
 
     def seconds_until_eligible(self, now_s: float) -> float | None:
         """When this replica may take traffic again by itself (None: only an operator can say)."""
