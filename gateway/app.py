@@ -16,6 +16,7 @@ import logging
 import random
 
 from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from core.clock import Clock
@@ -24,7 +25,7 @@ from gateway.api.asgi_io import Receive, Scope, Send, send_response
 from gateway.api.request_parsing import Endpoint
 from gateway.composition import Components
 from gateway.error_mapping import to_response
-from gateway.errors import Draining, GatewayError, MethodNotAllowed, RouteNotFound
+from gateway.errors import BadRequest, Draining, GatewayError, MethodNotAllowed, RouteNotFound
 from gateway.metrics import METRICS_CONTENT_TYPE
 from gateway.settings import Settings
 
@@ -115,11 +116,17 @@ def _error_response(error: GatewayError) -> Response:
 
 def _build_ops_app(state: Components) -> FastAPI:
     app = FastAPI(title="llm-gateway", docs_url=None, redoc_url=None, openapi_url=None)
-    app.include_router(build_admin_router(state.settings, state.registry, state.clock))
+    app.include_router(build_admin_router(state.settings, state.registry, state.clock, state.preemption))
 
     @app.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError) -> Response:
         return _error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_body(request: Request, exc: RequestValidationError) -> Response:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
+        return _error_response(BadRequest(f"{where or 'body'}: {first.get('msg', 'invalid request body')}"))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:

@@ -43,6 +43,7 @@ from gateway.proxy.admit import build_admission, tenant_directory
 from gateway.proxy.failure_attribution import PoolAttribution
 from gateway.proxy.handler import ProxyHandler
 from gateway.proxy.idempotency_redis import idempotency_store
+from gateway.proxy.preemption import Preemption
 from gateway.proxy.quarantine import MemoryQuarantine, QuarantineStore
 from gateway.proxy.quarantine_redis import QuarantineSync, RedisQuarantine
 from gateway.proxy.retry_policy import RetryPolicy
@@ -80,6 +81,7 @@ class Components:
         self.proxy: ProxyHandler | None = None
         self.signals: AutoscaleSignals | None = None
         self._membership: GatewayMembership | None = None
+        self.preemption = Preemption(self.registry)
         self._stack = contextlib.AsyncExitStack()
 
     @property
@@ -135,6 +137,7 @@ class Components:
             metrics=metrics,
             credits=credits,
         )
+        self._on_close(self.preemption.aclose)
         self.session = build_proxy_session(s.upstream)
         self._on_close(self.session.close)
         self.control_client = build_control_client(s.upstream)
@@ -149,6 +152,7 @@ class Components:
                 p.model: PoolAttribution(p.settings.attribution, clock) for p in self.registry.pools.values()
             },
             quarantines=self._quarantines(backend),
+            preemption=self.preemption,
             signals=signals,
             metrics=metrics,
         )

@@ -7,6 +7,11 @@ Never open by default: the API exists only when the environment variable named b
 A draining replica gets no new requests; its in-flight requests finish. Its status reports the
 remaining in-flight count and `drained: true` once that reaches zero.
 
+`POST /admin/replicas/{id}/preempt` with `{"deadline_s": S, "margin_s": M}` (M default 2) is a
+preemption notice: the replica drains now and whatever still runs on it at S − M seconds is moved to
+other replicas — started streams continued, the rest retried (`gateway.proxy.preemption`). The answer
+carries the replica's status and `cut_in_s`. A bad body is a 400 `bad_request` naming the field.
+
 Each replica's status also says whether it is `ejected` (breaker open or half-open while neither down
 nor draining: what the pool's ejection budget counts) and whether its pool is in panic mode
 (`pool_panic`: routing ignores breakers; `eligible` then reflects that). See
@@ -20,9 +25,11 @@ import os
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, ConfigDict, Field
 
 from core.clock import Clock
 from gateway.errors import RouteNotFound, Unauthorized
+from gateway.proxy.preemption import DEFAULT_MARGIN_S, Preemption
 from gateway.settings import Settings
 from gateway.upstream.registry import Pool, ReplicaRegistry
 from gateway.upstream.replica import Replica
@@ -59,7 +66,19 @@ def _replica_status(pool: Pool, replica: Replica, now_s: float) -> dict[str, Any
     }
 
 
-def build_admin_router(settings: Settings, registry: ReplicaRegistry, clock: Clock) -> APIRouter:
+class PreemptNotice(BaseModel):
+    """`POST /admin/replicas/{id}/preempt` body: the replica goes away in `deadline_s` seconds; its
+    tries still running `margin_s` before that are moved elsewhere (`gateway.proxy.preemption`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    deadline_s: float = Field(ge=0, allow_inf_nan=False)
+    margin_s: float = Field(DEFAULT_MARGIN_S, ge=0, allow_inf_nan=False)
+
+
+def build_admin_router(
+    settings: Settings, registry: ReplicaRegistry, clock: Clock, preemption: Preemption
+) -> APIRouter:
     def authorize(request: Request) -> None:
         key = os.environ.get(settings.admin.api_key_env)
         if not key:
@@ -107,6 +126,16 @@ def build_admin_router(settings: Settings, registry: ReplicaRegistry, clock: Clo
     @router.post("/replicas/{replica_id}/undrain")
     async def undrain(replica_id: str) -> dict[str, Any]:
         return {"replicas": set_draining(replica_id, False)}
+
+    @router.post("/replicas/{replica_id}/preempt")
+    async def preempt(replica_id: str, notice: PreemptNotice) -> dict[str, Any]:
+        replicas = registry.find(replica_id)
+        if not replicas:
+            raise RouteNotFound(f"no replica {replica_id!r}")
+        cut_in_s = 0.0
+        for replica in replicas:
+            cut_in_s = preemption.notify(replica, notice.deadline_s, notice.margin_s)
+        return {"replicas": statuses(replica_id), "cut_in_s": cut_in_s}
 
     @router.get("/config")
     async def config() -> dict[str, Any]:

@@ -25,10 +25,18 @@ class Attempt:
     """1 for the first try of the request, 2 for the next, …"""
     started_s: float = field(default_factory=time.perf_counter)
     response: aiohttp.ClientResponse | None = None
+    preempted: bool = False
+    """Cut by a preemption notice (`gateway.proxy.preemption`): its failure is not the replica's."""
 
     def elapsed_s(self) -> float:
         """Seconds since this try started."""
         return time.perf_counter() - self.started_s
+
+    def preempt(self) -> None:
+        """Cut the try now: closing its response makes the relay's read fail, and the serve loop
+        continues or retries the request elsewhere."""
+        self.preempted = True
+        self.close()
 
     def close(self) -> None:
         """Close the upstream response, if any (idempotent)."""

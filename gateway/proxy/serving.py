@@ -41,6 +41,7 @@ from gateway.proxy.attempt import Attempt
 from gateway.proxy.context import RequestContext
 from gateway.proxy.continuation import Splice, StreamTranscript, continuation_body
 from gateway.proxy.failure_attribution import Charge, FailureCause, PoolAttribution, RequestFailures
+from gateway.proxy.preemption import Preemption
 from gateway.proxy.quarantine import QuarantineStore, fingerprint
 from gateway.proxy.relay import StreamRelay, relay
 from gateway.proxy.reply import Reply
@@ -66,6 +67,7 @@ class RequestServer:
         retry_policies: dict[str, RetryPolicy],
         attribution: dict[str, PoolAttribution],
         quarantines: dict[str, QuarantineStore],
+        preemption: Preemption,
         signals: AutoscaleSignals,
         metrics: GatewayMetrics,
     ) -> None:
@@ -75,6 +77,7 @@ class RequestServer:
         self._retry_policies = retry_policies
         self._attribution = attribution
         self._quarantines = quarantines
+        self._preemption = preemption
         self._signals = signals
         self._metrics = metrics
 
@@ -143,7 +146,8 @@ class RequestServer:
             number += 1
             reply.decision = slot.decision
             replica = slot.replica
-            outcome = await self._try(sent_ctx, reply, Attempt(slot, number), stream)
+            attempt = Attempt(slot, number)
+            outcome = await self._try(sent_ctx, reply, attempt, stream)
             if outcome is None:
                 return
             if isinstance(outcome, StaleConnection):
@@ -157,11 +161,11 @@ class RequestServer:
                     replica_id=replica.replica_id,
                 )
             failure = outcome
-            kind = failure_kind(failure)
-            verdict = failures.record(kind, replica, ctx.pool)
-            self._charge(ctx, verdict.charges, failure)
-            if verdict.quarantine and ctx.pool.settings.quarantine.enabled:
-                raise await self._quarantine(ctx, failure)
+            if not attempt.preempted:  # a preemption's cut is nobody's failure
+                verdict = failures.record(failure_kind(failure), replica, ctx.pool)
+                self._charge(ctx, verdict.charges, failure)
+                if verdict.quarantine and ctx.pool.settings.quarantine.enabled:
+                    raise await self._quarantine(ctx, failure)
             if reply.started:  # the client has bytes: continue elsewhere, or end with the terminal error
                 sent_ctx = self._continuation(ctx, stream, failure, resumes)
                 resumes += 1
@@ -179,9 +183,10 @@ class RequestServer:
         """One try: send, then relay; None when the response went through, else what failed. The
         attempt is closed whatever happens (an unfinished upstream response is aborted)."""
         try:
-            attempt.response = await self._upstream.send(sent_ctx, attempt)
-            self._registry.record_success(attempt.slot.replica)
-            await relay(sent_ctx, reply, attempt, stream)
+            with self._preemption.running(attempt):
+                attempt.response = await self._upstream.send(sent_ctx, attempt)
+                self._registry.record_success(attempt.slot.replica)
+                await relay(sent_ctx, reply, attempt, stream)
             self._registry.record_served(attempt.slot.replica)
             return None
         except StaleConnection as stale:
