@@ -9,8 +9,8 @@
               lease), reconcile the tenant's token bucket with the actual usage
 
 The retry rules are `gateway.proxy.retry_policy`'s. A try that hit a keep-alive connection the engine
-had already closed (`StaleConnection`) is tried once more on a fresh connection (routed again, not
-held against the replica, not charged to the budget).
+had already closed (`StaleConnection`) is tried once more on the same replica over a new connection
+(not held against the replica, not charged to the budget); a second such close is a broken stream.
 
 Every failed try is charged to its cause (`gateway.proxy.failure_attribution`): only a replica's own
 failures reach its breaker (`ReplicaRegistry.record_failure`); an engine's 429/503 still holds the
@@ -151,10 +151,9 @@ class RequestServer:
             if outcome is None:
                 return
             if isinstance(outcome, StaleConnection):
-                if stale_retry_left:
+                if stale_retry_left:  # once more on the same replica, over a new connection
                     stale_retry_left = False
                     self._metrics.retries_total.labels("stale_connection").inc()
-                    ticket.swap(SlotRole.SERVE, None)
                     continue
                 outcome = UpstreamProtocolError(
                     f"replica {replica.replica_id} closed the connection before answering",
@@ -188,6 +187,7 @@ class RequestServer:
                 self._registry.record_success(attempt.slot.replica)
                 await relay(sent_ctx, reply, attempt, stream)
             self._registry.record_served(attempt.slot.replica)
+            self._attribution[sent_ctx.model].first_token_served(attempt.slot.replica)
             return None
         except StaleConnection as stale:
             return stale

@@ -110,13 +110,21 @@ def test_the_same_replica_twice_is_not_two_replicas(clock: FakeClock) -> None:
 
 def test_a_missed_first_token_on_a_saturated_engine_is_load(clock: FakeClock) -> None:
     pool, attribution = make_pool(clock)
-    a, _, _ = replicas(pool)
-    serving(clock, a)
+    a, b, _ = replicas(pool)
     a.engine = EngineLoad(waiting=3.0)
     verdict = attribution.for_request().record(FailureKind.TTFT_TIMEOUT, a, pool)
     assert causes(verdict.charges) == [(a.replica_id, FailureCause.LOAD)]
+    serving(clock, a, b)
+    b.engine = EngineLoad(waiting=3.0)
+    failures = attribution.for_request()
+    assert failures.record(FailureKind.TTFT_TIMEOUT, a, pool).charges == ()
+    again = failures.record(FailureKind.TTFT_TIMEOUT, b, pool)
+    assert not again.quarantine, "missed first tokens under load never make a poison request"
+    assert [c.cause for c in failures.settle()] == [FailureCause.LOAD, FailureCause.LOAD]
     a.engine = EngineLoad(waiting=3.0, stale=True)  # an old sample is no evidence
-    assert attribution.for_request().record(FailureKind.TTFT_TIMEOUT, a, pool).charges == ()
+    stale = attribution.for_request()
+    stale.record(FailureKind.TTFT_TIMEOUT, a, pool)
+    assert [c.cause for c in stale.settle()] == [FailureCause.REPLICA]
 
 
 def test_missed_first_tokens_everywhere_are_load(clock: FakeClock) -> None:
@@ -125,18 +133,33 @@ def test_missed_first_tokens_everywhere_are_load(clock: FakeClock) -> None:
     for replica in (a, b):
         attribution.for_request().record(FailureKind.TTFT_TIMEOUT, replica, pool)  # no success: replica
     verdict = attribution.for_request().record(FailureKind.TTFT_TIMEOUT, c, pool)
-    assert causes(verdict.charges) == [(c.replica_id, FailureCause.LOAD)], "every routable replica missed"
+    assert causes(verdict.charges) == [(c.replica_id, FailureCause.LOAD)], "every replica misses them all"
     clock.advance(61.0)
     verdict = attribution.for_request().record(FailureKind.TTFT_TIMEOUT, a, pool)
     assert causes(verdict.charges) == [(a.replica_id, FailureCause.REPLICA)], "the others' misses are old"
 
 
-def test_a_poison_requests_misses_are_not_taken_for_load(clock: FakeClock) -> None:
+def test_a_few_misses_among_many_served_first_tokens_are_not_load(clock: FakeClock) -> None:
     pool, attribution = make_pool(clock)
     a, b, c = replicas(pool)
     serving(clock, a, b, c)
+    for replica in (a, b, c):
+        for _ in range(3):
+            attribution.first_token_served(replica)
     poison = attribution.for_request()
     poison.record(FailureKind.TTFT_TIMEOUT, a, pool)
     assert poison.record(FailureKind.TTFT_TIMEOUT, b, pool).quarantine
     later = attribution.for_request()
-    assert later.record(FailureKind.TTFT_TIMEOUT, c, pool).charges == (), "pending, not load"
+    later.record(FailureKind.TTFT_TIMEOUT, c, pool)
+    assert [ch.cause for ch in later.settle()] == [FailureCause.REPLICA], "one miss in four is not load"
+
+
+def test_a_pending_failure_is_the_requests_when_the_replica_served_someone_after_it(clock: FakeClock) -> None:
+    pool, attribution = make_pool(clock)
+    a, _, _ = replicas(pool)
+    serving(clock, a)
+    failures = attribution.for_request()
+    failures.record(FailureKind.STATUS_5XX, a, pool)  # its retry was refused, say
+    clock.advance(0.5)
+    a.last_success_s = clock.now_s()  # another request's whole response, after the failure
+    assert causes(failures.settle()) == [(a.replica_id, FailureCause.REQUEST)]
