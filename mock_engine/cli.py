@@ -38,6 +38,13 @@ _FAULT_FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ("--crash-rate", "crash_rate", float, "fraction of requests that crash (default 1)"),
     ("--jitter-ms", "jitter_ms", float, "extra pause before each token, uniform in [0, J] ms (seeded)"),
     ("--refuse-for-s", "refuse_for_s", float, "with --refuse-connections: accept again after this long"),
+    ("--poison-marker", "poison_marker", str, "requests whose prompt contains this text get --poison-effect"),
+    (
+        "--poison-effect",
+        "poison_effect",
+        str,
+        "stall, error (500) or crash (default stall)",
+    ),
 )
 
 

@@ -35,8 +35,9 @@ class FaultControl:
     def settings(self) -> FaultSettings:
         return self.injector.settings
 
-    def plan(self) -> FaultPlan:
-        return self.injector.plan()
+    def plan(self, prompt: str | None = None) -> FaultPlan:
+        """The next request's fault plan; `prompt`: a generation's prompt text, checked for poison."""
+        return self.injector.plan(prompt)
 
     async def update(self, changes: Mapping[str, Any]) -> FaultSettings:
         async with self._lock:

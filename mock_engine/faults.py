@@ -30,11 +30,18 @@ What an HTTP client sees for each fault:
   connections are closed; in-flight requests finish, then their connections close. The admin endpoint is
   unreachable too, so `refuse_for_s` turns refusal off by itself after that many seconds (else, in-process:
   `MockEngineApp.set_faults_threadsafe`). See `listeners.py`.
+- **poison prompts** (`poison_marker`, `poison_effect`): every generation request whose prompt text (the
+  chat message contents joined with "\n", or the completions prompt) contains `poison_marker` gets
+  `poison_effect`, with no rate and no other fault: "stall" (200 headers and role chunk, then silence
+  before the first content token, as `stall_after_tokens=0`), "error" (500 with the error body above,
+  message "injected fault (poison prompt)", no Retry-After) or "crash" (TCP reset before the first content
+  token, as `crash_after_tokens=0`). Other requests are untouched. Counted in `poisoned_injected`, and
+  also in `stalled_injected`, `failed_injected` or `crashed_injected`.
 
 Determinism: each request that reaches the fault decision (in arrival order) takes exactly
-`DRAWS_PER_REQUEST` draws from the engine's seeded `random.Random`, whatever the settings, and its jitter
-comes from its own `random.Random` seeded by one of those draws: the same seed and the same request order
-give the same faults, even when streams interleave.
+`DRAWS_PER_REQUEST` draws from the engine's seeded `random.Random`, whatever the settings and whether or
+not it is poisoned, and its jitter comes from its own `random.Random` seeded by one of those draws: the
+same seed and the same request order give the same faults, even when streams interleave.
 """
 
 from __future__ import annotations
@@ -46,8 +53,13 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal
 
 Interruption = Literal["stall", "crash"]
+PoisonEffect = Literal["stall", "error", "crash"]
+POISON_EFFECTS: tuple[PoisonEffect, ...] = ("stall", "error", "crash")
+POISON_ERROR_STATUS = 500
+POISON_ERROR_MESSAGE = "injected fault (poison prompt)"
 RETRY_AFTER_STATUSES = frozenset({429, 503})
 DRAWS_PER_REQUEST = 5
+_STRING_KINDS = frozenset({"str", "PoisonEffect"})
 _RATES = ("error_rate", "slow_first_token_rate", "stall_rate", "crash_rate")
 _NON_NEGATIVE = (
     "retry_after_s",
@@ -82,6 +94,8 @@ class FaultSettings:
     jitter_ms: float = 0.0
     refuse_connections: bool = False
     refuse_for_s: float | None = None
+    poison_marker: str | None = None
+    poison_effect: PoisonEffect = "stall"
 
     def __post_init__(self) -> None:
         for name in _RATES:
@@ -97,6 +111,18 @@ class FaultSettings:
                 raise FaultSettingsError(name, f"{name} must be a finite number >= 0, got {value!r}")
         if self.refuse_for_s is not None and not (math.isfinite(self.refuse_for_s) and self.refuse_for_s > 0):
             raise FaultSettingsError("refuse_for_s", f"refuse_for_s must be > 0, got {self.refuse_for_s!r}")
+        if self.poison_marker is not None and (
+            not isinstance(self.poison_marker, str) or not self.poison_marker
+        ):
+            message = f"poison_marker must be a non-empty string or null, got {self.poison_marker!r}"
+            raise FaultSettingsError("poison_marker", message)
+        if self.poison_effect not in POISON_EFFECTS:
+            message = f"poison_effect must be one of {', '.join(POISON_EFFECTS)}, got {self.poison_effect!r}"
+            raise FaultSettingsError("poison_effect", message)
+
+    def poisons(self, prompt: str | None) -> bool:
+        """Whether a generation request with this prompt text is poisoned (None: not a generation)."""
+        return self.poison_marker is not None and prompt is not None and self.poison_marker in prompt
 
     def updated(self, changes: Mapping[str, Any]) -> FaultSettings:
         """A copy with `changes` (decoded JSON) applied; `FaultSettingsError` names the first bad field."""
@@ -123,6 +149,10 @@ def _coerce(name: str, kind: str, value: Any) -> Any:
         if "None" in rest:
             return None
         raise FaultSettingsError(name, f"{name} cannot be null")
+    if base in _STRING_KINDS:
+        if isinstance(value, str):
+            return value
+        raise FaultSettingsError(name, f"{name} must be a string, got {value!r}")
     if base == "bool":
         if isinstance(value, bool):
             return value
@@ -163,12 +193,16 @@ class FaultPlan:
     crash_after_tokens: int | None = None
     jitter_ms: float = 0.0
     jitter_seed: int = 0
+    poisoned: bool = False
 
     def retry_after_header(self) -> str | None:
         """`Retry-After` value (whole seconds, rounded up) for the injected error, or None."""
         if self.error_status not in RETRY_AFTER_STATUSES or self.retry_after_s is None:
             return None
         return str(math.ceil(self.retry_after_s))
+
+    def error_message(self) -> str:
+        return POISON_ERROR_MESSAGE if self.poisoned else "injected fault"
 
     def interruption(self, emitted_tokens: int) -> Interruption | None:
         """The fault due once `emitted_tokens` content tokens have been sent (crash wins a tie)."""
@@ -193,8 +227,15 @@ class Jitter:
         return self._rng.uniform(0.0, self._max_s) if self._max_s > 0 else 0.0
 
 
-def decide(settings: FaultSettings, draws: Draws) -> FaultPlan:
-    """The plan for one request: an injected error excludes every other fault."""
+def decide(settings: FaultSettings, draws: Draws, poisoned: bool = False) -> FaultPlan:
+    """The plan for one request: a poisoned one gets its poison effect only (its draws unused); otherwise
+    an injected error excludes every other fault."""
+    if poisoned:
+        if settings.poison_effect == "error":
+            return FaultPlan(error_status=POISON_ERROR_STATUS, poisoned=True)
+        if settings.poison_effect == "crash":
+            return FaultPlan(crash_after_tokens=0, poisoned=True)
+        return FaultPlan(stall_after_tokens=0, poisoned=True)
     if draws.error < settings.error_rate:
         return FaultPlan(error_status=settings.error_status, retry_after_s=settings.retry_after_s)
     slow = settings.slow_first_token_ms > 0 and draws.slow < settings.slow_first_token_rate
@@ -216,5 +257,8 @@ class FaultInjector:
         self.settings = settings
         self._rng = rng
 
-    def plan(self) -> FaultPlan:
-        return decide(self.settings, Draws.take(self._rng))
+    def plan(self, prompt: str | None = None) -> FaultPlan:
+        """The next request's plan; `prompt` is a generation's prompt text (None for other requests).
+        Always takes `DRAWS_PER_REQUEST` draws, poisoned or not."""
+        draws = Draws.take(self._rng)
+        return decide(self.settings, draws, self.settings.poisons(prompt))

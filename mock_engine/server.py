@@ -33,9 +33,10 @@ from mock_engine.control import FaultControl
 from mock_engine.core import EngineCore
 from mock_engine.driver import EngineDriver
 from mock_engine.faults import FaultPlan, FaultSettings, FaultSettingsError
+from mock_engine.generation import Generation, RequestError
 from mock_engine.listeners import ListenerGate
 from mock_engine.metrics_text import render_metrics
-from mock_engine.streaming import Generation, GenerationRun, RequestCounters
+from mock_engine.streaming import GenerationRun, RequestCounters
 from mock_engine.text import estimate_tokens, prompt_seed
 
 __all__ = ["MockEngineApp", "MockEngineConfig", "RequestCounters"]
@@ -162,8 +163,8 @@ class MockEngineApp:
         settings = await self.faults.reset()
         await respond(send, 200, orjson.dumps(settings.as_dict()))
 
-    async def _parse(self, receive: Receive, send: Send) -> tuple[dict[str, Any], FaultPlan] | None:
-        """The JSON body and this request's fault plan, or None once answered (bad body, injected error)."""
+    async def _read_json(self, receive: Receive, send: Send) -> dict[str, Any] | None:
+        """The JSON object body, or None once answered 400."""
         try:
             body = orjson.loads(await read_body(receive))
             if not isinstance(body, dict):
@@ -171,24 +172,44 @@ class MockEngineApp:
         except (ValueError, ClientGone) as exc:
             await respond(send, 400, fmt.error_body(f"bad request: {exc}", 400))
             return None
-        plan = self.faults.plan()
-        if plan.error_status is not None:
-            self.counters.failed_injected += 1
-            retry_after = plan.retry_after_header()
-            headers = [(b"retry-after", retry_after.encode())] if retry_after is not None else []
-            await respond(
-                send, plan.error_status, fmt.error_body("injected fault", plan.error_status), extra=headers
-            )
+        return body
+
+    async def _fault_plan(self, send: Send, prompt: str | None = None) -> FaultPlan | None:
+        """This request's fault plan (`prompt`: a generation's prompt text, checked for poison), or None
+        once answered with an injected error."""
+        plan = self.faults.plan(prompt)
+        if plan.poisoned:
+            self.counters.poisoned_injected += 1
+        if plan.error_status is None:
+            return plan
+        self.counters.failed_injected += 1
+        retry_after = plan.retry_after_header()
+        headers = [(b"retry-after", retry_after.encode())] if retry_after is not None else []
+        body = fmt.error_body(plan.error_message(), plan.error_status)
+        await respond(send, plan.error_status, body, extra=headers)
+        return None
+
+    async def _parse(self, receive: Receive, send: Send) -> tuple[dict[str, Any], FaultPlan] | None:
+        """The JSON body and this request's fault plan, or None once answered (bad body, injected error)."""
+        body = await self._read_json(receive, send)
+        if body is None:
             return None
-        return body, plan
+        plan = await self._fault_plan(send)
+        return None if plan is None else (body, plan)
 
     async def _generate(self, scope: Scope, receive: Receive, send: Send) -> None:
-        parsed = await self._parse(receive, send)
-        if parsed is None:
+        body = await self._read_json(receive, send)
+        if body is None:
             return
-        body, plan = parsed
         chat = scope["path"] == "/v1/chat/completions"
-        gen = Generation.from_body(body, chat, self.config.default_max_tokens)
+        try:
+            gen = Generation.from_body(body, chat, self.config.default_max_tokens)
+        except RequestError as exc:
+            await respond(send, 400, fmt.error_body(str(exc), 400, "BadRequestError", exc.param))
+            return
+        plan = await self._fault_plan(send, gen.prompt)
+        if plan is None:
+            return
         limit = self.config.max_context_tokens
         if limit is not None and gen.prompt_tokens + gen.max_tokens > limit:
             message = (

@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from mock_engine import openai_format as fmt
 from mock_engine.asgi import ClientGone, InjectedCrash, Receive, Send, reset_connection, respond, send_body
 from mock_engine.core import TokenEvent
 from mock_engine.driver import EngineDriver
 from mock_engine.faults import FaultPlan, Interruption
-from mock_engine.text import estimate_tokens, prompt_seed, token_text
+from mock_engine.generation import Generation
 
 Outcome = Literal["finished", "crashed"]
 STALL_POLL_S = 0.1
@@ -43,39 +42,7 @@ class RequestCounters:
     slowed_injected: int = 0
     stalled_injected: int = 0
     crashed_injected: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Generation:
-    """One generation request as parsed from its OpenAI body."""
-
-    request_id: str
-    response_id: str
-    chat: bool
-    prompt: str
-    seed: int
-    prompt_tokens: int
-    max_tokens: int
-    finish_reason: str
-    include_usage: bool
-
-    @classmethod
-    def from_body(cls, body: dict[str, Any], chat: bool, default_max_tokens: int) -> Generation:
-        prompt = _prompt_of(body, chat)
-        requested = body.get("max_completion_tokens") or body.get("max_tokens")
-        request_id = uuid.uuid4().hex
-        options = body.get("stream_options") or {}
-        return cls(
-            request_id=request_id,
-            response_id=("chatcmpl-" if chat else "cmpl-") + request_id,
-            chat=chat,
-            prompt=prompt,
-            seed=prompt_seed(prompt),
-            prompt_tokens=estimate_tokens(prompt),
-            max_tokens=int(requested) if requested else default_max_tokens,
-            finish_reason="length" if requested else "stop",
-            include_usage=bool(isinstance(options, dict) and options.get("include_usage")),
-        )
+    poisoned_injected: int = 0
 
 
 class GenerationRun:
@@ -145,7 +112,7 @@ class GenerationRun:
         queue = None
         if gen.max_tokens > 0:
             queue = self.driver.submit(gen.request_id, gen.prompt, gen.prompt_tokens, gen.max_tokens)
-        jitter = plan.jitter()
+        jitter, text = plan.jitter(), gen.tokens()
         emitted, finished = 0, queue is None
         while True:
             fault = plan.interruption(emitted)
@@ -153,7 +120,7 @@ class GenerationRun:
                 return emitted, fault
             event = await _next_event(queue, self._watcher)
             await _pause(jitter.next_s(), self._watcher)
-            await emit(token_text(gen.seed, event.index))
+            await emit(text.next())
             emitted += 1
             finished = event.finished
 
@@ -191,11 +158,3 @@ async def _next_event(queue: asyncio.Queue[TokenEvent], watcher: asyncio.Task[No
         return getter.result()
     getter.cancel()
     raise ClientGone
-
-
-def _prompt_of(body: dict[str, Any], chat: bool) -> str:
-    if chat:
-        messages = body.get("messages") or []
-        return "\n".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
-    prompt = body.get("prompt", "")
-    return prompt if isinstance(prompt, str) else "".join(str(p) for p in prompt)

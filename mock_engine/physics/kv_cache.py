@@ -10,7 +10,7 @@ hash (see `tokens.py`) in LRU order so a later prompt with the same prefix can s
 
 Blocks of running sequences are pinned: a cached block with references is never evicted, and two
 sequences sharing a prefix block hold it once. A block is registered in the cache only once its
-prefill has been computed; a sequence's generated tokens are never cached (the mock has no output text).
+prefill has been computed; a sequence's generated tokens are never cached (the core never sees the text).
 Every operation costs O(blocks touched), never O(cache size).
 """
 

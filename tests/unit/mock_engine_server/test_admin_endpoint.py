@@ -55,6 +55,9 @@ def test_delete_clears_every_fault(engine: Engine) -> None:
         (b'{"crash_after_tokens": -3}', "crash_after_tokens", ">= 0"),
         (b'{"jitter_ms": null}', "jitter_ms", "cannot be null"),
         (b'{"refuse_connections": "yes"}', "refuse_connections", "true or false"),
+        (b'{"poison_effect": "boom"}', "poison_effect", "poison_effect must be one of stall, error, crash"),
+        (b'{"poison_marker": ""}', "poison_marker", "non-empty string"),
+        (b'{"poison_marker": ["x"]}', "poison_marker", "must be a string"),
         (b'{"slow_first_token_ms": 5, "typo": 1}', "typo", "unknown fault field(s): typo; known: error_rate"),
     ],
 )

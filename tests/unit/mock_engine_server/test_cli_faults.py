@@ -32,6 +32,7 @@ def test_every_fault_flag_maps_to_its_setting() -> None:
         "--stall-after-tokens", "4", "--stall-rate", "0.2",
         "--crash-after-tokens", "6", "--crash-rate", "0.3",
         "--jitter-ms", "15", "--refuse-connections", "--refuse-for-s", "5",
+        "--poison-marker", "BAD PROMPT", "--poison-effect", "crash",
     )  # fmt: skip
     assert cli.fault_settings(args) == FaultSettings(
         error_rate=0.1,
@@ -46,6 +47,8 @@ def test_every_fault_flag_maps_to_its_setting() -> None:
         jitter_ms=15.0,
         refuse_connections=True,
         refuse_for_s=5.0,
+        poison_marker="BAD PROMPT",
+        poison_effect="crash",
     )
 
 
@@ -54,6 +57,8 @@ def test_invalid_flag_values_are_refused(capsys: pytest.CaptureFixture[str]) -> 
         cli.fault_settings(_parse("--error-rate", "3"))
     assert cli.run(_parse("--error-status", "200")) == 2
     assert "error_status" in capsys.readouterr().err
+    assert cli.run(_parse("--poison-effect", "hang")) == 2
+    assert "poison_effect" in capsys.readouterr().err
 
 
 @pytest.mark.timeout(30)

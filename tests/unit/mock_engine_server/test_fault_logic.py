@@ -10,6 +10,7 @@ import pytest
 
 from mock_engine.faults import (
     DRAWS_PER_REQUEST,
+    POISON_ERROR_MESSAGE,
     Draws,
     FaultInjector,
     FaultPlan,
@@ -153,6 +154,10 @@ def test_updated_applies_a_partial_change_and_coerces_json_numbers() -> None:
         ({"jitter_ms": math.inf}, "jitter_ms", "finite"),
         ({"refuse_connections": 1}, "refuse_connections", "true or false"),
         ({"refuse_for_s": 0}, "refuse_for_s", "> 0"),
+        ({"poison_marker": ""}, "poison_marker", "non-empty string"),
+        ({"poison_marker": 5}, "poison_marker", "must be a string"),
+        ({"poison_effect": "explode"}, "poison_effect", "one of stall, error, crash"),
+        ({"poison_effect": None}, "poison_effect", "cannot be null"),
     ],
 )
 def test_invalid_changes_name_the_field(changes: dict[str, object], field: str, words: str) -> None:
@@ -176,3 +181,44 @@ def test_as_dict_round_trips_every_field() -> None:
     data = ALL_ON.as_dict()
     assert set(data) == {f.name for f in fields(FaultSettings)}
     assert FaultSettings().updated(data) == ALL_ON
+
+
+# --- poison prompts -----------------------------------------------------------------------------------
+
+POISONED = FaultSettings(poison_marker="!poison!")
+
+
+@pytest.mark.parametrize(
+    ("effect", "expected"),
+    [
+        ("stall", FaultPlan(stall_after_tokens=0, poisoned=True)),
+        ("crash", FaultPlan(crash_after_tokens=0, poisoned=True)),
+        ("error", FaultPlan(error_status=500, poisoned=True)),
+    ],
+)
+def test_a_poisoned_request_gets_its_effect_and_nothing_else(effect: str, expected: FaultPlan) -> None:
+    settings = ALL_ON.updated({"poison_marker": "!poison!", "poison_effect": effect})
+    plan = decide(settings, draws(0.0, 0.0, 0.0, 0.0), poisoned=True)
+    assert plan == expected and plan.retry_after_header() is None
+    assert plan.error_message() == POISON_ERROR_MESSAGE
+    assert plan.interruption(0) == (None if effect == "error" else effect)
+
+
+def test_poisons_matches_the_marker_in_generation_prompts_only() -> None:
+    assert POISONED.poisons("a !poison! b") and POISONED.poisons("!poison!")
+    assert not POISONED.poisons("a !poison b") and not POISONED.poisons(None)
+    assert not FaultSettings().poisons("!poison!"), "no marker: off"
+
+
+def test_poisoned_requests_take_the_same_draws_as_any_other() -> None:
+    settings = ALL_ON.updated({"poison_marker": "!poison!"})
+    mixed = FaultInjector(settings, random.Random(8))
+    clean = FaultInjector(ALL_ON, random.Random(8))
+    prompts = ["!poison!" if i % 4 == 0 else f"p{i}" for i in range(400)]
+    for prompt in prompts:
+        got, unpoisoned = mixed.plan(prompt), clean.plan(prompt)
+        if "!poison!" in prompt:
+            assert got == FaultPlan(stall_after_tokens=0, poisoned=True)
+        else:
+            assert got == unpoisoned
+    assert FaultInjector(settings, random.Random(8)).plan() == FaultInjector(ALL_ON, random.Random(8)).plan()
