@@ -81,7 +81,23 @@ def _utf8(text: str) -> bytes:
 
 
 def _digest(value: object) -> str:
-    return xxhash.xxh3_64_hexdigest(_utf8(repr(value)))
+    """xxh3-64 of a JSON value's structure and scalars, walked with an explicit stack: the depth of a
+    client's value never becomes Python recursion (no RecursionError on 1,000 nested lists)."""
+    digest = xxhash.xxh3_64()
+    stack: list[object] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            digest.update(b"{%d" % len(item))
+            for key, child in item.items():
+                digest.update(_utf8(repr(key)))
+                stack.append(child)
+        elif isinstance(item, list | tuple):
+            digest.update(b"[%d" % len(item))
+            stack.extend(reversed(item))
+        else:
+            digest.update(_utf8(repr(item)))
+    return digest.hexdigest()
 
 
 def _render_part(part: object) -> str:
@@ -120,14 +136,19 @@ def render_chat_messages(messages: object) -> str:
     return "".join(f"<|{m.get('role')}|>\n{_render_content(m.get('content'))}\n" for m in leading + rest)
 
 
-def _render_prompt_item(item: object) -> str:
-    if isinstance(item, str):
-        return item
-    if isinstance(item, int) and not isinstance(item, bool):
-        return str(item)
-    if isinstance(item, list):
-        return " ".join(_render_prompt_item(token) for token in item)
+def _render_token(token: object) -> str:
+    if isinstance(token, str):
+        return token
+    if isinstance(token, int) and not isinstance(token, bool):
+        return str(token)
     return ""
+
+
+def _render_prompt_item(item: object) -> str:
+    """A string, a token id, or a list of those (one level: the API nests prompts no deeper)."""
+    if isinstance(item, list):
+        return " ".join(_render_token(token) for token in item)
+    return _render_token(item)
 
 
 def render_completion_prompt(prompt: object) -> str:

@@ -66,6 +66,38 @@ def _validate_prompt(endpoint: Endpoint, body: dict[str, Any]) -> None:
         raise BadRequest(f"'{required}' is required")
 
 
+MAX_PROMPT_NESTING = 16
+"""Deepest nesting of objects and arrays accepted inside a prompt-bearing value (a chat message's
+`content`, `prompt`, `input`): real content parts are 3 deep (content → part → image_url). Deeper is a
+400 naming the field, before anything walks the value."""
+
+
+def _depth_over(value: object, limit: int) -> bool:
+    """True when `value` nests objects/arrays deeper than `limit` (an explicit stack, no recursion)."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth >= limit:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
+def _check_nesting(body: dict[str, Any]) -> None:
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        for i, message in enumerate(messages):
+            content = message.get("content") if isinstance(message, dict) else None
+            if isinstance(content, list | dict) and _depth_over(content, MAX_PROMPT_NESTING):
+                raise BadRequest(f"'messages[{i}].content' is nested deeper than {MAX_PROMPT_NESTING} levels")
+    for name in ("prompt", "input"):
+        value = body.get(name)
+        if isinstance(value, list | dict) and _depth_over(value, MAX_PROMPT_NESTING):
+            raise BadRequest(f"'{name}' is nested deeper than {MAX_PROMPT_NESTING} levels")
+
+
 def _optional_int(body: dict[str, Any], *names: str) -> int | None:
     for name in names:
         value = body.get(name)
@@ -88,12 +120,15 @@ def parse_request(endpoint: Endpoint, raw: bytes) -> ParsedRequest:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise BadRequest("'model' is required and must be a non-empty string")
-    stream = body.get("stream", False)
+    stream = body.get("stream")
+    if stream is None:  # absent or null: not streamed (the OpenAI API and vLLM read null as false)
+        stream = False
     if not isinstance(stream, bool):
         raise BadRequest("'stream' must be a boolean")
     if stream and not endpoint.can_stream:
         raise BadRequest(f"streaming is not supported on {endpoint.value}")
     _validate_prompt(endpoint, body)
+    _check_nesting(body)
     stream_options = body.get("stream_options")
     if stream_options is not None and not isinstance(stream_options, dict):
         raise BadRequest("'stream_options' must be an object")

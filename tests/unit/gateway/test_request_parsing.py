@@ -67,3 +67,36 @@ def test_invalid_bodies(endpoint: Endpoint, body: bytes) -> None:
 def test_completion_prompt_list() -> None:
     parsed = parse_request(Endpoint.COMPLETIONS, b'{"model": "m", "prompt": ["ab", "cd"]}')
     assert parsed.prompt_text == "ab\ncd"
+
+
+def test_stream_null_is_not_streamed() -> None:
+    parsed = parse_request(Endpoint.CHAT, _chat(stream=None))
+    assert parsed.stream is False
+    with pytest.raises(BadRequest, match="'stream' must be a boolean"):
+        parse_request(Endpoint.CHAT, _chat(stream="yes"))
+
+
+def _nested(depth: int) -> str:
+    """JSON text of a string inside `depth` arrays (orjson.dumps itself refuses such depth)."""
+    return "[" * depth + '"deep"' + "]" * depth
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "field", "template"),
+    [
+        (
+            Endpoint.CHAT,
+            "messages[1].content",
+            '"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": %s}]',
+        ),
+        (Endpoint.COMPLETIONS, "prompt", '"prompt": %s'),
+        (Endpoint.EMBEDDINGS, "input", '"input": %s'),
+    ],
+)
+def test_deeply_nested_prompts_are_a_bad_request_naming_the_field(endpoint, field, template) -> None:
+    """1,000 levels parse as JSON; nothing after the edge may walk them recursively (it was a 500)."""
+    raw = ('{"model": "m", ' + template % _nested(1000) + "}").encode()
+    with pytest.raises(BadRequest) as refused:
+        parse_request(endpoint, raw)
+    assert refused.value.message == f"'{field}' is nested deeper than 16 levels"
+    parse_request(endpoint, ('{"model": "m", ' + template % _nested(3) + "}").encode())  # content parts: fine

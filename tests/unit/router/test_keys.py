@@ -176,3 +176,17 @@ class TestKeySettings:
     def test_direct_construction_validates(self) -> None:
         with pytest.raises(ValueError, match="block_size_chars"):
             KeySettings(block_size_chars=0)
+
+
+def test_routing_keys_never_recurse_on_a_clients_nesting() -> None:
+    """Defence in depth behind the edge's nesting limit: 5,000 nested arrays render without recursion."""
+    value: object = "x"
+    for _ in range(5000):
+        value = [value]
+    text = canonical_prompt_text(
+        {"messages": [{"role": "user", "content": [{"type": "image", "image": value}]}]}
+    )
+    assert text.startswith("<|user|>\n<|image:") and text == canonical_prompt_text(
+        {"messages": [{"role": "user", "content": [{"type": "image", "image": value}]}]}
+    )
+    assert render_completion_prompt([[1, 2], [[3]]]) == "1 2\n"
