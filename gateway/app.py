@@ -21,7 +21,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from core.clock import Clock
 from gateway.api.admin import build_admin_router
-from gateway.api.asgi_io import Receive, Scope, Send, send_response
+from gateway.api.asgi_io import Receive, Scope, Send, header, send_response
+from gateway.api.request_ids import request_id_of
 from gateway.api.request_parsing import Endpoint
 from gateway.composition import Components
 from gateway.error_mapping import to_response
@@ -86,10 +87,15 @@ class GatewayApp:
                 if scope["method"] == "POST":
                     await self.state.proxy(endpoint, scope, receive, send)
                 else:
-                    answer = to_response(
-                        MethodNotAllowed(f"method {scope['method']} not allowed on {scope['path']}")
+                    refusal = MethodNotAllowed(
+                        f"method {scope['method']} not allowed on {scope['path']}", allow=("POST",)
                     )
-                    await send_response(send, answer.status, answer.headers, answer.body)
+                    answer = to_response(refusal)
+                    headers = [
+                        *answer.headers,
+                        ("x-request-id", request_id_of(header(scope, b"x-request-id"))),
+                    ]
+                    await send_response(send, answer.status, headers, answer.body)
                 return
             await self._ops(scope, receive, send)
         elif kind == "lifespan":
@@ -109,9 +115,14 @@ class GatewayApp:
                 return
 
 
-def _error_response(error: GatewayError) -> Response:
+def _error_response(error: GatewayError, request: Request | None = None) -> Response:
+    """The contract answer for `error` on the operations app, with the request id (echoed or new)."""
     answer = to_response(error)
-    return Response(content=answer.body, status_code=answer.status, headers=dict(answer.headers))
+    headers = dict(answer.headers)
+    headers["x-request-id"] = request_id_of(
+        request.headers.get("x-request-id") if request is not None else None
+    )
+    return Response(content=answer.body, status_code=answer.status, headers=headers)
 
 
 def _build_ops_app(state: Components) -> FastAPI:
@@ -120,21 +131,24 @@ def _build_ops_app(state: Components) -> FastAPI:
 
     @app.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError) -> Response:
-        return _error_response(exc)
+        return _error_response(exc, request)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid_body(request: Request, exc: RequestValidationError) -> Response:
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
-        return _error_response(BadRequest(f"{where or 'body'}: {first.get('msg', 'invalid request body')}"))
+        message = f"{where or 'body'}: {first.get('msg', 'invalid request body')}"
+        return _error_response(BadRequest(message), request)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == 405:
-            return _error_response(
-                MethodNotAllowed(f"method {request.method} not allowed on {request.url.path}")
+            allow = tuple(m.strip() for m in (exc.headers or {}).get("Allow", "GET").split(","))
+            refusal = MethodNotAllowed(
+                f"method {request.method} not allowed on {request.url.path}", allow=allow
             )
-        return _error_response(RouteNotFound(f"no route {request.method} {request.url.path}"))
+            return _error_response(refusal, request)
+        return _error_response(RouteNotFound(f"no route {request.method} {request.url.path}"), request)
 
     @app.get("/v1/models")
     async def models() -> dict[str, object]:

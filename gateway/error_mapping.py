@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from gateway.errors import GatewayError, UpstreamStatusError
+from gateway.errors import GatewayError, MethodNotAllowed, UpstreamStatusError
 
 REJECT_REASON_HEADER = "x-gateway-reject-reason"
 _JSON = "application/json"
@@ -38,6 +38,8 @@ def to_response(error: GatewayError) -> ErrorResponse:
     retry_after = error.retry_after_header
     if retry_after is not None:
         headers.append(("retry-after", retry_after))
+    if isinstance(error, MethodNotAllowed):
+        headers.append(("allow", ", ".join(error.allow)))
     if isinstance(error, UpstreamStatusError) and error.body:
         headers.append(("content-type", error.content_type or _JSON))
         return ErrorResponse(error.status, headers, error.body)

@@ -76,9 +76,15 @@ class RouteNotFound(GatewayError):
 
 
 class MethodNotAllowed(GatewayError):
+    """405, with the `Allow` header RFC 9110 requires: the methods the path does answer."""
+
     status = 405
     code = ErrorCode.METHOD_NOT_ALLOWED
     error_type = "invalid_request_error"
+
+    def __init__(self, message: str, *, allow: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.allow = allow
 
 
 class PayloadTooLarge(GatewayError):

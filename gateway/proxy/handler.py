@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from typing import Any
 
 from admission.outcomes import AdmissionRefused, RejectReason
@@ -30,6 +29,7 @@ from gateway.api.asgi_io import (
     read_body,
     send_response,
 )
+from gateway.api.request_ids import request_id_of
 from gateway.api.request_parsing import Endpoint, parse_request
 from gateway.error_mapping import to_response, to_sse_event
 from gateway.errors import Draining, GatewayError, InternalError, ModelNotFound, Unauthorized
@@ -96,7 +96,7 @@ class ProxyHandler:
             task.cancel()
 
     async def __call__(self, endpoint: Endpoint, scope: Scope, receive: Receive, send: Send) -> None:
-        reply = Reply(request_id=header(scope, b"x-request-id") or os.urandom(16).hex(), send=send)
+        reply = Reply(request_id=request_id_of(header(scope, b"x-request-id")), send=send)
         outcome = OUTCOME_SUCCESS
         tenant: Tenant | None = None
         pool: Pool | None = None

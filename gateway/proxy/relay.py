@@ -45,7 +45,7 @@ async def relay(ctx: RequestContext, reply: Reply, attempt: Attempt, stream: Str
     if ctx.stream and is_sse:
         await stream.run(attempt)
     else:
-        await relay_full(reply, attempt, ctx.timers.nonstream_s)
+        await relay_full(reply, attempt, ctx.timers.nonstream_s - attempt.elapsed_s())
 
 
 async def _start(reply: Reply, status: int, content_type: str, extra: list[tuple[str, str]]) -> None:
@@ -62,7 +62,8 @@ async def finish_body(reply: Reply, body: bytes = b"") -> None:
 
 
 async def relay_full(reply: Reply, attempt: Attempt, nonstream_s: float) -> None:
-    """Read the whole upstream body, account usage, send it as one response."""
+    """Read the whole upstream body within `nonstream_s` (what is left of the attempt's bound), account
+    usage, send it as one response."""
     response = attempt.response
     assert response is not None
     try:
@@ -70,7 +71,7 @@ async def relay_full(reply: Reply, attempt: Attempt, nonstream_s: float) -> None
             body = await response.read()
     except TimeoutError:
         raise UpstreamTotalTimeout(
-            f"the replica did not finish the response within {nonstream_s} s"
+            "the replica did not finish the response within its bound (timeouts.nonstream_s)"
         ) from None
     except aiohttp.ClientError as exc:
         raise UpstreamProtocolError(f"the replica failed while sending the response: {exc!r}") from None

@@ -7,6 +7,8 @@ returns the open response of a 2xx answer (the relay reads it), or raises:
   byte came back (the serve loop retries it once on a fresh connection, not held against the replica),
 - `UpstreamTTFTTimeout` when a stream's headers do not arrive within the first-token deadline (which
   runs from the attempt's start),
+- `UpstreamTotalTimeout` when a non-streamed answer's headers do not arrive within `nonstream_s` of the
+  attempt's start (the engine sends nothing before it has finished: not retried),
 - `UpstreamStatusError` with the engine's status, body (up to 64 KiB) and Retry-After for an error.
 Routing, claiming and retrying are not here: see `gateway.proxy.route`, `gateway.proxy.admit` and
 the loop in `gateway.proxy.serving` (its policy in `gateway.proxy.retry_policy`).
@@ -18,7 +20,12 @@ import asyncio
 
 import aiohttp
 
-from gateway.errors import UpstreamConnectError, UpstreamStatusError, UpstreamTTFTTimeout
+from gateway.errors import (
+    UpstreamConnectError,
+    UpstreamStatusError,
+    UpstreamTotalTimeout,
+    UpstreamTTFTTimeout,
+)
 from gateway.proxy.attempt import Attempt
 from gateway.proxy.context import RequestContext
 
@@ -54,6 +61,10 @@ class UpstreamClient:
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
             raise StaleConnection(rid) from None
         except TimeoutError:
+            if not ctx.stream:  # the whole answer is late: the request's own length, never retried
+                raise UpstreamTotalTimeout(
+                    f"replica {rid} did not finish the response within {timers.nonstream_s} s", replica_id=rid
+                ) from None
             raise UpstreamTTFTTimeout(
                 f"no response from replica {rid} within the first-token deadline of {timers.ttft_s} s",
                 replica_id=rid,
@@ -76,9 +87,8 @@ class UpstreamClient:
             headers=ctx.upstream_headers,
             timeout=timeout,
         )
-        if not ctx.stream:
-            return await request
-        async with asyncio.timeout(timers.ttft_s - attempt.elapsed_s()):
+        deadline_s = timers.ttft_s if ctx.stream else timers.nonstream_s
+        async with asyncio.timeout(deadline_s - attempt.elapsed_s()):
             return await request
 
     async def _status_error(self, response: aiohttp.ClientResponse, replica_id: str) -> UpstreamStatusError:

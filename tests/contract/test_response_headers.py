@@ -51,21 +51,13 @@ ERRORS = {
     "not_found": ("GET", "/v1/nothing", b""),
     "method_not_allowed": ("GET", CHAT, b""),
 }
-NO_ID_YET = pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="product defect: answers for an unknown path or a wrong method carry no x-request-id "
-    "(refused before the request id is taken)",
-)
-
-
 @pytest.mark.parametrize(
     "reason",
     [
         "bad_request",
         "model_not_found",
-        pytest.param("not_found", marks=NO_ID_YET),
-        pytest.param("method_not_allowed", marks=NO_ID_YET),
+        "not_found",
+        "method_not_allowed",
     ],
 )
 def test_an_error_answer_echoes_the_request_id(contract_gateway: ContractGateway, reason: str) -> None:
