@@ -161,7 +161,9 @@ class ProxyHandler:
         if not ctx.idempotency_key or ctx.stream:
             await self._server.serve(ctx, reply)
             return
-        scoped = idempotency_scope(ctx.model, ctx.authorization, ctx.idempotency_key)
+        scoped = idempotency_scope(
+            ctx.parsed.endpoint.value, ctx.model, ctx.authorization, ctx.idempotency_key
+        )
         stored = await self._idempotency.claim(scoped, body_digest(ctx.parsed.raw))
         if stored is not None:
             if reply.watcher is not None:

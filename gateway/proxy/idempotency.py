@@ -174,7 +174,8 @@ def replay_headers(stored: StoredResponse, request_id: str) -> list[tuple[str, s
     return [*headers, (REPLAY_HEADER.decode(), "true"), ("x-request-id", request_id)]
 
 
-def idempotency_scope(model: str, authorization: str | None, key: str) -> tuple[str, ...]:
-    """Cache key: the model, a digest of the client's credentials (never the key itself), the header."""
+def idempotency_scope(endpoint: str, model: str, authorization: str | None, key: str) -> tuple[str, ...]:
+    """Cache key: the endpoint, the model, a digest of the client's credentials (never the key itself),
+    the header — the same key on chat and on completions names two different requests."""
     client = hashlib.sha256((authorization or "").encode()).hexdigest()[:32]
-    return (model, client, key)
+    return (endpoint, model, client, key)

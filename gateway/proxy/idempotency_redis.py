@@ -1,7 +1,7 @@
 """`Idempotency-Key` across gateway instances: the `IdempotencyStore` of `gateway.proxy.idempotency` in
 Redis, with the same semantics as the memory `IdempotencyCache` (see that module's docstring).
 
-One hash per scoped key, `{prefix}idem:{h}` (h = a digest of the scope: model, client, header value):
+One hash per scoped key, `{prefix}idem:{h}` (h = a digest of the scope: endpoint, model, client, key):
 `digest` (the body's), `state` (`pending` while a leader runs, then `done`), `token` (the leader's random
 id, pending only) and, once done, the response: `status`, `headers` (JSON), `enc` + `body` (the body as
 UTF-8 text when it is — JSON answers are — else base64). Every change is one atomic script (DESIGN §3):

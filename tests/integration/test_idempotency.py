@@ -41,3 +41,17 @@ def test_a_configured_size_limit_stops_replays_through_the_gateway(mock_engines,
     assert [a.status_code for a in answers] == [200, 200]
     assert not any("x-gateway-idempotent-replay" in a.headers for a in answers)
     assert engine.app.counters.started == 2, "over max_stored_bytes: nothing stored, the duplicate ran"
+
+
+def test_a_key_is_scoped_by_endpoint(mock_engines, gateways) -> None:
+    """The same Idempotency-Key on chat and then on completions names two requests, not a reuse."""
+    engine = mock_engines(model=MODEL)
+    gateway = gateways(gateway_settings([pool([engine])]))
+    headers = {"idempotency-key": "order-44"}
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+    completion = {"model": MODEL, "prompt": "hi", "max_tokens": 3}
+    first = httpx.post(gateway.url + "/v1/chat/completions", json=chat, headers=headers)
+    second = httpx.post(gateway.url + "/v1/completions", json=completion, headers=headers)
+    assert (first.status_code, second.status_code) == (200, 200), second.text
+    assert second.json()["object"] == "text_completion" and "x-gateway-idempotent-replay" not in second.headers
+    assert engine.app.counters.started == 2
