@@ -19,6 +19,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from admission.tenants import AuthenticationFailed
 from core.clock import Clock
 from gateway.api.admin import build_admin_router
 from gateway.api.asgi_io import Receive, Scope, Send, header, send_response
@@ -26,7 +27,7 @@ from gateway.api.request_ids import request_id_of
 from gateway.api.request_parsing import Endpoint
 from gateway.composition import Components
 from gateway.error_mapping import to_response
-from gateway.errors import BadRequest, Draining, GatewayError, MethodNotAllowed, RouteNotFound
+from gateway.errors import BadRequest, Draining, GatewayError, MethodNotAllowed, RouteNotFound, Unauthorized
 from gateway.metrics import METRICS_CONTENT_TYPE
 from gateway.settings import Settings
 
@@ -151,7 +152,13 @@ def _build_ops_app(state: Components) -> FastAPI:
         return _error_response(RouteNotFound(f"no route {request.method} {request.url.path}"), request)
 
     @app.get("/v1/models")
-    async def models() -> dict[str, object]:
+    async def models(request: Request) -> dict[str, object]:
+        """The models of pools with an eligible replica; with tenants configured, the same API key
+        check as the inference routes (401 `unauthorized`). Every tenant may use every pool."""
+        try:
+            state.tenants.resolve(request.headers.get("authorization"))
+        except AuthenticationFailed as exc:
+            raise Unauthorized(exc.message) from None
         created = int(state.started_s)
         data = [
             {"id": pool.model, "object": "model", "created": created, "owned_by": "llm-gateway"}

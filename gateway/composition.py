@@ -22,6 +22,7 @@ already built.
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -50,7 +51,7 @@ from gateway.proxy.retry_policy import RetryPolicy
 from gateway.proxy.route import Router
 from gateway.proxy.send import UpstreamClient
 from gateway.proxy.serving import RequestServer
-from gateway.settings import Settings
+from gateway.settings import ConfigError, Settings
 from gateway.upstream.discovery.factory import DiscoveryRunner, build_discovery
 from gateway.upstream.discovery.types import ReplicaSet
 from gateway.upstream.engine_metrics import adapter_for
@@ -72,6 +73,8 @@ class Components:
         self._rng = rng or random.Random(settings.seed)
         self.metrics = GatewayMetrics()
         self.registry = ReplicaRegistry(settings, self.metrics, self.clock, self._child_rng())
+        self.tenants = tenant_directory(settings)
+        """API keys → tenants; the proxy routes and `/v1/models` authenticate with it."""
         self.started_s = time.time()
         self.discovered: set[str] = set()
         """Pools with a dynamic replica source that has reported at least once."""
@@ -160,11 +163,12 @@ class Components:
         self.proxy = ProxyHandler(
             settings=s,
             registry=self.registry,
-            tenants=tenant_directory(s),
+            tenants=self.tenants,
             admission=admission,
             server=server,
             idempotency=idempotency,
             metrics=metrics,
+            engine_keys=self._engine_keys(),
         )
         signals.start()
         self._on_close(signals.stop)
@@ -224,6 +228,19 @@ class Components:
             linger_s=state.replica_credit_linger_s,
             on_error=self.metrics.state_errors_total.labels("slot_credit_refill").inc,
         )
+
+    def _engine_keys(self) -> dict[str, str]:
+        """Each pool's engine key from the environment variable it names (`engine_api_key_env`)."""
+        keys: dict[str, str] = {}
+        for index, pool in enumerate(self.settings.pools):
+            name = pool.engine_api_key_env
+            if name is None:
+                continue
+            value = os.environ.get(name)
+            if not value:
+                raise ConfigError(f"pools.{index}.engine_api_key_env: environment variable {name} is not set")
+            keys[pool.model] = value
+        return keys
 
     def _quarantines(self, backend: RedisBackend | None) -> dict[str, QuarantineStore]:
         """A quarantine per pool that has it enabled: in Redis (with a background sync of every pool's

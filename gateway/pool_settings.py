@@ -175,6 +175,10 @@ class ContinuationSettings(StrictModel):
 class PoolSettings(StrictModel):
     model: str = Field(min_length=1)
     upstream_model: str | None = None
+    engine_api_key_env: str | None = None
+    """The environment variable holding the key sent to this pool's engines (`Authorization: Bearer`,
+    e.g. vLLM's `--api-key`) on proxied requests; the client's own `Authorization` is never forwarded.
+    None: no key. Read once at start; a name set here but missing from the environment fails the start."""
     engine: EngineFlavour = "vllm"
     replicas: ReplicaSources
     """`static: [urls]`, or one dynamic source: `dns: {name, port, refresh_s}` or

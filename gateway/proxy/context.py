@@ -25,8 +25,10 @@ from gateway.upstream.registry import Pool
 from router.keys import build_routing_request, session_key_of
 from router.types import RoutingRequest
 
-FORWARDED_HEADERS = (b"authorization", b"accept", b"user-agent")
-"""Client headers passed upstream as they are (beside content-type and the request id)."""
+FORWARDED_HEADERS = (b"accept", b"user-agent")
+"""Client headers passed upstream as they are (beside content-type and the request id). Never the
+client's credentials: its `Authorization` is the gateway's tenant key; the engines get the pool's own
+key (`engine_api_key_env`) or none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,7 @@ def build_context(
     pool: Pool,
     tenant: Tenant,
     priority: str,
+    engine_key: str | None = None,
 ) -> RequestContext:
     """Fix the request's routing key, upstream bytes and timers (400 on a bad timer header)."""
     routing = build_routing_request(
@@ -93,16 +96,21 @@ def build_context(
         priority=priority,
         routing=routing,
         upstream_body=rewrite_body(parsed, pool.settings.upstream_model),
-        upstream_headers=forwarded_headers(scope["headers"], request_id),
+        upstream_headers=forwarded_headers(scope["headers"], request_id, engine_key),
         timers=timers,
         idempotency_key=header(scope, b"idempotency-key"),
         authorization=header(scope, b"authorization"),
     )
 
 
-def forwarded_headers(raw_headers: list[tuple[bytes, bytes]], request_id: str) -> dict[str, str]:
-    """Headers sent upstream: content-type JSON, the request id, and `FORWARDED_HEADERS` from the client."""
+def forwarded_headers(
+    raw_headers: list[tuple[bytes, bytes]], request_id: str, engine_key: str | None = None
+) -> dict[str, str]:
+    """Headers sent upstream: content-type JSON, the request id, `FORWARDED_HEADERS` from the client, and
+    `Authorization: Bearer <engine_key>` when the pool has an engine key."""
     out = {"content-type": "application/json", "x-request-id": request_id}
+    if engine_key is not None:
+        out["authorization"] = f"Bearer {engine_key}"
     for key, value in raw_headers:
         if key in FORWARDED_HEADERS:
             out[key.decode("latin-1")] = value.decode("latin-1")

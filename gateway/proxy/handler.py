@@ -6,8 +6,9 @@ bugs — the serve path releases what it holds in `finally` (the admission ticke
 return to zero; this handler then accounts the request (`gateway.proxy.account`).
 
 Order of the checks, and so of the answers: draining (503) → API key (401, before the body is read) →
-body size (413) → JSON and fields (400) → model (404) → priority class and timer headers (400) →
-idempotent replay → admission (429/503) → upstream.
+body size (413; a declared length before any of the body is read) → body deadline (408) → JSON and
+fields (400) → model (404) → priority class and timer headers (400) → idempotent replay → admission
+(429/503) → upstream. Each write to the client has a deadline too (`gateway.api.asgi_io.ClientIO`).
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ from admission.retry_after import draining_retry_after_s
 from admission.tenants import AuthenticationFailed, Tenant, TenantDirectory
 from gateway.api.asgi_io import (
     ClientDisconnected,
+    ClientIO,
     DisconnectWatcher,
     Receive,
     Scope,
     Send,
     header,
-    read_body,
     send_response,
 )
 from gateway.api.request_ids import request_id_of
@@ -69,6 +70,7 @@ class ProxyHandler:
         server: RequestServer,
         idempotency: IdempotencyStore,
         metrics: GatewayMetrics,
+        engine_keys: dict[str, str] | None = None,
     ) -> None:
         self._settings = settings
         self._registry = registry
@@ -76,6 +78,7 @@ class ProxyHandler:
         self._admission = admission
         self._server = server
         self._idempotency = idempotency
+        self._engine_keys = engine_keys or {}
         self._metrics = metrics
         self._accounting = RequestAccounting(metrics)
         self.draining = False
@@ -96,6 +99,15 @@ class ProxyHandler:
             task.cancel()
 
     async def __call__(self, endpoint: Endpoint, scope: Scope, receive: Receive, send: Send) -> None:
+        server_settings = self._settings.server
+        client = ClientIO(
+            scope,
+            receive,
+            send,
+            write_timeout_s=server_settings.write_timeout_s,
+            on_timeout=lambda phase: self._metrics.client_timeouts_total.labels(phase).inc(),
+        )
+        send = client.send  # each write within the write deadline; a stalled reader ends the request
         reply = Reply(request_id=request_id_of(header(scope, b"x-request-id")), send=send)
         outcome = OUTCOME_SUCCESS
         tenant: Tenant | None = None
@@ -108,7 +120,7 @@ class ProxyHandler:
             if self.draining:
                 raise Draining("the gateway is shutting down")
             tenant = self._tenant(scope)
-            raw = await read_body(receive, self._settings.server.max_body_bytes)
+            raw = await client.read_body(server_settings.max_body_bytes, server_settings.body_timeout_s)
             parsed = parse_request(endpoint, raw)
             stream = parsed.stream
             pool = self._registry.pool(parsed.model)
@@ -122,6 +134,7 @@ class ProxyHandler:
                 pool=pool,
                 tenant=tenant,
                 priority=self._tenants.resolve_priority(tenant, header(scope, PRIORITY_HEADER)),
+                engine_key=self._engine_keys.get(pool.model),
             )
             async with DisconnectWatcher(receive) as watcher:
                 reply.watcher = watcher
