@@ -92,6 +92,9 @@ class AttributionSettings(StrictModel):
     scrape), or when every routable replica of the pool missed a deadline within `window_s`.
     """
 
+    enabled: bool = True
+    """False: every failure of a kind the breaker counts is charged to the replica at once, as before
+    attribution existed (for comparisons; no poison request is then detected)."""
     window_s: float = Field(60.0, gt=0)
     saturated_waiting_requests: float = Field(1.0, ge=0)
     saturated_kv_usage_ratio: float = Field(0.9, gt=0, le=1)

@@ -136,6 +136,10 @@ class RequestFailures:
             self.outcomes.record(replica.replica_id, now_s, missed=True)
         if kind is None:  # the engine refused the request (4xx), or it ran past its own total bound
             return self._now(replica, kind, FailureCause.REQUEST)
+        if not self.settings.enabled:  # the breaker as it was: every failure is the replica's
+            return self._now(
+                replica, kind, FailureCause.LOAD if kind is FailureKind.OVERLOADED else FailureCause.REPLICA
+            )
         if kind is FailureKind.CONNECT:
             return self._now(replica, kind, FailureCause.REPLICA)
         if kind is FailureKind.OVERLOADED:

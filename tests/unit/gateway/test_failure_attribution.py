@@ -163,3 +163,22 @@ def test_a_pending_failure_is_the_requests_when_the_replica_served_someone_after
     clock.advance(0.5)
     a.last_success_s = clock.now_s()  # another request's whole response, after the failure
     assert causes(failures.settle()) == [(a.replica_id, FailureCause.REQUEST)]
+
+
+def test_attribution_off_charges_every_failure_to_the_replica_at_once(clock: FakeClock) -> None:
+    """`attribution.enabled: false`: the breaker as it was (for comparisons)."""
+    settings = parse_settings(
+        {"pools": [{"model": "m", "replicas": {"static": URLS}, "attribution": {"enabled": False}}]}
+    )
+    registry = ReplicaRegistry(settings, GatewayMetrics(), clock, random.Random(0))
+    pool = registry.pools["m"]
+    attribution = PoolAttribution(pool.settings.attribution, clock)
+    a, b, _ = replicas(pool)
+    serving(clock, a, b)
+    failures = attribution.for_request()
+    first = failures.record(FailureKind.STATUS_5XX, a, pool)
+    second = failures.record(FailureKind.STATUS_5XX, b, pool)
+    assert causes(first.charges) == [(a.replica_id, FailureCause.REPLICA)] and not second.quarantine
+    assert causes(failures.record(FailureKind.OVERLOADED, a, pool).charges) == [
+        (a.replica_id, FailureCause.LOAD)
+    ]
