@@ -35,6 +35,8 @@ class ErrorCode(StrEnum):
     UPSTREAM_PROTOCOL = "upstream_protocol"
     INTERNAL = "internal_error"
     REQUEST_QUARANTINED = "request_quarantined"
+    REQUEST_TIMEOUT = "request_timeout"
+    CONNECTION_LIMIT = "connection_limit"
 
 
 class GatewayError(Exception):
@@ -93,6 +95,15 @@ class PayloadTooLarge(GatewayError):
     error_type = "invalid_request_error"
 
 
+class RequestTimeout(GatewayError):
+    """The client did not send the request's headers or body within `server.header_timeout_s` /
+    `server.body_timeout_s`; the connection is closed after the answer."""
+
+    status = 408
+    code = ErrorCode.REQUEST_TIMEOUT
+    error_type = "invalid_request_error"
+
+
 class Unauthorized(GatewayError):
     status = 401
     code = ErrorCode.UNAUTHORIZED
@@ -140,6 +151,13 @@ class NoReplica(Unavailable):
 
 class Draining(Unavailable):
     code = ErrorCode.DRAINING
+
+
+class ConnectionLimit(Unavailable):
+    """The gateway holds `server.max_connections` client connections; Retry-After is when the next
+    idle or half-sent one reaches its header deadline. The connection is closed after the answer."""
+
+    code = ErrorCode.CONNECTION_LIMIT
 
 
 class StateUnavailable(Unavailable):

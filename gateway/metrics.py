@@ -229,6 +229,22 @@ class GatewayMetrics:
         self.tokens_total = Counter(
             f"{PREFIX}_tokens_total", "Tokens from upstream usage, by direction", ["direction"], registry=r
         )
+        self.client_timeouts_total = Counter(
+            f"{PREFIX}_client_timeouts_total",
+            "Client connections ended by a client-side deadline: idle (nothing sent), header, body, write",
+            ["phase"],
+            registry=r,
+        )
+        self.client_connections = Gauge(
+            f"{PREFIX}_client_connections", "Open client connections (HTTP/1.1)", registry=r
+        )
+        self.client_connections_refused_total = Counter(
+            f"{PREFIX}_client_connections_refused_total",
+            "Client connections over server.max_connections: answered 503 connection_limit (request) "
+            "or closed when accepted (accept)",
+            ["stage"],
+            registry=r,
+        )
 
     def render(self) -> bytes:
         """The Prometheus text exposition of this registry."""

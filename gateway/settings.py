@@ -71,6 +71,21 @@ class ServerSettings(StrictModel):
     readiness_propagation_s: float = Field(5.0, gt=0)
     """How long load balancers take to stop sending after /readyz fails (readiness period × failure
     threshold): the `Retry-After` of a `draining` answer."""
+    header_timeout_s: float = Field(10.0, gt=0, allow_inf_nan=False)
+    """Seconds a client has to complete a request's headers, from the connection's opening (or the
+    first byte of a later request on a kept-alive one): a silent connection is closed, half-sent headers
+    get 408 `request_timeout` and the connection is closed (`gateway.api.connection_guard`)."""
+    body_timeout_s: float = Field(60.0, gt=0, allow_inf_nan=False)
+    """Seconds a client has to send the whole request body once its headers are in (a total, so a body
+    trickled a byte at a time ends too): 408 `request_timeout`, connection closed."""
+    write_timeout_s: float = Field(30.0, gt=0, allow_inf_nan=False)
+    """Seconds a response may make no progress towards a client that stopped reading (on Linux under
+    `serve`: nothing acknowledged while bytes wait; elsewhere: one write blocked on full buffers): the
+    request ends as a client disconnect, its upstream request is closed, the connection is reset."""
+    max_connections: int = Field(8192, ge=1)
+    """Open client connections before new ones are refused: at most half the process's file limit is
+    used (the rest is for upstream connections); above it a request gets 503 `connection_limit` with
+    Retry-After, and past 1.25 × the limit a new connection is closed at once."""
 
 
 class UpstreamClientSettings(StrictModel):

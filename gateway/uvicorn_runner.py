@@ -5,17 +5,30 @@ new requests get 503 `draining` with Retry-After (clients and load balancers mov
 requests get `server.drain_timeout_s` to finish, the rest end with the terminal error — then uvicorn
 stops. A second signal stops at once. Kubernetes: give the pod a preStop sleep of about
 `readiness_propagation_s` and `terminationGracePeriodSeconds` > preStop + drain_timeout_s + a few s.
+
+Client connections (`gateway.api.connection_guard`): uvicorn runs the guarded httptools protocol —
+header deadline, body-deadline backstop, the connection limit with its 503 `connection_limit`; at start
+the process's file limit (RLIMIT_NOFILE) is raised to its hard limit where the OS allows, and the
+connection limit is held to at most half of it. Both are logged at start.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from types import FrameType
 
 import uvicorn
 
+from gateway.api.connection_guard import ConnectionGuard, guarded_protocol
 from gateway.app import GatewayApp, create_app
 from gateway.settings import Settings
+
+logger = logging.getLogger("uvicorn.error")  # configured by uvicorn: these lines join its start-up log
+
+KEEP_ALIVE_S = 75
+"""Idle keep-alive connections are closed after this (uvicorn's `timeout_keep_alive`): longer than the
+usual 60 s idle timeout of load balancers, so the balancer closes first and never reuses a closing one."""
 
 
 class DrainingServer(uvicorn.Server):
@@ -44,9 +57,35 @@ class DrainingServer(uvicorn.Server):
         self.should_exit = True
 
 
-def uvicorn_config(app: GatewayApp, settings: Settings, log_level: str = "info") -> uvicorn.Config:
-    """Server options: Nagle is off on accepted sockets (asyncio sets TCP_NODELAY); no access log on
-    the hot path; uvicorn's own graceful shutdown only has to close idle connections after our drain."""
+def raise_file_limit() -> tuple[int, int] | None:
+    """Raise the soft RLIMIT_NOFILE to the hard limit where the OS allows; (before, now), or None
+    where there is no such limit (not POSIX)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - Windows
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    for candidate in (target, 10240):  # macOS refuses more than kern.maxfilesperproc (often 10240)
+        if candidate <= soft:
+            break
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (candidate, hard))
+        except (ValueError, OSError):
+            continue
+        break
+    return soft, resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def uvicorn_config(
+    app: GatewayApp, settings: Settings, log_level: str = "info", guard: ConnectionGuard | None = None
+) -> uvicorn.Config:
+    """Server options: the guarded httptools protocol (deadlines and the connection limit; `guard`, or
+    one built from the settings without a file limit); Nagle off on accepted sockets (asyncio sets
+    TCP_NODELAY); no access log on the hot path; no WebSocket upgrades; uvicorn's own graceful shutdown
+    only has to close idle connections after our drain."""
+    if guard is None:
+        guard = ConnectionGuard.from_settings(settings.server, app.state.metrics, None)
     return uvicorn.Config(
         app,
         host=settings.server.host,
@@ -54,12 +93,35 @@ def uvicorn_config(app: GatewayApp, settings: Settings, log_level: str = "info")
         log_level=log_level,
         access_log=False,
         lifespan="on",
+        http=guarded_protocol(guard),
+        ws="none",
         timeout_graceful_shutdown=5,
-        timeout_keep_alive=75,
+        timeout_keep_alive=KEEP_ALIVE_S,
         proxy_headers=False,
     )
 
 
 def serve(settings: Settings, log_level: str = "info") -> None:
+    limits = raise_file_limit()
     app = create_app(settings)
-    DrainingServer(uvicorn_config(app, settings, log_level), app).run()
+    file_limit = None if limits is None else limits[1]
+    guard = ConnectionGuard.from_settings(settings.server, app.state.metrics, file_limit)
+    config = uvicorn_config(app, settings, log_level, guard)  # configures uvicorn's logging
+    if limits is not None:
+        before, now = limits
+        logger.info(
+            "file limit (RLIMIT_NOFILE) %d%s; client connection limit %d (503 above it, closed at accept "
+            "above %d)",
+            now,
+            f", raised from {before}" if now != before else "",
+            guard.max_connections,
+            guard.accept_ceiling,
+        )
+        if guard.max_connections < settings.server.max_connections:
+            logger.warning(
+                "server.max_connections %d is more than half the file limit %d: %d is used",
+                settings.server.max_connections,
+                now,
+                guard.max_connections,
+            )
+    DrainingServer(config, app).run()

@@ -3,6 +3,14 @@
 The proxy endpoints are served as plain ASGI (no framework layers on the hot path). A client that goes
 away while its request is running cancels the request's task (`DisconnectWatcher`), so the proxy's
 `finally` closes the upstream connection at once and the engine stops generating.
+
+`ClientIO` bounds what the client controls: a declared `Content-Length` over the limit is 413 before
+any of the body is read; the body must arrive within `server.body_timeout_s` (408 `request_timeout`);
+each write must be taken within `server.write_timeout_s` — a client that stops reading ends its request
+as a disconnect (`ClientWriteTimeout`), so the serve path's `finally` releases the slot and closes the
+upstream request, and the connection is dropped through the server's connection control (the
+`CONNECTION_EXTENSION` scope extension of `gateway.api.connection_guard`) when there is one. An answer
+sent before the body was read whole carries `connection: close`.
 """
 
 from __future__ import annotations
@@ -12,16 +20,23 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from types import TracebackType
 from typing import Any
 
-from gateway.errors import PayloadTooLarge
+from gateway.errors import PayloadTooLarge, RequestTimeout
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
+CONNECTION_EXTENSION = "llm_gateway.connection"
+"""`scope["extensions"]` key of the server's connection control: an object with `abort()`."""
+
 
 class ClientDisconnected(Exception):
     """The client closed the connection before the request body was complete."""
+
+
+class ClientWriteTimeout(ClientDisconnected):
+    """The client took nothing written to it for `server.write_timeout_s`: treated as gone."""
 
 
 def header(scope: Scope, name: bytes) -> str | None:
@@ -47,6 +62,69 @@ async def read_body(receive: Receive, max_bytes: int) -> bytes:
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+class ClientIO:
+    """One request's client side: the body read within its limits, each write within its deadline.
+
+    `send` is the ASGI send to hand on; `on_timeout(phase)` counts a deadline that ended the request
+    (`body` or `write`).
+    """
+
+    def __init__(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        *,
+        write_timeout_s: float,
+        on_timeout: Callable[[str], None],
+    ) -> None:
+        self._scope = scope
+        self._receive = receive
+        self._send = send
+        self._write_timeout_s = write_timeout_s
+        self._on_timeout = on_timeout
+        self._timed_out = False
+        self.body_complete = header(scope, b"content-length") == "0" or (
+            header(scope, b"content-length") is None and header(scope, b"transfer-encoding") is None
+        )
+        """The request body has been read whole (or there is none): the connection can be reused."""
+
+    async def read_body(self, max_bytes: int, timeout_s: float) -> bytes:
+        """The whole body: `PayloadTooLarge` at once when the declared length exceeds `max_bytes` (or as
+        soon as the body does), `RequestTimeout` when it is not all in within `timeout_s`."""
+        declared = header(self._scope, b"content-length")
+        if declared is not None and declared.strip().isdigit() and int(declared) > max_bytes:
+            raise PayloadTooLarge(
+                f"the declared body of {int(declared)} bytes exceeds the limit of {max_bytes} bytes"
+            )
+        try:
+            async with asyncio.timeout(timeout_s):
+                body = await read_body(self._receive, max_bytes)
+        except TimeoutError:
+            self._on_timeout("body")
+            raise RequestTimeout(f"the request body did not arrive within {timeout_s:g} s") from None
+        self.body_complete = True
+        return body
+
+    async def send(self, message: Message) -> None:
+        """Send `message` within the write deadline, else drop the connection and raise
+        `ClientWriteTimeout` (later sends do nothing)."""
+        if self._timed_out:
+            return
+        if message["type"] == "http.response.start" and not self.body_complete:
+            message = {**message, "headers": [*message.get("headers", ()), (b"connection", b"close")]}
+        try:
+            async with asyncio.timeout(self._write_timeout_s):
+                await self._send(message)
+        except TimeoutError:
+            self._timed_out = True
+            self._on_timeout("write")
+            control = (self._scope.get("extensions") or {}).get(CONNECTION_EXTENSION)
+            if control is not None:
+                control.abort()
+            raise ClientWriteTimeout(f"the client read nothing for {self._write_timeout_s:g} s") from None
 
 
 async def send_response(send: Send, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
