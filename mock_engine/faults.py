@@ -60,6 +60,8 @@ POISON_ERROR_MESSAGE = "injected fault (poison prompt)"
 RETRY_AFTER_STATUSES = frozenset({429, 503})
 DRAWS_PER_REQUEST = 5
 _STRING_KINDS = frozenset({"str", "PoisonEffect"})
+MAX_SETTING_INT = 2**63 - 1
+"""Integer settings fit 64 bits (the settings are answered as JSON)."""
 _RATES = ("error_rate", "slow_first_token_rate", "stall_rate", "crash_rate")
 _NON_NEGATIVE = (
     "retry_after_s",
@@ -162,6 +164,8 @@ def _coerce(name: str, kind: str, value: Any) -> Any:
     if base == "int":
         if isinstance(value, float) and not value.is_integer():
             raise FaultSettingsError(name, f"{name} must be an integer, got {value!r}")
+        if abs(value) > MAX_SETTING_INT:
+            raise FaultSettingsError(name, f"{name} must be at most {MAX_SETTING_INT}, got {value!r}")
         return int(value)
     return float(value)
 

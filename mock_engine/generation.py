@@ -42,18 +42,14 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from mock_engine import validation
 from mock_engine.text import TokenStream, estimate_tokens, own_output_run
+from mock_engine.validation import RequestError
+
+__all__ = ["END_OF_TURN", "GENERATION_PROMPT", "Generation", "RequestError"]
 
 GENERATION_PROMPT = "<|assistant|>\n"
 END_OF_TURN = "<|end|>\n"
-
-
-class RequestError(ValueError):
-    """An invalid generation request (answered 400); `param` names the offending field."""
-
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +75,8 @@ class Generation:
 
     @classmethod
     def from_body(cls, body: dict[str, Any], chat: bool, default_max_tokens: int) -> Generation:
-        """Raises `RequestError` for an invalid body (see the module docstring)."""
+        """Raises `RequestError` for an invalid body (see the module docstring and `validation.py`)."""
+        validation.common_fields(body)
         seed = _seed(body)
         if chat:
             prompt, context, position = _chat(body, seed)
@@ -112,9 +109,7 @@ def _seed(body: dict[str, Any]) -> int | None:
     seed = body.get("seed")
     if seed is None:
         return None
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise RequestError(f"seed must be an integer, got {seed!r}", "seed")
-    return seed
+    return validation.integer(seed, "seed")
 
 
 def _max_tokens(body: dict[str, Any]) -> int | None:
@@ -123,25 +118,16 @@ def _max_tokens(body: dict[str, Any]) -> int | None:
         value = body.get(name)
         if value is None:
             continue
-        try:
-            tokens = int(value)
-        except (TypeError, ValueError):
-            raise RequestError(f"{name} must be an integer, got {value!r}", name) from None
+        tokens = validation.integer(value, name, numeric_string=True)
         if tokens < 1:
             raise RequestError(f"{name} must be at least 1, got {tokens}", name)
         return tokens
     return None
 
 
-def _flag(body: dict[str, Any], name: str) -> bool | None:
-    value = body.get(name)
-    if value is None or isinstance(value, bool):
-        return value
-    raise RequestError(f"{name} must be true or false, got {value!r}", name)
-
-
 def _content(content: Any) -> str:
-    """A message's text: a string, or the text parts of a content array; null is empty."""
+    """A message's text: a string, or the text parts of a content array; null is empty (the shape was
+    checked by `validation.messages`)."""
     if content is None:
         return ""
     if isinstance(content, list):
@@ -157,15 +143,10 @@ def _render(turns: list[tuple[str, str]]) -> str:
 
 def _chat(body: dict[str, Any], seed: int | None) -> tuple[str, str, int]:
     """(prompt, context, position) of a chat request."""
-    messages = body.get("messages") or []
-    if not isinstance(messages, list):
-        raise RequestError("messages must be an array", "messages")
-    turns = [
-        (str(m.get("role", "user")), _content(m.get("content"))) for m in messages if isinstance(m, dict)
-    ]
+    turns = [(role, _content(content)) for role, content in validation.messages(body.get("messages"))]
     prompt = "\n".join(content for _, content in turns)
-    continue_final = _flag(body, "continue_final_message")
-    add_generation_prompt = _flag(body, "add_generation_prompt")
+    continue_final = validation.flag(body, "continue_final_message")
+    add_generation_prompt = validation.flag(body, "add_generation_prompt")
     if not continue_final:
         context = _render(turns) + (GENERATION_PROMPT if add_generation_prompt is not False else "")
         return prompt, context, 0
@@ -185,7 +166,4 @@ def _chat(body: dict[str, Any], seed: int | None) -> tuple[str, str, int]:
 
 
 def _completion_prompt(body: dict[str, Any]) -> str:
-    prompt = body.get("prompt")
-    if prompt is None:
-        return ""
-    return prompt if isinstance(prompt, str) else "".join(str(p) for p in prompt)
+    return "".join(validation.prompt_texts(body.get("prompt"), "prompt"))

@@ -81,3 +81,9 @@ def error_body(message: str, status: int, kind: str = "mock_engine_error", param
     if param:
         error["param"] = param
     return orjson.dumps({"error": error})
+
+
+def bad_request_body(message: str, param: str | None = None) -> bytes:
+    """vLLM's answer to invalid input (400): `param` names the offending field, null when none does."""
+    error = {"message": message, "type": "BadRequestError", "param": param, "code": 400}
+    return orjson.dumps({"error": error})

@@ -33,16 +33,24 @@ from mock_engine.control import FaultControl
 from mock_engine.core import EngineCore
 from mock_engine.driver import EngineDriver
 from mock_engine.faults import FaultPlan, FaultSettings, FaultSettingsError
-from mock_engine.generation import Generation, RequestError
+from mock_engine.generation import Generation
 from mock_engine.listeners import ListenerGate
 from mock_engine.metrics_text import render_metrics
 from mock_engine.streaming import GenerationRun, RequestCounters
 from mock_engine.text import estimate_tokens, prompt_seed
+from mock_engine.validation import (
+    RequestError,
+    common_fields,
+    detokenize_tokens,
+    prompt_texts,
+    tokenize_prompt,
+)
 
 __all__ = ["MockEngineApp", "MockEngineConfig", "RequestCounters"]
 
 EMBEDDING_DIM = 8
 Handler = Callable[[Scope, Receive, Send], Any]
+Check = Callable[[dict[str, Any]], Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,13 +172,16 @@ class MockEngineApp:
         await respond(send, 200, orjson.dumps(settings.as_dict()))
 
     async def _read_json(self, receive: Receive, send: Send) -> dict[str, Any] | None:
-        """The JSON object body, or None once answered 400."""
+        """The JSON object body, or None once answered 400 (or the client left)."""
         try:
             body = orjson.loads(await read_body(receive))
-            if not isinstance(body, dict):
-                raise ValueError("body must be an object")
-        except (ValueError, ClientGone) as exc:
-            await respond(send, 400, fmt.error_body(f"bad request: {exc}", 400))
+        except ClientGone:
+            return None
+        except orjson.JSONDecodeError as exc:
+            await respond(send, 400, fmt.bad_request_body(f"the body is not valid JSON: {exc}"))
+            return None
+        if not isinstance(body, dict):
+            await respond(send, 400, fmt.bad_request_body("the body must be a JSON object"))
             return None
         return body
 
@@ -189,13 +200,20 @@ class MockEngineApp:
         await respond(send, plan.error_status, body, extra=headers)
         return None
 
-    async def _parse(self, receive: Receive, send: Send) -> tuple[dict[str, Any], FaultPlan] | None:
-        """The JSON body and this request's fault plan, or None once answered (bad body, injected error)."""
+    async def _parse(self, receive: Receive, send: Send, check: Check) -> Any:
+        """`check(body)` (which raises `RequestError` for bad input) once this request's fault plan lets it
+        run, or None once answered (bad body, injected error). Bad input is answered before the fault draw."""
         body = await self._read_json(receive, send)
         if body is None:
             return None
+        try:
+            common_fields(body)
+            value = check(body)
+        except RequestError as exc:
+            await respond(send, 400, fmt.bad_request_body(str(exc), exc.param))
+            return None
         plan = await self._fault_plan(send)
-        return None if plan is None else (body, plan)
+        return None if plan is None else value
 
     async def _generate(self, scope: Scope, receive: Receive, send: Send) -> None:
         body = await self._read_json(receive, send)
@@ -205,7 +223,7 @@ class MockEngineApp:
         try:
             gen = Generation.from_body(body, chat, self.config.default_max_tokens)
         except RequestError as exc:
-            await respond(send, 400, fmt.error_body(str(exc), 400, "BadRequestError", exc.param))
+            await respond(send, 400, fmt.bad_request_body(str(exc), exc.param))
             return
         plan = await self._fault_plan(send, gen.prompt)
         if plan is None:
@@ -215,7 +233,7 @@ class MockEngineApp:
             message = (
                 f"prompt ({gen.prompt_tokens} tokens) + max_tokens ({gen.max_tokens}) exceeds {limit} tokens"
             )
-            await respond(send, 400, fmt.error_body(message, 400))
+            await respond(send, 400, fmt.bad_request_body(message))
             return
         c = self.counters
         c.started += 1
@@ -250,11 +268,11 @@ class MockEngineApp:
             self.driver.finish(gen.request_id)
 
     async def _embeddings(self, scope: Scope, receive: Receive, send: Send) -> None:
-        parsed = await self._parse(receive, send)
-        if parsed is None:
+        inputs: list[str] | None = await self._parse(
+            receive, send, lambda body: prompt_texts(body.get("input"), "input")
+        )
+        if inputs is None:
             return
-        raw = parsed[0].get("input")
-        inputs = [raw] if isinstance(raw, str) else [str(x) for x in raw] if isinstance(raw, list) else [""]
         data = []
         for i, text in enumerate(inputs):
             seed = prompt_seed(text)
@@ -270,19 +288,17 @@ class MockEngineApp:
         await respond(send, 200, orjson.dumps(out))
 
     async def _tokenize(self, scope: Scope, receive: Receive, send: Send) -> None:
-        parsed = await self._parse(receive, send)
-        if parsed is not None:
-            text = str(parsed[0].get("prompt", ""))
+        text: str | None = await self._parse(receive, send, tokenize_prompt)
+        if text is not None:
             tokens = [ord(ch) for ch in text[::4]]
             await respond(
                 send, 200, orjson.dumps({"tokens": tokens, "count": len(tokens), "max_model_len": 8192})
             )
 
     async def _detokenize(self, scope: Scope, receive: Receive, send: Send) -> None:
-        parsed = await self._parse(receive, send)
-        if parsed is not None:
-            tokens = parsed[0].get("tokens") or []
-            await respond(send, 200, orjson.dumps({"prompt": "".join(chr(int(t)) for t in tokens)}))
+        tokens: list[int] | None = await self._parse(receive, send, detokenize_tokens)
+        if tokens is not None:
+            await respond(send, 200, orjson.dumps({"prompt": "".join(chr(t) for t in tokens)}))
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
