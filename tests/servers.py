@@ -59,9 +59,26 @@ class ServerThread:
         return self
 
     def stop(self) -> None:
+        """Graceful: uvicorn lets the responses in flight finish before the server stops."""
         self.server.should_exit = True
         self._thread.join(timeout=15)
         self._sock.close()
+
+    def kill(self) -> None:
+        """Abrupt, like a crashed process: open connections are dropped mid-response."""
+        assert self.loop is not None
+        self.server.force_exit = True
+        self.server.should_exit = True
+        self.loop.call_soon_threadsafe(_abort_transports, self.server)
+        self._thread.join(timeout=15)
+        self._sock.close()
+
+
+def _abort_transports(server: uvicorn.Server) -> None:
+    for connection in list(server.server_state.connections):
+        transport = getattr(connection, "transport", None)
+        if transport is not None:
+            transport.abort()
 
 
 def start_mock_engine(
