@@ -138,7 +138,7 @@ def test_the_breaker_opens_on_500s_and_recovers(mock_engines, gateways) -> None:
 def test_one_replica_killed_during_load(mock_engines, gateways) -> None:
     engines = [mock_engines(model=MODEL, token_delay_ms=10) for _ in range(3)]
     gateway = _gateway(gateways, [e.url for e in engines])
-    killer = threading.Timer(0.3, engines[0].stop)
+    killer = threading.Timer(0.3, engines[0].kill)
     killer.start()
     outcomes = asyncio.run(run_traffic(gateway.url, 60, max_tokens=30, spacing_s=0.015))
     killer.join()
