@@ -17,6 +17,7 @@ from collections.abc import Callable
 from types import FrameType
 
 from bench import commands, overhead
+from bench.compare_presets import PresetParser
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -41,7 +42,12 @@ _SUBCOMMANDS: tuple[tuple[str, str, str | None, Callable[[argparse.ArgumentParse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="bench_command", required=True, metavar="{run,compare,overhead}")
+    sub = parser.add_subparsers(
+        dest="bench_command",
+        required=True,
+        metavar="{run,compare,overhead}",
+        parser_class=PresetParser,
+    )
     for name, help_text, description, add_args, handler in _SUBCOMMANDS:
         subparser = sub.add_parser(
             name,

@@ -47,6 +47,8 @@ def sample_base(
         "sent_s": started - run_start,
         "priority": spec.priority,
         "group": spec.group,
+        "max_tokens": spec.max_tokens,
+        "poisoned": spec.poisoned,
     }
 
 

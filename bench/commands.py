@@ -12,6 +12,11 @@ rotates the order of the entries each round (A B C, B C A, C A B); every round i
 
 Special entries: `oracle` routes client-side straight to the engines, to the replica holding the longest
 prefix (the hit-ratio reference); `direct` sends to the first engine with no gateway.
+
+Variants: `--variant LABEL:KEY=YAML;KEY=YAML` is an entry whose pool gets those overrides on top of
+`--pool-set` (dotted keys reach into a mapping: `continuation.enabled=false`); `LABEL:` alone is the
+pool as configured. Faults (`--fault`, `--poison-fraction`; bench/faults.py) apply to every entry alike,
+on its own fresh fleet. `--preset faults` is a whole comparison (bench/compare_presets.py).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench import options
+from bench import compare_presets, options
 from bench.execute import Experiment, Target, run_experiment
 from bench.fleet import Fleet, GatewayOptions, pin_self
 from bench.report import environment, output_dir, write_report
@@ -46,6 +51,19 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--config", action="append", default=[], metavar="LABEL=PATH", help="gateway configs to compare"
+    )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="LABEL:KEY=YAML;…",
+        help="a config: the pool with these overrides, e.g. 'no-cont:continuation.enabled=false' (repeat)",
+    )
+    parser.add_argument(
+        "--preset",
+        default=None,
+        choices=tuple(compare_presets.PRESETS),
+        help="a named comparison; options given override it — " + compare_presets.describe(),
     )
     parser.add_argument("--rounds", type=int, default=1, help="repeat with rotated order (default 1)")
     options.add_fleet_arguments(parser)
@@ -73,7 +91,7 @@ def run_on_fleet(
         log_dir=log_dir,
     )
     with fleet:
-        target = Target(url=None if oracle else fleet.url, engines=fleet.engines, oracle=oracle)
+        target = Target(url=None if oracle else fleet.url, engines=fleet.engines, oracle=oracle, fleet=fleet)
         result = run_experiment(label, level, exp, target)
     result.params["fleet"] = {"replicas": args.replicas, "engine": options.engine_options(args).argv(0, 0)}
     return result
@@ -92,6 +110,15 @@ def _entries(args: argparse.Namespace) -> list[tuple[str, GatewayOptions | None,
         if not sep:
             label, path = Path(item).stem, item
         entries.append((label, options.gateway_options(args, config=path), False))
+    for item in args.variant:
+        label, sep, rest = item.partition(":")
+        if not sep or not label.strip():
+            raise ValueError(f"--variant {item!r} is not LABEL:KEY=YAML;KEY=YAML (or LABEL:)")
+        overrides = [part.strip() for part in rest.split(";") if part.strip()]
+        entries.append((label.strip(), options.gateway_options(args, variant=overrides), False))
+    labels = [e[0] for e in entries]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"compared entries need distinct labels, got {', '.join(labels)}")
     return entries
 
 
@@ -101,6 +128,7 @@ def _finish(
     meta: dict[str, Any] = {
         "command": command,
         "argv": sys.argv[1:],
+        **({"preset": list(compare_presets.PRESETS[args.preset])} if getattr(args, "preset", None) else {}),
         "params": exp.params(),
         "environment": environment(),
     }
@@ -149,7 +177,10 @@ def run_command(args: argparse.Namespace) -> int:
 def compare_command(args: argparse.Namespace) -> int:
     entries = _entries(args)
     if len(entries) < 1:
-        print("bench compare: give --policy NAME … and/or --config LABEL=PATH", file=sys.stderr)
+        print(
+            "bench compare: give --policy NAME …, --config LABEL=PATH, --variant LABEL:KEY=YAML or --preset",
+            file=sys.stderr,
+        )
         return 2
     exp = options.experiment(args, local=True)
     out = Path(args.out) if args.out else output_dir("compare", args.name or exp.workload.name)

@@ -5,7 +5,8 @@ per-replica load time series; the prefix-cache counters (`vllm:prefix_cache_quer
 `vllm:prefix_cache_hits_total`, in tokens) are read at the start of the measured window (after warm-up)
 and at the end, and the hit ratio is the delta of hits over the delta of queries, summed over engines.
 Given the gateway's URL, the same two scrapes read its rejection-latency histogram
-(`bench.gateway_rejections`).
+(`bench.gateway_rejections`) and its failure-containment counters (`bench.gateway_metrics`), and with
+`watch_breakers` the gateway is also read at every poll for its breaker states.
 Series with several label sets (one per model) are summed. An engine that does not answer is skipped for
 that sample.
 """
@@ -21,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from bench.gateway_metrics import BreakerLog, Counters, parse_breakers, parse_counters, summarize_gateway
 from bench.gateway_rejections import Histograms, parse_rejection_histograms, summarize_rejections
 from bench.stats import max_mean_ratio
 from gateway.upstream.engine_metrics import ExpositionError, parse_exposition
@@ -104,13 +106,20 @@ class EngineSampler:
     """Polls the engines in the background; `baseline()`/`finish()` bracket the measured window."""
 
     def __init__(
-        self, engines: dict[str, str], interval_s: float = 0.5, gateway_url: str | None = None
+        self,
+        engines: dict[str, str],
+        interval_s: float = 0.5,
+        gateway_url: str | None = None,
+        watch_breakers: bool = False,
     ) -> None:
         self.engines = engines  # replica id (host:port) → base URL
         self.interval_s = interval_s
         self.gateway_url = gateway_url.rstrip("/") if gateway_url else None
         self.start_rejections: Histograms | None = None
         self.end_rejections: Histograms | None = None
+        self.start_gateway: Counters | None = None
+        self.end_gateway: Counters | None = None
+        self.breakers = BreakerLog() if watch_breakers and self.gateway_url else None
         self.series = LoadSeries()
         self.start_counters: dict[str, EngineSnapshot] = {}
         self.end_counters: dict[str, EngineSnapshot] = {}
@@ -136,18 +145,20 @@ class EngineSampler:
 
     async def baseline(self) -> None:
         self.start_counters = await self.scrape()
-        self.start_rejections = await self._gateway_rejections()
+        text = await self._gateway_text()
+        if text is not None:
+            self.start_rejections, self.start_gateway = parse_rejection_histograms(text), parse_counters(text)
 
-    async def _gateway_rejections(self) -> Histograms | None:
-        """The gateway's rejection histograms now; None when there is no gateway or it did not answer
-        (then the window's figures are unavailable rather than counted from zero)."""
+    async def _gateway_text(self) -> str | None:
+        """The gateway's /metrics now; None when there is no gateway or it did not answer (then the
+        window's figures are unavailable rather than counted from zero)."""
         if self.gateway_url is None:
             return None
         try:
             response = await self._http.get(self.gateway_url + "/metrics")
         except httpx.HTTPError:
             return None
-        return parse_rejection_histograms(response.text) if response.status_code == 200 else None
+        return response.text if response.status_code == 200 else None
 
     async def finish(self) -> None:
         if self._task is not None:
@@ -157,7 +168,9 @@ class EngineSampler:
             self._task = None
         if self.engines:
             self.end_counters = await self.scrape()
-        self.end_rejections = await self._gateway_rejections()
+        text = await self._gateway_text()
+        if text is not None:
+            self.end_rejections, self.end_gateway = parse_rejection_histograms(text), parse_counters(text)
         await self._http.aclose()
 
     async def _poll(self) -> None:
@@ -165,6 +178,10 @@ class EngineSampler:
             t_s = time.perf_counter() - self._run_start
             for replica, snap in (await self.scrape()).items():
                 self.series.points.append((t_s, replica, snap))
+            if self.breakers is not None:
+                text = await self._gateway_text()
+                if text is not None:
+                    self.breakers.points.append((t_s, parse_breakers(text)))
             await asyncio.sleep(self.interval_s)
 
     def summary(self, window_s: tuple[float, float]) -> dict[str, Any]:
@@ -182,5 +199,8 @@ class EngineSampler:
                 None
                 if self.start_rejections is None or self.end_rejections is None
                 else summarize_rejections(self.start_rejections, self.end_rejections)
+            ),
+            "gateway": summarize_gateway(
+                self.start_gateway, self.end_gateway, self.breakers, window_s, self.interval_s
             ),
         }

@@ -5,6 +5,10 @@ Simulated time. A local fleet whose engines run `--speed S` times faster than wa
 per simulated second (sent S× faster in wall time), durations, warm-up and SLOs are simulated seconds,
 and latencies and throughput are reported in simulated units (wall × S), so figures compare with the
 engine profile's physics. Rejection latency is the gateway's own and stays in wall milliseconds.
+
+Faults (`bench.faults`): a poison fraction changes the requests (the same ones for every target); a
+fault schedule runs against the target's `fleet` from the first measured send, in wall seconds, and its
+log goes into the summary (`faults`), with the breakers of the gateway read at every poll.
 """
 
 from __future__ import annotations
@@ -17,13 +21,17 @@ from typing import Any
 from bench.arrivals import ClosedLoop, describe, make_arrivals
 from bench.client import BenchClient, Client, ClientOptions
 from bench.engine_metrics import EngineSampler, LoadSeries
+from bench.fault_report import answers, event_effects
+from bench.fault_runner import FaultRunner, FleetControl
+from bench.faults import FaultEvent, Poison, with_poison
+from bench.gateway_metrics import BreakerLog
 from bench.oracle import PrefixOracle
 from bench.progress import Progress
 from bench.rawsse import RawSseClient
 from bench.runner import LoadPlan, PickUrl, run_load
 from bench.sample import Sample
 from bench.stats import Slo
-from bench.summary import RunResult, summarize
+from bench.summary import RunResult, scale_sample, summarize
 from bench.workload import RequestSpec, Workload, with_priorities
 
 
@@ -82,9 +90,17 @@ class Experiment:
     time_scale: float = 1.0
     sample_interval_s: float = 0.5
     progress: bool = True
+    schedule: tuple[FaultEvent, ...] = ()
+    poison: Poison | None = None
+
+    @property
+    def with_faults(self) -> bool:
+        return bool(self.schedule) or (self.poison is not None and self.poison.fraction > 0)
 
     def specs(self) -> Iterator[RequestSpec]:
-        specs = with_priorities(self.workload.requests(self.load.seed), self.priority_mix, self.load.seed)
+        seed = self.load.seed
+        specs = with_priorities(self.workload.requests(seed), self.priority_mix, seed)
+        specs = with_poison(specs, self.poison, seed, skip=self.load.warmup_requests)
         if self.api == "completions":
             return (replace(s, prompt=s.prompt_text(), messages=()) for s in specs)
         return specs
@@ -99,6 +115,8 @@ class Experiment:
             "slo_ms": {"ttft": self.slo.ttft_s * 1000, "tpot": self.slo.tpot_s * 1000},
             "priority_mix": self.priority_mix,
             "time_scale": self.time_scale,
+            **({"faults": [e.describe() for e in self.schedule]} if self.schedule else {}),
+            **({"poison": self.poison.describe()} if self.poison is not None else {}),
         }
 
 
@@ -110,6 +128,7 @@ class Target:
     url: str | None
     engines: dict[str, str] = field(default_factory=dict)
     oracle: bool = False
+    fleet: FleetControl | None = None
 
     def pick_url(self) -> PickUrl:
         if self.oracle:
@@ -120,13 +139,20 @@ class Target:
         return lambda spec: url
 
 
-async def _run(label: str, exp: Experiment, target: Target, plan: LoadPlan) -> tuple[list[Sample], Any]:
+async def _run(
+    label: str, exp: Experiment, target: Target, plan: LoadPlan
+) -> tuple[list[Sample], Any, list[dict[str, Any]] | None]:
     client: Client = RawSseClient(exp.client) if exp.client_kind == "raw" else BenchClient(exp.client)
     sampler = (
-        EngineSampler(target.engines, exp.sample_interval_s, gateway_url=target.url)
+        EngineSampler(
+            target.engines, exp.sample_interval_s, gateway_url=target.url, watch_breakers=exp.with_faults
+        )
         if target.engines
         else None
     )
+    if exp.schedule and target.fleet is None:
+        raise ValueError("a fault schedule needs the local fleet (no --url)")
+    faults = FaultRunner(exp.schedule, target.fleet) if exp.schedule and target.fleet is not None else None
     progress = Progress(label, plan.requests, duration_s=plan.duration_s, enabled=exp.progress)
     try:
         record = await run_load(
@@ -137,10 +163,12 @@ async def _run(label: str, exp: Experiment, target: Target, plan: LoadPlan) -> t
             sampler=sampler,
             progress=progress,
             label_replicas=target.oracle,
+            on_measured=faults.start if faults is not None else None,
         )
     finally:
+        log = await faults.stop() if faults is not None else None
         await client.aclose()
-    return record.samples, sampler
+    return record.samples, sampler, log
 
 
 def run_experiment(label: str, level: float | None, exp: Experiment, target: Target) -> RunResult:
@@ -148,14 +176,19 @@ def run_experiment(label: str, level: float | None, exp: Experiment, target: Tar
     k = exp.time_scale
     plan = exp.load.plan(level if level is not None else 1.0, k)
     with asyncio.Runner(loop_factory=_client_loop_factory()) as runner:
-        samples, sampler = runner.run(_run(label, exp, target, plan))
+        samples, sampler, fault_log = runner.run(_run(label, exp, target, plan))
     measured = [s for s in samples if not s.warmup]
     summary = summarize(measured, exp.slo, replica_ids=list(target.engines), time_scale=k)
+    summary["answers"] = answers([scale_sample(s, k) for s in measured], exp.slo, exp.client.stream)
+    if fault_log is not None:
+        summary["faults"] = event_effects(fault_log, samples, exp.client.stream)
     series: LoadSeries | None = None
     if sampler is not None:
         window = summary["window_s"]
         series = LoadSeries([(t * k, r, snap) for t, r, snap in sampler.series.points])
         sampler.series = series
+        if sampler.breakers is not None:
+            sampler.breakers = BreakerLog([(t * k, states) for t, states in sampler.breakers.points])
         summary["engine"] = sampler.summary((window[0], window[1]))
     params = {**exp.params(), "arrivals": describe(plan.arrivals), "target": target.url or "oracle"}
     if isinstance(plan.arrivals, ClosedLoop):

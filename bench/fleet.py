@@ -8,9 +8,13 @@ each a child process on 127.0.0.1.
   (`--core physics --profile NAME --speed S`) alike.
 - The gateway config is a template (`gateway_config`, YAML) or generated: the launcher sets the server
   address and points the pool of the served model at the engines it started; `policy` and
-  `pool_overrides` then override the pool's keys, and `extra_pools` are appended as given.
+  `pool_overrides` then override the pool's keys (a mapping is merged into the pool's mapping key by
+  key: `{"continuation": {"enabled": False}}` keeps the template's other continuation keys), and
+  `extra_pools` are appended as given.
 - Pinning: with `Pinning(gateway_cpu=0, others_cpu=1)` the gateway runs under `taskset -c 0`, the engines
   under `taskset -c 1` (the caller pins itself, the client, with `pin_self`).
+- Fault schedules (`bench.fault_runner`) kill an engine (`kill_engine`: SIGKILL, as a crash) and start it
+  again on the same port with the same command (`spawn_engine`; its log goes to `engine-<i>.<n>.log`).
 - Everything is stopped on exit, including Ctrl-C and exceptions (the `with` block), and if the benchmark
   process itself is killed: children get SIGTERM from the kernel when their parent dies (PR_SET_PDEATHSIG).
   Children run in their own session, so Ctrl-C reaches only the benchmark, which stops them in order
@@ -114,9 +118,21 @@ def gateway_config(options: GatewayOptions, model: str, engine_urls: list[str], 
     target["replicas"] = {"static": engine_urls}
     if options.policy:
         target["policy"] = options.policy
-    target.update(options.pool_overrides)
+    merge_into(target, options.pool_overrides)
     raw["pools"] = pools + [dict(p) for p in options.extra_pools]
     return raw
+
+
+def merge_into(base: dict[str, Any], changes: dict[str, Any]) -> None:
+    """Set `changes` into `base`, merging a mapping into an existing mapping key by key (recursively)."""
+    for key, value in changes.items():
+        current = base.get(key)
+        if isinstance(value, dict) and isinstance(current, dict):
+            merged = dict(current)
+            merge_into(merged, value)
+            base[key] = merged
+        else:
+            base[key] = value
 
 
 def _die_with_parent() -> None:
@@ -151,6 +167,7 @@ class Fleet:
             base_port + 1 + i if base_port is not None else free_port() for i in range(replicas)
         ]
         self._procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self._restarts: dict[int, int] = {}
         self.gateway_pid: int | None = None
 
     @property
@@ -204,9 +221,42 @@ class Fleet:
         self.gateway_pid = proc.pid
         self._wait_ready("gateway", f"{self.gateway_url}/readyz")
 
-    def _spawn(self, name: str, argv: list[str], cpu: int | None) -> subprocess.Popen[bytes]:
+    def _engine(self, replica: int) -> tuple[int, subprocess.Popen[bytes]]:
+        name = f"engine-{replica}"
+        for index, (proc_name, proc) in enumerate(self._procs):
+            if proc_name == name:
+                return index, proc
+        raise ValueError(f"no engine {replica} in this fleet")
+
+    def kill_engine(self, replica: int) -> int | None:
+        """SIGKILL engine `replica` and reap it (its connections are closed by the kernel, its port
+        refuses); its pid, or None when it was not running."""
+        _, proc = self._engine(replica)
+        if proc.poll() is not None:
+            return None
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        proc.wait(timeout=self.stop_timeout_s)
+        return proc.pid
+
+    def spawn_engine(self, replica: int) -> int:
+        """Start engine `replica` again (killed first if it still runs) with the same command on the same
+        port; returns the new pid without waiting for it to be ready (poll its /health)."""
+        self.kill_engine(replica)
+        index, _ = self._engine(replica)
+        self._restarts[replica] = self._restarts.get(replica, 0) + 1
+        argv = [sys.executable, *self.engine.argv(self.engine_ports[replica], replica)]
+        name = f"engine-{replica}"
+        proc = self._spawn(name, argv, self.pinning.others_cpu, log_name=f"{name}.{self._restarts[replica]}")
+        self._procs.pop()
+        self._procs[index] = (name, proc)
+        return proc.pid
+
+    def _spawn(
+        self, name: str, argv: list[str], cpu: int | None, log_name: str | None = None
+    ) -> subprocess.Popen[bytes]:
         prefix = ["taskset", "-c", str(cpu)] if cpu is not None else []
-        log = (self._log_dir / f"{name}.log").open("wb")
+        log = (self._log_dir / f"{log_name or name}.log").open("wb")
         proc = subprocess.Popen(
             [*prefix, *argv],
             stdout=log,

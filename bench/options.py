@@ -12,10 +12,12 @@ import yaml
 from bench.arrivals import ARRIVAL_KINDS
 from bench.client import ClientOptions
 from bench.execute import Experiment, LoadSpec
-from bench.fleet import EngineOptions, GatewayOptions, Pinning
+from bench.faults import DEFAULT_POISON_MARKER, Poison, parse_schedule
+from bench.fleet import EngineOptions, GatewayOptions, Pinning, merge_into
 from bench.presets import PRESETS, TraceWorkload, build_workload, preset_help
 from bench.stats import Slo
 from bench.workload import Workload, parse_priority_mix
+from mock_engine.faults import POISON_EFFECTS
 
 DEFAULT_MODEL = "bench-model"
 
@@ -36,12 +38,31 @@ def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=YAML",
-        help="override a key of the pool, e.g. max_concurrency_per_replica=16 (repeat)",
+        help="override a key of the pool, e.g. max_concurrency_per_replica=16 or continuation.enabled=false "
+        "(dotted keys reach into a mapping; repeat)",
     )
     g.add_argument("--base-port", type=int, default=None, help="gateway port; engines on the next ports")
     g.add_argument("--pin-gateway", type=int, default=None, metavar="CPU", help="taskset the gateway")
     g.add_argument(
         "--pin-others", type=int, default=None, metavar="CPU", help="taskset the engines and the client"
+    )
+
+    g = parser.add_argument_group("faults (bench/faults.py)")
+    g.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="EVENT",
+        help="a scheduled fault, wall clock from the first measured send: 'at=20s kill=0', "
+        "'at=40s restart=0', 'at=5s replica=1 set=crash_after_tokens:20,crash_rate:0.3', 'at=30s clear=1' "
+        "(repeat; local fleet)",
+    )
+    g.add_argument(
+        "--poison-fraction", type=float, default=0.0, help="share of requests carrying the poison marker"
+    )
+    g.add_argument("--poison-effect", choices=POISON_EFFECTS, default="stall", help="what engines do to them")
+    g.add_argument(
+        "--poison-marker", default=DEFAULT_POISON_MARKER, help="text appended to a poisoned prompt"
     )
 
 
@@ -102,7 +123,14 @@ def add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--quiet", action="store_true", help="no progress line")
 
 
+def poison(args: argparse.Namespace) -> Poison | None:
+    if args.poison_fraction <= 0:
+        return None
+    return Poison(args.poison_fraction, args.poison_marker, args.poison_effect)
+
+
 def engine_options(args: argparse.Namespace) -> EngineOptions:
+    chosen = poison(args)
     return EngineOptions(
         model=args.model,
         core=args.core,
@@ -111,27 +139,40 @@ def engine_options(args: argparse.Namespace) -> EngineOptions:
         first_token_delay_ms=args.first_token_delay_ms,
         token_delay_ms=args.token_delay_ms,
         seed=args.seed,
-        extra_args=tuple(args.engine_arg),
+        extra_args=tuple(args.engine_arg) + (chosen.engine_args() if chosen is not None else ()),
     )
 
 
-def pool_overrides(items: list[str]) -> dict[str, Any]:
+def pool_overrides(items: list[str], flag: str = "--pool-set") -> dict[str, Any]:
+    """`KEY=YAML` items → nested overrides; a dotted key (`continuation.enabled=false`) reaches into a
+    mapping of the pool, so `{"continuation": {"enabled": False}}` (merged, not replacing the mapping)."""
     overrides: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--pool-set {item!r} is not KEY=YAML")
-        overrides[key.strip()] = yaml.safe_load(value)
+        path = [part.strip() for part in key.split(".")]
+        if not sep or not all(path):
+            raise ValueError(f"{flag} {item!r} is not KEY=YAML")
+        node = overrides
+        for part in path[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ValueError(f"{flag} {item!r}: {part} is set to a value and used as a mapping")
+            node = child
+        merge_into(node, {path[-1]: yaml.safe_load(value)})
     return overrides
 
 
 def gateway_options(
-    args: argparse.Namespace, policy: str | None = None, config: str | None = None
+    args: argparse.Namespace,
+    policy: str | None = None,
+    config: str | None = None,
+    variant: list[str] | None = None,
 ) -> GatewayOptions:
+    """The gateway of one entry: `--pool-set` overrides, then the entry's own (`--variant`)."""
     return GatewayOptions(
         config_path=config or args.gateway_config,
         policy=policy,
-        pool_overrides=pool_overrides(args.pool_set),
+        pool_overrides=pool_overrides([*args.pool_set, *(variant or [])]),
     )
 
 
@@ -168,6 +209,8 @@ def experiment(args: argparse.Namespace, local: bool) -> Experiment:
         if not isinstance(load_workload, TraceWorkload):
             raise ValueError("--arrival trace needs --trace FILE with at_s timestamps")
         trace_times = load_workload.arrival_times_s()
+    if args.fault and not local:
+        raise ValueError("--fault needs the local fleet the benchmark starts (drop --url)")
     if args.client == "raw" and args.no_stream:
         raise ValueError("--client raw sends streamed requests only; drop --no-stream or use --client httpx")
     requests = args.requests
@@ -210,6 +253,8 @@ def experiment(args: argparse.Namespace, local: bool) -> Experiment:
         time_scale=time_scale(args, local),
         sample_interval_s=args.sample_interval_s,
         progress=not args.quiet,
+        schedule=parse_schedule(args.fault, args.replicas) if local else (),
+        poison=poison(args),
     )
 
 

@@ -7,8 +7,9 @@ Trace format, one JSON object per line (blank lines and lines starting with `#` 
      "session_id": "c1", "priority": "interactive", "group": "g3", "at_s": 0.25}
 
 `prompt` (a string) replaces `messages` for /v1/completions; `max_tokens` defaults to 128; the other keys
-are optional. `at_s` (seconds from the start) is used by `--arrival trace`. `bench run --dump-workload`
-writes any generator in this format, so a run can be replayed exactly.
+are optional (`"poisoned": true` marks a request whose text carries a poison marker, for the report).
+`at_s` (seconds from the start) is used by `--arrival trace`. `bench run --dump-workload` writes any
+generator in this format, so a run can be replayed exactly.
 """
 
 from __future__ import annotations
@@ -111,6 +112,7 @@ def spec_from_json(row: dict[str, Any], where: str) -> RequestSpec:
         priority=_opt_str(row.get("priority")),
         group=_opt_str(row.get("group")),
         at_s=float(at_s) if at_s is not None else None,
+        poisoned=row.get("poisoned") is True,
     )
 
 

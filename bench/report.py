@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.fault_report import render_fault_sections
 from bench.summary import RunResult
 
 RESULTS_DIR = Path("bench/results")
@@ -171,6 +172,7 @@ def render_markdown(title: str, meta: dict[str, Any], results: Sequence[RunResul
     outcome = outcome_lines(results)
     if outcome:
         parts += ["Failed and rejected requests:", "", *outcome, ""]
+    parts += render_fault_sections(results)
     return "\n".join(parts)
 
 

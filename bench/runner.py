@@ -8,6 +8,9 @@ Warm-up: the first `warmup_requests` requests, and every request scheduled befor
 but marked `warmup` and left out of every summary; the engines' prefix-cache counters are read when the
 first measured request is sent, so the hit ratio also covers the measured window only.
 
+`on_measured(elapsed_s)`, when given, is called once, as the first measured request is sent (a fault
+schedule's clock starts there).
+
 Sessions: requests of one `session_id` are sent in order and never overlap (turn k+1 waits for the answer
 to turn k, as a person in a chat would); the wait shows up as the sample's `lag_s`.
 """
@@ -29,6 +32,7 @@ from bench.sample import Sample
 from bench.workload import RequestSpec
 
 PickUrl = Callable[[RequestSpec], str]
+OnMeasured = Callable[[float], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +73,11 @@ class _Run:
         sampler: EngineSampler | None,
         progress: Progress | None,
         label_replicas: bool = False,
+        on_measured: OnMeasured | None = None,
     ) -> None:
         self.label_replicas = label_replicas
+        self.on_measured = on_measured
+        self.measured_started = False
         self.plan = plan
         self.specs = specs
         self.client = client
@@ -93,6 +100,10 @@ class _Run:
 
     async def one(self, index: int, scheduled_s: float, spec: RequestSpec) -> None:
         warmup = self.plan.is_warmup(index, scheduled_s)
+        if not warmup and not self.measured_started:
+            self.measured_started = True
+            if self.on_measured is not None:
+                self.on_measured(self.elapsed_s())
         if not warmup and not self.baseline_taken and self.sampler is not None:
             self.baseline_taken = True
             self.baseline_task = asyncio.create_task(self.sampler.baseline())
@@ -150,11 +161,19 @@ async def run_load(
     sampler: EngineSampler | None = None,
     progress: Progress | None = None,
     label_replicas: bool = False,
+    on_measured: OnMeasured | None = None,
 ) -> RunRecord:
     """Run `plan` and return every sample (warm-up ones marked). With `label_replicas`, a sample
     without `x-gateway-replica` is labelled with the `host:port` it was sent to (client-side routing)."""
     run = _Run(
-        plan, specs, client, pick_url, sampler=sampler, progress=progress, label_replicas=label_replicas
+        plan,
+        specs,
+        client,
+        pick_url,
+        sampler=sampler,
+        progress=progress,
+        label_replicas=label_replicas,
+        on_measured=on_measured,
     )
     if sampler is not None:
         sampler.start(run.start)

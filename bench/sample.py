@@ -13,7 +13,8 @@ class Sample:
     `status` is the HTTP status (0 for a transport failure). `ok` means a 200 answer that ended
     normally (`[DONE]` for streams, no terminal error event). `ttft_s` is the first *content* token (not
     the role chunk); for non-streamed requests it equals `e2e_s`. `retry_after_s` is None when the
-    answer had no `Retry-After` header.
+    answer had no `Retry-After` header. `max_tokens` is what the request asked for; `poisoned` says its
+    text carried the poison marker (`bench.faults`).
     """
 
     index: int
@@ -37,6 +38,8 @@ class Sample:
     group: str | None = None
     attempts: int = 1
     warmup: bool = False
+    max_tokens: int | None = None
+    poisoned: bool = False
 
     @property
     def done_s(self) -> float:

@@ -31,7 +31,7 @@ class RequestSpec:
 
     `session_id` is sent as `x-session-id` (and serialises a conversation's turns in the runner);
     `priority` as `x-gateway-priority`; `group` names the shared prefix or conversation (analysis only);
-    `at_s` is a trace's arrival offset.
+    `at_s` is a trace's arrival offset; `poisoned`: the text carries the poison marker (`bench.faults`).
     """
 
     messages: tuple[tuple[str, str], ...] = ()
@@ -41,6 +41,7 @@ class RequestSpec:
     priority: str | None = None
     group: str | None = None
     at_s: float | None = None
+    poisoned: bool = False
 
     @property
     def chat(self) -> bool:
@@ -84,6 +85,8 @@ class RequestSpec:
             value = getattr(self, key)
             if value is not None:
                 row[key] = value
+        if self.poisoned:
+            row["poisoned"] = True
         return row
 
 

@@ -105,3 +105,37 @@ def test_bench_reports_the_gateway_side_rejection_latency(tmp_path: Path) -> Non
     assert set(gateway_side) == {"unauthorized"} and gateway_side["unauthorized"]["count"] == 20
     assert 0 < gateway_side["unauthorized"]["p99_ms"] < 1000
     assert "gateway-side × 20" in (out / "report.md").read_text()
+
+
+def test_bench_run_with_a_fault_schedule_and_poisoned_requests(tmp_path: Path) -> None:
+    """Two engines; engine 1 is killed 0.3 s into the measured window and started again at 1 s, engine 0
+    gets a run-time fault setting, one event lies past the end of the run; 10 % of the requests carry
+    the poison marker (effect: crash). The run ends by itself and the report logs every event."""
+    out = tmp_path / "report"
+    argv = ["run", "--replicas", "2", "--first-token-delay-ms", "5", "--token-delay-ms", "2"]
+    argv += ["--policy", "round-robin", "--workload", "no-sharing", "-p", "prompt_tokens=16"]
+    argv += ["-p", "output_tokens=32", "--requests", "64", "--warmup-requests", "4", "--rate", "30"]
+    argv += ["--seed", "3", "--pool-set", "timeouts={ttft_s: 0.5, idle_s: 0.5}"]
+    argv += ["--pool-set", "health.interval_s=0.5", "--sample-interval-s", "0.2"]
+    argv += ["--fault", "at=0.3s kill=1", "--fault", "at=1s restart=1", "--fault", "at=60s clear=0"]
+    argv += ["--fault", "at=1.2s replica=0 set=jitter_ms:1", "--poison-fraction", "0.1"]
+    argv += ["--poison-effect", "crash"]
+    started = time.monotonic()
+    main([*argv, "--out", str(out), "--quiet", "--no-plots"])
+    assert time.monotonic() - started < 60
+    run = json.loads((out / "report.json").read_text())["runs"][0]
+    events = {e["fault"]: e for e in run["faults"]}
+    assert [e["status"] for e in run["faults"]] == ["done", "done", "done", "skipped"]
+    assert events["at=0.3s kill=1"]["detail"].startswith("SIGKILL pid")
+    assert events["at=1s restart=1"]["ready_at_s"] is not None
+    assert events["at=60s clear=0"]["ran_at_s"] is None
+    answers = run["answers"]
+    assert answers["all"]["requests"] == 60 and answers["poisoned"]["requests"] >= 1
+    assert answers["poisoned"]["complete"] == 0, "a poisoned request never completes"
+    assert answers["good"]["complete_ratio"] >= 0.9
+    assert answers["all"]["short"] == 0
+    gateway = run["engine"]["gateway"]
+    assert gateway["breakers"]["reads"] > 0 and "upstream_failures" in gateway["counters"]
+    report = (out / "report.md").read_text()
+    assert "Answers under faults" in report and "`at=1s restart=1`" in report
+    assert "engine-1.1.log" in os.listdir(out / "logs" / "00"), "the restarted engine logs apart"
