@@ -83,9 +83,10 @@ class ServerSettings(StrictModel):
     `serve`: nothing acknowledged while bytes wait; elsewhere: one write blocked on full buffers): the
     request ends as a client disconnect, its upstream request is closed, the connection is reset."""
     max_connections: int = Field(8192, ge=1)
-    """Open client connections before new ones are refused: at most half the process's file limit is
-    used (the rest is for upstream connections); above it a request gets 503 `connection_limit` with
-    Retry-After, and past 1.25 × the limit a new connection is closed at once."""
+    """Open client connections (at most half the process's file limit is used; the rest is for upstream
+    connections). Over it a new connection closes the one silent longest (nothing sent for 1 s), else
+    its request gets 503 `connection_limit` with Retry-After; past 1.25 × it a new connection is closed
+    as soon as it is accepted."""
 
 
 class UpstreamClientSettings(StrictModel):

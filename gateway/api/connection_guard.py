@@ -15,16 +15,21 @@ under `server:`):
   408 with the request id, accounted); for any other route, a body still incomplete
   `BACKSTOP_GRACE_S` after `body_timeout_s` gets the same 408 (or the connection is dropped when a
   response has started).
-- **connection limit** (`max_connections`, at most half the file limit; see `connection_limits`): above
-  it a request is answered 503 `connection_limit` with a computed `Retry-After` and `connection: close`
-  (probes and `/metrics` are still answered); above `ACCEPT_CEILING_RATIO` × the limit a new connection
-  is closed as soon as it is accepted, so the file limit is never reached.
+- **connection limit** (`max_connections`, at most half the file limit; see `connection_limits`): over
+  it, a new connection first pushes out the connection that has been silent longest (nothing sent since
+  it was accepted, for `EVICT_AFTER_S`): a flood of idle sockets cannot lock out clients that send. With
+  none to push out, a request is answered 503 `connection_limit` with a computed `Retry-After` and
+  `connection: close` (probes and `/metrics` are still answered); above `ACCEPT_CEILING_RATIO` × the
+  limit, a new connection is closed as soon as it is accepted (after pushing out the oldest silent one
+  whatever its age, if there is one), so the file limit is never reached.
 - **write deadline** (`write_timeout_s`), on Linux: while a response is being sent, the kernel's count
-  of bytes the client acknowledged (TCP_INFO `tcpi_bytes_acked`) is sampled; when bytes wait to be sent
-  and none was acknowledged for `write_timeout_s`, the connection is reset and the request sees a
-  disconnect (its upstream request is closed, its slot released). This does not wait for the socket
-  buffers to fill (on loopback the kernel grows the send buffer to about 4 MB, minutes of a token
-  stream); the ASGI-level deadline (`gateway.api.asgi_io.ClientIO`, portable) only starts once they are.
+  of bytes the client acknowledged (TCP_INFO `tcpi_bytes_acked`) is sampled every quarter of the
+  deadline; when bytes wait to be sent and none was acknowledged for `write_timeout_s`, the connection is
+  reset and the request sees a disconnect (its upstream request is closed, its slot released). This
+  does not wait for the gateway's own send buffer to fill (the kernel grows it to about 4 MB); the
+  ASGI-level deadline (`gateway.api.asgi_io.ClientIO`, portable) only starts once it is full. Neither can
+  see past the client's kernel: a client that stops reading still acknowledges until its receive
+  buffer is full (100 KB to a few MB), so the deadline starts only then.
 - **connection control**: `scope["extensions"][CONNECTION_EXTENSION]` is the protocol, whose `abort()`
   the ASGI write deadline calls to drop a connection whose client stopped reading (a plain close would
   wait for ever to flush the buffered bytes).
@@ -61,6 +66,8 @@ BACKSTOP_GRACE_S = 1.0
 """How long after `body_timeout_s` the protocol ends a body the application did not bound itself."""
 ACCEPT_CEILING_RATIO = 1.25
 """Open connections, as a multiple of the limit, past which a new connection is closed at accept."""
+EVICT_AFTER_S = 1.0
+"""At the limit, a new connection closes the one silent longest if it has been silent this long."""
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 LINGER_S = 1.0
 """How long a connection closed after a 408 may take to flush it before it is dropped."""
@@ -114,6 +121,22 @@ class ConnectionGuard:
     metrics: GatewayMetrics
     awaiting_headers: OrderedDict[int, float] = field(default_factory=OrderedDict)
     """Header deadlines by connection, oldest first (every deadline is its arming time + the timeout)."""
+    silent: OrderedDict[int, tuple[float, GuardedProtocol]] = field(default_factory=OrderedDict)
+    """Connections that have not sent a byte since they were accepted (with that time), oldest first."""
+
+    def evict_silent(self, now: float, *, at_ceiling: bool = False) -> bool:
+        """Close the connection silent longest, to make room; False when there is none to close. Below
+        the accept ceiling only one silent for `EVICT_AFTER_S` (at most half the header timeout) goes:
+        a client that has just connected is about to send."""
+        if not self.silent:
+            return False
+        accepted_s, victim = next(iter(self.silent.values()))
+        if not at_ceiling and now - accepted_s < min(EVICT_AFTER_S, self.header_timeout_s / 2):
+            return False
+        self.silent.popitem(last=False)
+        self.metrics.client_connections_refused_total.labels("evicted").inc()
+        victim.evict()
+        return True
 
     @classmethod
     def from_settings(
@@ -172,14 +195,20 @@ class GuardedProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         guard = self.guard
         guard.metrics.client_connections.inc()
+        if len(self.connections) > guard.max_connections:
+            guard.evict_silent(self.loop.time())
+        if len(self.connections) > guard.accept_ceiling:
+            guard.evict_silent(self.loop.time(), at_ceiling=True)
         if len(self.connections) > guard.accept_ceiling:
             guard.metrics.client_connections_refused_total.labels("accept").inc()
             transport.abort()
             return
+        guard.silent[id(self)] = (self.loop.time(), self)
         self._arm_header_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
+        self.guard.silent.pop(id(self), None)
         self.guard.metrics.client_connections.dec()
         self._cancel_header_timer()
         self._cancel_body_timer()
@@ -202,8 +231,14 @@ class GuardedProtocol(HttpToolsProtocol):
 
     # parser callbacks
 
+    def evict(self) -> None:
+        """Close this silent connection now (to make room for a new one): it leaves the count at once."""
+        self.connections.discard(self)
+        self.transport.close()
+
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self.guard.silent.pop(id(self), None)
         self._began = True
         if self._header_timer is None:
             self._arm_header_timer()
@@ -215,6 +250,9 @@ class GuardedProtocol(HttpToolsProtocol):
         (scope.get("extensions") or scope.setdefault("extensions", {}))[CONNECTION_EXTENSION] = self
         guard = self.guard
         app = self.app
+        now = self.loop.time()
+        while len(self.connections) > guard.max_connections and guard.evict_silent(now):
+            pass
         if len(self.connections) > guard.max_connections:
             self.app = partial(guard.refuse_unless_probe, app)
         try:

@@ -18,7 +18,12 @@ from typing import Any
 import pytest
 import uvicorn
 
-from gateway.api.connection_guard import BACKSTOP_GRACE_S, ConnectionGuard, connection_limits
+from gateway.api.connection_guard import (
+    BACKSTOP_GRACE_S,
+    EVICT_AFTER_S,
+    ConnectionGuard,
+    connection_limits,
+)
 from gateway.app import GatewayApp, create_app
 from gateway.settings import parse_settings
 from gateway.uvicorn_runner import uvicorn_config
@@ -196,10 +201,26 @@ def test_a_well_behaved_request_keeps_its_connection(guarded: Guarded) -> None:
     sock.close()
 
 
+def _half_sent(gateway: ServerThread) -> socket.socket:
+    """A connection that began a request and stalls in its headers."""
+    sock = _connect(gateway)
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\n")
+    return sock
+
+
+def _served(gateway: ServerThread, sock: socket.socket) -> int:
+    body = _chat()
+    sock.sendall(_request_head(len(body)) + body)
+    data = b""
+    while b'"usage"' not in data and b"\r\n\r\n{" not in data:
+        data += sock.recv(65536)
+    return _parse(data)[0]
+
+
 def test_over_the_connection_limit_requests_get_503_with_retry_after(guarded: Guarded) -> None:
     gateway = guarded(header_timeout_s=3.0, max_connections=8)
     assert (gateway.guard.max_connections, gateway.guard.accept_ceiling) == (8, 10)
-    idle = [_connect(gateway) for _ in range(8)]  # the limit, held by silent connections
+    held = [_half_sent(gateway) for _ in range(8)]  # the limit, held by stalled requests
     assert wait_until(lambda: gateway.metric("client_connections") == 8)
     over = _connect(gateway)  # the 9th: answered with a clear refusal
     body = _chat()
@@ -211,20 +232,31 @@ def test_over_the_connection_limit_requests_get_503_with_retry_after(guarded: Gu
     probe = _connect(gateway)  # liveness is answered even over the limit
     probe.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
     assert _parse(_read_all(probe))[0] == 200
-    extra = [_connect(gateway) for _ in range(2)]  # 9th and 10th: up to the accept ceiling
+    held += [_half_sent(gateway) for _ in range(2)]  # 9th and 10th: up to the accept ceiling
+    assert wait_until(lambda: gateway.metric("client_connections") == 10), gateway.metric(
+        "client_connections"
+    )
     flood = _connect(gateway)  # the 11th: closed as soon as it is accepted
     assert _read_all(flood) == b""
-    assert gateway.metric("client_connections_refused_total", stage="accept") >= 1
+    assert gateway.metric("client_connections_refused_total", stage="accept") == 1
     assert gateway.metric("client_connections_refused_total", stage="request") == 1
-    for sock in idle + extra:
+    for sock in held:
         sock.close()
     assert wait_until(lambda: gateway.metric("client_connections") == 0)
-    after = _connect(gateway)  # room again: served
-    after.sendall(_request_head(len(body)) + body)
-    data = b""
-    while b'"usage"' not in data:
-        data += after.recv(65536)
-    assert _parse(data)[0] == 200
+    assert _served(gateway, _connect(gateway)) == 200  # room again
+
+
+def test_at_the_limit_a_new_connection_pushes_out_the_longest_silent_one(guarded: Guarded) -> None:
+    gateway = guarded(header_timeout_s=3.0, max_connections=8)
+    silent = [_connect(gateway) for _ in range(8)]  # a flood of connections that never send
+    assert wait_until(lambda: gateway.metric("client_connections") == 8)
+    time.sleep(EVICT_AFTER_S)  # a connection that has only just been accepted is not pushed out
+    newcomers = [_connect(gateway) for _ in range(3)]
+    for sock in newcomers:  # each newcomer is served: the oldest silent connection made room for it
+        assert _served(gateway, sock) == 200
+    assert gateway.metric("client_connections_refused_total", stage="evicted") == 3
+    assert all(_read_all(sock) == b"" for sock in silent[:3])  # closed by the server
+    assert gateway.metric("client_connections_refused_total", stage="request") == 0
 
 
 def test_a_stream_whose_client_stops_reading_is_ended_at_the_write_deadline(
@@ -240,7 +272,7 @@ def test_a_stream_whose_client_stops_reading_is_ended_at_the_write_deadline(
     assert wait_until(lambda: gateway.metric("client_timeouts_total", phase="write") == 1, 15.0)
     released_s = time.monotonic() - stopped
     assert wait_until(lambda: gateway.inflight() == 0, 1.0)
-    assert wait_until(lambda: engine.app.counters.active == 0, 2.0)
+    assert wait_until(lambda: engine.app.counters.active == 0, 5.0)
     assert engine.app.counters.aborted == 1 and engine.app.counters.finished == 0
     samples = gateway.metric("requests_total", model=MODEL, outcome="client_disconnect")
     assert samples == 1
@@ -270,7 +302,7 @@ def test_without_the_guarded_protocol_the_asgi_write_deadline_still_releases_the
         lambda: state.metrics.registry.get_sample_value("llm_gateway_client_timeouts_total", phase) == 1, 20.0
     )
     assert wait_until(lambda: state.registry.total_inflight() == 0, 1.0)
-    assert wait_until(lambda: engine.app.counters.active == 0, 2.0)
+    assert wait_until(lambda: engine.app.counters.active == 0, 5.0)
     assert engine.app.counters.aborted == 1 and engine.app.counters.finished == 0
     sock.close()
 
