@@ -29,9 +29,12 @@ Rules, per failed attempt (`FailureKind` from `gateway.proxy.retry_policy.failur
   broken stream or missed first token on a replica that does not serve others.
 - otherwise the failure is *pending* until the request ends (`RequestFailures.settle`): it is the
   request's when the replica delivered another response after it (it kept working), else the
-  replica's (or load's, for a missed first token in a saturated pool). So a replica that really broke
-  is charged at most one request later, and a poison request whose retry the budget refused does not
-  open a breaker of a replica that keeps serving everyone else.
+  replica's (or load's, for a missed first token in a saturated pool) when the request was then served
+  by another replica, or when its replica delivered nothing since; the request's when it was not served
+  elsewhere (no second try, or a different failure) and its replica kept delivering to others. So a
+  replica that breaks some of its streams is charged for each (the requests were fine elsewhere), a
+  replica that really broke is charged at most one request later, and a poison request whose retry the
+  budget refused does not open a breaker of a replica that keeps serving everyone else.
 
 Each charged failure is counted as `llm_gateway_upstream_failures_total{model,cause,kind}`.
 """
@@ -115,6 +118,7 @@ class _Window:
 @dataclass(slots=True)
 class _Pending:
     replica: Replica
+    pool: Pool
     kind: FailureKind
     failed_at_s: float
     default: FailureCause
@@ -163,18 +167,25 @@ class RequestFailures:
         default = FailureCause.LOAD if saturated else FailureCause.REPLICA
         if not serves_others:
             return self._now(replica, kind, default)
-        self.pending.append(_Pending(replica, kind, now_s, default))
+        self.pending.append(_Pending(replica, pool, kind, now_s, default))
         return Verdict()
 
-    def settle(self) -> tuple[Charge, ...]:
-        """The request ended: each failure still pending is the request's when its replica delivered
-        another response since, else its default cause (the replica's, or load). Once."""
-        charges = tuple(
-            Charge(p.replica, p.kind, FailureCause.REQUEST if _served_since(p) else p.default)
-            for p in self.pending
-        )
+    def settle(self, *, served: bool) -> tuple[Charge, ...]:
+        """The request ended (`served`: another replica answered it). Each failure still pending is its
+        default cause (the replica's, or load) when the request was served elsewhere — the request was
+        fine, the replica was not; otherwise (no second try, or it failed differently) the request's
+        when its replica delivered another response since, else its default cause. Once."""
+        charges = tuple(Charge(p.replica, p.kind, self._settled_cause(p, served)) for p in self.pending)
         self.pending.clear()
         return charges
+
+    def _settled_cause(self, pending: _Pending, served: bool) -> FailureCause:
+        if not served and _served_since(pending):
+            return FailureCause.REQUEST
+        now_s = self.clock.now_s()
+        if pending.kind is FailureKind.TTFT_TIMEOUT and self._saturated(pending.replica, pending.pool, now_s):
+            return FailureCause.LOAD  # the pool saturated while the request went on: load, not the replica
+        return pending.default
 
     def _now(self, replica: Replica, kind: FailureKind | None, cause: FailureCause) -> Verdict:
         return Verdict((Charge(replica, kind, cause),))

@@ -114,10 +114,12 @@ class RequestServer:
     ) -> None:
         """The retry loop (see `gateway.proxy.retry_policy` for when a failure is retried)."""
         failures = self._attribution[ctx.model].for_request()
+        served = False
         try:
             await self._tries(ctx, reply, ticket, admission, failures)
+            served = True
         finally:
-            self._charge(ctx, failures.settle())
+            self._charge(ctx, failures.settle(served=served))
 
     async def _tries(
         self,

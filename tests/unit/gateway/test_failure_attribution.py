@@ -77,11 +77,11 @@ def test_a_failure_on_a_working_replica_waits_and_is_the_replicas_if_it_does_not
     failures = attribution.for_request()
     assert failures.record(FailureKind.STATUS_5XX, a, pool).charges == ()  # pending
     assert failures.record(FailureKind.TTFT_TIMEOUT, b, pool).charges == ()  # another kind: no repeat
-    settled = failures.settle()
+    settled = failures.settle(served=True)
     assert sorted(causes(settled)) == sorted(
         [(a.replica_id, FailureCause.REPLICA), (b.replica_id, FailureCause.REPLICA)]
     )
-    assert failures.settle() == (), "charged once"
+    assert failures.settle(served=True) == (), "charged once"
 
 
 def test_the_same_failure_on_two_working_replicas_is_a_poison_request(clock: FakeClock) -> None:
@@ -96,7 +96,7 @@ def test_the_same_failure_on_two_working_replicas_is_a_poison_request(clock: Fak
         (a.replica_id, FailureCause.REQUEST),
         (b.replica_id, FailureCause.REQUEST),
     ]
-    assert failures.settle() == (), "nothing left to charge to the replicas"
+    assert failures.settle(served=True) == (), "nothing left to charge to the replicas"
 
 
 def test_the_same_replica_twice_is_not_two_replicas(clock: FakeClock) -> None:
@@ -120,11 +120,11 @@ def test_a_missed_first_token_on_a_saturated_engine_is_load(clock: FakeClock) ->
     assert failures.record(FailureKind.TTFT_TIMEOUT, a, pool).charges == ()
     again = failures.record(FailureKind.TTFT_TIMEOUT, b, pool)
     assert not again.quarantine, "missed first tokens under load never make a poison request"
-    assert [c.cause for c in failures.settle()] == [FailureCause.LOAD, FailureCause.LOAD]
+    assert [c.cause for c in failures.settle(served=True)] == [FailureCause.LOAD, FailureCause.LOAD]
     a.engine = EngineLoad(waiting=3.0, stale=True)  # an old sample is no evidence
     stale = attribution.for_request()
     stale.record(FailureKind.TTFT_TIMEOUT, a, pool)
-    assert [c.cause for c in stale.settle()] == [FailureCause.REPLICA]
+    assert [c.cause for c in stale.settle(served=False)] == [FailureCause.REPLICA]
 
 
 def test_missed_first_tokens_everywhere_are_load(clock: FakeClock) -> None:
@@ -151,7 +151,9 @@ def test_a_few_misses_among_many_served_first_tokens_are_not_load(clock: FakeClo
     assert poison.record(FailureKind.TTFT_TIMEOUT, b, pool).quarantine
     later = attribution.for_request()
     later.record(FailureKind.TTFT_TIMEOUT, c, pool)
-    assert [ch.cause for ch in later.settle()] == [FailureCause.REPLICA], "one miss in four is not load"
+    assert [ch.cause for ch in later.settle(served=False)] == [FailureCause.REPLICA], (
+        "one miss in four is not load"
+    )
 
 
 def test_a_pending_failure_is_the_requests_when_the_replica_served_someone_after_it(clock: FakeClock) -> None:
@@ -162,7 +164,21 @@ def test_a_pending_failure_is_the_requests_when_the_replica_served_someone_after
     failures.record(FailureKind.STATUS_5XX, a, pool)  # its retry was refused, say
     clock.advance(0.5)
     a.last_success_s = clock.now_s()  # another request's whole response, after the failure
-    assert causes(failures.settle()) == [(a.replica_id, FailureCause.REQUEST)]
+    assert causes(failures.settle(served=False)) == [(a.replica_id, FailureCause.REQUEST)]
+
+
+def test_a_replica_that_breaks_some_streams_is_charged_when_the_request_succeeds_elsewhere(
+    clock: FakeClock,
+) -> None:
+    """A flaky replica keeps serving others, but the request was fine on another one: the replica's."""
+    pool, attribution = make_pool(clock)
+    a, _, _ = replicas(pool)
+    serving(clock, a)
+    failures = attribution.for_request()
+    failures.record(FailureKind.STREAM_BROKEN, a, pool)
+    clock.advance(0.5)
+    a.last_success_s = clock.now_s()
+    assert causes(failures.settle(served=True)) == [(a.replica_id, FailureCause.REPLICA)]
 
 
 def test_attribution_off_charges_every_failure_to_the_replica_at_once(clock: FakeClock) -> None:
