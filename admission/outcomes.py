@@ -11,6 +11,7 @@ Retry-After in seconds. The async `AdmissionController` turns them into one exce
 | `queue_timeout` | 429    | queue drain time                                   |
 | `no_replica`    | 503    | next health probe / breaker half-open              |
 | `draining`      | 503    | readiness propagation time                         |
+| `state_unavailable` | 503 | how long shared state (Redis) has been unreachable (`fail_closed`) |
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class RejectReason(StrEnum):
     QUEUE_TIMEOUT = "queue_timeout"
     NO_REPLICA = "no_replica"
     DRAINING = "draining"
+    STATE_UNAVAILABLE = "state_unavailable"
 
 
 class AdmissionRefused(Exception):

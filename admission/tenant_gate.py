@@ -7,8 +7,9 @@ with either memory stores (`TenantGate.in_memory`) or the Redis ones (`RedisRate
 `enter(tenant, estimated_tokens)` → a `TenantPass`, or `AdmissionRefused(RATE_LIMITED)`:
 1. rate limit — `RateLimitStore.acquire(tenant.name, tenant.rate_limits, estimated_tokens)`, skipped
    when the tenant has no per-minute limits. Refused → Retry-After = the bucket's refill time
-   (`rate_limit_retry_after_s`), `limited_by` = `requests` | `tokens` (None when the store refused
-   because Redis is unreachable and `fail_closed`; Retry-After is then the outage age).
+   (`rate_limit_retry_after_s`), `limited_by` = `requests` | `tokens`. When the store refused because
+   Redis is unreachable and `fail_closed`, the refusal is `state_unavailable` (503) instead: the limits
+   could not be checked; Retry-After is then the outage's age.
 2. bulkhead — a tenant-scope lease with cap `max_concurrent` and ttl `lease_ttl_s` (default 30 s),
    skipped when unset. Refused → also 429 `rate_limited` (the error contract's reason for "tenant over
    its limits"; no new reason), `limited_by="concurrency"`, Retry-After = expected time until the first
@@ -239,6 +240,14 @@ def _rate_limited(
     tenant: Tenant, result: RateLimitResult, priority: str | None, max_retry_after_s: int
 ) -> AdmissionRefused:
     limited_by = result.limited_by
+    if result.degraded:  # Redis unreachable with fail_closed: the limits cannot be checked, not exceeded
+        return AdmissionRefused(
+            RejectReason.STATE_UNAVAILABLE,
+            rate_limit_retry_after_s(result.retry_after_s, max_retry_after_s),
+            f"tenant {tenant.name!r}: its rate limits live in shared state, which is unreachable "
+            "(state.on_error: fail_closed)",
+            priority=priority,
+        )
     what = f"{limited_by} per minute" if limited_by is not None else "rate-limit state unavailable"
     return AdmissionRefused(
         RejectReason.RATE_LIMITED,

@@ -242,6 +242,7 @@ _REFUSALS: dict[RejectReason, type[GatewayError]] = {
     RejectReason.QUEUE_TIMEOUT: QueueTimeout,
     RejectReason.NO_REPLICA: NoReplica,
     RejectReason.DRAINING: Draining,
+    RejectReason.STATE_UNAVAILABLE: StateUnavailable,
 }
 """Every admission outcome and the gateway error that answers it (each error's `code` has the same
 value as its reason: tests hold the two enums together)."""

@@ -279,13 +279,6 @@ def test_state_unavailable_when_redis_is_down_and_fail_closed(state_down_gateway
     assert served.status_code == 200, "a request that needs no shared state is still served"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="product defect: a rate-limited tenant's request while Redis is down with fail_closed is "
-    "answered 429 rate_limited ('rate-limit state unavailable'), not 503 state_unavailable "
-    "(admission/tenant_gate.py turns the degraded RateLimitResult into RATE_LIMITED)",
-)
 def test_state_unavailable_for_a_rate_limited_tenant(state_down_gateway: ServerThread) -> None:
     response = httpx.post(state_down_gateway.url + CHAT, json=chat(), headers=bearer("key-three"))
     assert_error(response, 503, "state_unavailable", retry_after=True)

@@ -16,4 +16,5 @@ def test_each_refusal_becomes_the_error_with_its_own_code(reason: RejectReason) 
     answer = to_response(error)
     headers = dict(answer.headers)
     assert headers[REJECT_REASON_HEADER] == reason.value and headers["retry-after"] == "7"
-    assert answer.status == (503 if reason in (RejectReason.NO_REPLICA, RejectReason.DRAINING) else 429)
+    unavailable = (RejectReason.NO_REPLICA, RejectReason.DRAINING, RejectReason.STATE_UNAVAILABLE)
+    assert answer.status == (503 if reason in unavailable else 429)
