@@ -9,8 +9,10 @@ any of the body is read; the body must arrive within `server.body_timeout_s` (40
 each write must be taken within `server.write_timeout_s` — a client that stops reading ends its request
 as a disconnect (`ClientWriteTimeout`), so the serve path's `finally` releases the slot and closes the
 upstream request, and the connection is dropped through the server's connection control (the
-`CONNECTION_EXTENSION` scope extension of `gateway.api.connection_guard`) when there is one. An answer
-sent before the body was read whole carries `connection: close`.
+`CONNECTION_EXTENSION` scope extension of `gateway.api.connection_guard`) when there is one. Under that
+server, an answer sent before the body was read whole carries `connection: close` (the server reads and
+discards the rest for a few seconds, so the client can finish sending and read it); elsewhere the
+server keeps the connection and discards the rest of the body itself.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 CONNECTION_EXTENSION = "llm_gateway.connection"
-"""`scope["extensions"]` key of the server's connection control: an object with `abort()`."""
+"""`scope["extensions"]` key of the server's connection control: an object with `abort()`, whose
+server closes a connection answered before its request body was in with a lingering close."""
 
 
 class ClientDisconnected(Exception):
@@ -86,6 +89,12 @@ class ClientIO:
         self._write_timeout_s = write_timeout_s
         self._on_timeout = on_timeout
         self._timed_out = False
+        self._control: Any = (scope.get("extensions") or {}).get(CONNECTION_EXTENSION)
+        self._sending_since: float | None = None
+        self._sender: asyncio.Task[Any] | None = None
+        self._watch: asyncio.TimerHandle | None = None
+        self._write_expired = False
+        self._cancelling = 0
         self.body_complete = header(scope, b"content-length") == "0" or (
             header(scope, b"content-length") is None and header(scope, b"transfer-encoding") is None
         )
@@ -110,21 +119,49 @@ class ClientIO:
 
     async def send(self, message: Message) -> None:
         """Send `message` within the write deadline, else drop the connection and raise
-        `ClientWriteTimeout` (later sends do nothing)."""
+        `ClientWriteTimeout` (later sends do nothing). One timer per request watches the sends (armed
+        by a send when none is, checked at most once per deadline), not one per send: a send costs a
+        clock read, not a timeout's timer."""
         if self._timed_out:
             return
-        if message["type"] == "http.response.start" and not self.body_complete:
+        if message["type"] == "http.response.start" and not self.body_complete and self._control is not None:
             message = {**message, "headers": [*message.get("headers", ()), (b"connection", b"close")]}
+        loop = asyncio.get_running_loop()
+        self._sending_since = loop.time()
+        if self._watch is None:
+            self._watch = loop.call_at(self._sending_since + self._write_timeout_s, self._check_write)
+        task = self._sender = asyncio.current_task()
         try:
-            async with asyncio.timeout(self._write_timeout_s):
-                await self._send(message)
-        except TimeoutError:
+            await self._send(message)
+        except asyncio.CancelledError:
+            if not self._write_expired or task is None or task.uncancel() > self._cancelling:
+                raise
             self._timed_out = True
             self._on_timeout("write")
-            control = (self._scope.get("extensions") or {}).get(CONNECTION_EXTENSION)
-            if control is not None:
-                control.abort()
+            if self._control is not None:
+                self._control.abort()
             raise ClientWriteTimeout(f"the client read nothing for {self._write_timeout_s:g} s") from None
+        finally:
+            self._sending_since = None
+            self._sender = None
+
+    def _check_write(self) -> None:
+        """The write watch: cancel the sending task once one send has waited the whole deadline."""
+        self._watch = None
+        since = self._sending_since
+        if since is None or self._write_expired:
+            return  # no send under way: the next one re-arms the watch
+        loop = asyncio.get_running_loop()
+        due = since + self._write_timeout_s
+        if loop.time() < due:
+            self._watch = loop.call_at(due, self._check_write)
+            return
+        task = self._sender
+        if task is None:
+            return
+        self._write_expired = True
+        self._cancelling = task.cancelling()
+        task.cancel()
 
 
 async def send_response(send: Send, status: int, headers: list[tuple[str, str]], body: bytes) -> None:

@@ -1,52 +1,42 @@
-"""Client connections under uvicorn: the header deadline, a body-deadline backstop, the connection limit.
+"""Client connections under uvicorn: header deadline, body-deadline backstop, write watch, connection limit.
 
 uvicorn (0.54) bounds only idle keep-alive connections (`timeout_keep_alive`, armed once a response is
-complete): a connection that is opened and never sends, or sends its headers a byte at a time, is held
-for ever; and its `limit_concurrency` answers 503 `text/plain` without `Retry-After` or a reason, only
-once headers are complete, while accepting every connection until the file limit. `GuardedProtocol`, a
-subclass of uvicorn's `HttpToolsProtocol` that the runner passes as uvicorn's `http`, adds (settings
-under `server:`):
+complete): a connection that never sends, or sends its headers a byte at a time, is held for ever, and
+its `limit_concurrency` answers 503 `text/plain` without `Retry-After` or reason once headers are in,
+while accepting connections up to the file limit. `GuardedProtocol`, a subclass of its httptools
+protocol that the runner passes as uvicorn's `http`, adds (settings under `server:`):
 
-- **header deadline** (`header_timeout_s`), from the connection's opening, or from the first byte of a
-  later request on a kept-alive connection, to the end of that request's headers. A connection that sent
-  nothing is closed silently (phase `idle`); half-sent headers get 408 `request_timeout` with
-  `connection: close` (phase `header`).
-- **body deadline backstop**: the proxy endpoints bound their body themselves (`ClientIO.read_body`:
-  408 with the request id, accounted); for any other route, a body still incomplete
-  `BACKSTOP_GRACE_S` after `body_timeout_s` gets the same 408 (or the connection is dropped when a
-  response has started).
-- **connection limit** (`max_connections`, at most half the file limit; see `connection_limits`): over
-  it, a new connection first pushes out the connection that has been silent longest (nothing sent since
-  it was accepted, for `EVICT_AFTER_S`): a flood of idle sockets cannot lock out clients that send. With
-  none to push out, a request is answered 503 `connection_limit` with a computed `Retry-After` and
-  `connection: close` (probes and `/metrics` are still answered); above `ACCEPT_CEILING_RATIO` × the
-  limit, a new connection is closed as soon as it is accepted (after pushing out the oldest silent one
-  whatever its age, if there is one), so the file limit is never reached.
-- **write deadline** (`write_timeout_s`), on Linux: while a response is being sent, the kernel's count
-  of bytes the client acknowledged (TCP_INFO `tcpi_bytes_acked`) is sampled every quarter of the
-  deadline; when bytes wait to be sent and none was acknowledged for `write_timeout_s`, the connection is
-  reset and the request sees a disconnect (its upstream request is closed, its slot released). This
-  does not wait for the gateway's own send buffer to fill (the kernel grows it to about 4 MB); the
-  ASGI-level deadline (`gateway.api.asgi_io.ClientIO`, portable) only starts once it is full. Neither can
-  see past the client's kernel: a client that stops reading still acknowledges until its receive
-  buffer is full (100 KB to a few MB), so the deadline starts only then.
-- **connection control**: `scope["extensions"][CONNECTION_EXTENSION]` is the protocol, whose `abort()`
-  the ASGI write deadline calls to drop a connection whose client stopped reading (a plain close would
-  wait for ever to flush the buffered bytes).
+- **header deadline** (`header_timeout_s`) from the connection's opening, or the first byte of a later
+  request on a kept-alive one, to the end of the headers: a silent connection is closed (phase `idle`),
+  half-sent headers get 408 `request_timeout` and a close (phase `header`).
+- **body backstop**: the proxy endpoints bound their body themselves (`ClientIO.read_body`); on any
+  route a body still incomplete `BACKSTOP_GRACE_S` after `body_timeout_s` gets 408 (or, once a response
+  has started, the connection is dropped).
+- **lingering close**: a connection answered before its request body was in (413 from the declared
+  length, 401, a refusal) sends the answer, ends our side, and reads and discards the rest of the body
+  for up to `LINGERING_CLOSE_S`: closing with the client's bytes unread would reset the connection and
+  could destroy the answer before the client, still sending, reads it.
+- **connection limit** (`max_connections`, at most half the file limit): a new connection over it
+  first pushes out the connection silent longest (nothing sent for `EVICT_AFTER_S`), so idle sockets
+  cannot lock out clients that send; with none to push out, requests get 503 `connection_limit` with a
+  computed `Retry-After` (probes and `/metrics` are still answered); above `ACCEPT_CEILING_RATIO` × the
+  limit a new connection is closed when accepted, so the file limit is never reached.
+- **write watch** (`write_timeout_s`, Linux): while a response is under way, TCP_INFO's
+  `tcpi_bytes_acked` is sampled every quarter of the deadline; when bytes wait and none was acknowledged
+  for the deadline, the connection is reset and the request sees a disconnect (upstream closed, slot
+  released). It does not wait for the gateway's send buffer to fill (up to about 4 MB), as the portable
+  ASGI deadline (`gateway.api.asgi_io.ClientIO`) does; neither sees past the client's kernel, which
+  acknowledges until its receive buffer is full.
+- **connection control**: `scope["extensions"][CONNECTION_EXTENSION]` is the protocol; `ClientIO` calls
+  its `abort()` to reset a connection whose client stopped reading (a close would wait to flush).
 
-Everything is counted in `llm_gateway_client_timeouts_total{phase}`, `llm_gateway_client_connections`
-and `llm_gateway_client_connections_refused_total{stage}`.
+Counted in `llm_gateway_client_timeouts_total{phase}`, `llm_gateway_client_connections` and
+`llm_gateway_client_connections_refused_total{stage}`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import fcntl
-import socket
-import struct
-import sys
-import termios
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -57,6 +47,7 @@ from typing import Any, ClassVar, cast
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.api.asgi_io import CONNECTION_EXTENSION, Receive, Scope, Send, send_response
+from gateway.api.tcp_socket import WATCHES_WRITES, reset_on_close, tcp_progress
 from gateway.error_mapping import to_response
 from gateway.errors import ConnectionLimit, GatewayError, RequestTimeout
 from gateway.metrics import GatewayMetrics
@@ -69,13 +60,11 @@ ACCEPT_CEILING_RATIO = 1.25
 EVICT_AFTER_S = 1.0
 """At the limit, a new connection closes the one silent longest if it has been silent this long."""
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+LINGERING_CLOSE_S = 5.0
+"""How long the rest of a request body answered early (413, 401, 503) is read and discarded before
+the connection is dropped, so the client can finish sending and read the answer (nginx lingers 5 s)."""
 LINGER_S = 1.0
 """How long a connection closed after a 408 may take to flush it before it is dropped."""
-_LINGER_RESET = struct.pack("ii", 1, 0)
-"""SO_LINGER on, 0 s: close() resets the connection and frees its buffers at once."""
-_TCP_INFO_BYTES_ACKED = slice(120, 128)
-"""`tcpi_bytes_acked` (u64, Linux ≥ 4.1) in `struct tcp_info`."""
-WATCHES_WRITES = sys.platform == "linux" and hasattr(socket, "TCP_INFO") and hasattr(termios, "TIOCOUTQ")
 ALWAYS_ANSWERED = frozenset({"/healthz", "/health", "/readyz", "/metrics"})
 """Paths answered even over the connection limit: a liveness probe must not fail under a flood."""
 
@@ -84,20 +73,6 @@ def connection_limits(configured: int, file_limit: int | None) -> tuple[int, int
     """The limit in force (`configured`, at most half `file_limit`) and the accept ceiling."""
     limit = configured if file_limit is None else max(1, min(configured, file_limit // 2))
     return limit, max(limit + 1, int(limit * ACCEPT_CEILING_RATIO))
-
-
-def tcp_progress(sock: Any) -> tuple[int, int] | None:
-    """(bytes the peer acknowledged, bytes in the kernel's send queue) of a TCP socket (Linux), or
-    None when the kernel does not tell."""
-    try:
-        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 232)
-        queued = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
-    except OSError:
-        return None
-    if len(info) < _TCP_INFO_BYTES_ACKED.stop:
-        return None
-    acked = int.from_bytes(info[_TCP_INFO_BYTES_ACKED], sys.byteorder)
-    return acked, int.from_bytes(queued, sys.byteorder, signed=True)
 
 
 def raw_response(error: GatewayError) -> bytes:
@@ -186,6 +161,8 @@ class GuardedProtocol(HttpToolsProtocol):
         """A byte of the current request has arrived (the header timer's phase: header, not idle)."""
         self._lost = False
         self._write_timer: asyncio.TimerHandle | None = None
+        self._lingering = False
+        self._linger_timer: asyncio.TimerHandle | None = None
         self._acked = -1
         self._progress_s = 0.0
 
@@ -215,6 +192,8 @@ class GuardedProtocol(HttpToolsProtocol):
         if self._write_timer is not None:
             self._write_timer.cancel()
             self._write_timer = None
+        if self._linger_timer is not None:
+            self._linger_timer.cancel()
         super().connection_lost(exc)
 
     def abort(self) -> None:
@@ -223,10 +202,7 @@ class GuardedProtocol(HttpToolsProtocol):
         if self.cycle is not None and not self.cycle.response_complete:
             self.cycle.disconnected = True
             self.cycle.message_event.set()
-        sock = self.transport.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+        reset_on_close(self.transport.get_extra_info("socket"))
         self.transport.abort()
 
     # parser callbacks
@@ -263,6 +239,7 @@ class GuardedProtocol(HttpToolsProtocol):
             self._body_timer = self.loop.call_later(
                 guard.body_timeout_s + BACKSTOP_GRACE_S, self._body_expired
             )
+            self.cycle.transport = cast(asyncio.Transport, _LingeringClose(self))
         if WATCHES_WRITES and self._write_timer is None:
             self._acked, self._progress_s = -1, self.loop.time()
             self._write_timer = self.loop.call_later(self._write_tick_s(), self._write_tick)
@@ -270,6 +247,26 @@ class GuardedProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self._cancel_body_timer()
+        cycle = self.cycle
+        if cycle is not None and isinstance(cycle.transport, _LingeringClose):
+            cycle.transport = self.transport  # the body is in: writes go straight to the transport
+        if self._lingering:
+            self.transport.close()  # the client sent its whole body: nothing unread, a clean close
+
+    def close_lingering(self) -> None:
+        """Close after an answer sent before the request body was in (413 from the declared length,
+        401, a refusal): closing with the client's bytes unread would reset the connection and could
+        destroy the answer in the client's buffers before it reads it (it is still sending). So: end
+        our side after the answer (FIN), read and discard the body, and close when it is in or after
+        `LINGERING_CLOSE_S`."""
+        transport = self.transport
+        if self._lost or self._lingering or transport.is_closing() or not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()
+        self._lingering = True
+        self.flow.resume_reading()
+        self._linger_timer = self.loop.call_later(LINGERING_CLOSE_S, self.abort)
 
     # timers
 
@@ -323,9 +320,10 @@ class GuardedProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if self._lost or cycle is None or cycle.response_complete:
             return  # re-armed by the next request's headers
-        progress = tcp_progress(self.transport.get_extra_info("socket"))
+        sock = self.transport.get_extra_info("socket")
+        progress = None if sock is None else tcp_progress(sock)
         if progress is None:
-            return
+            return  # not TCP, or the kernel does not tell: the ASGI write deadline still holds
         acked, queued = progress
         now = self.loop.time()
         if acked != self._acked or queued + self.transport.get_write_buffer_size() == 0:
@@ -345,6 +343,22 @@ class GuardedProtocol(HttpToolsProtocol):
     def _drop_if_open(self) -> None:
         if not self._lost:
             self.transport.abort()
+
+
+class _LingeringClose:
+    """The transport as a request's cycle sees it while the request body is still arriving: a close
+    then is a lingering close (`GuardedProtocol.close_lingering`); everything else is the transport's."""
+
+    __slots__ = ("_protocol",)
+
+    def __init__(self, protocol: GuardedProtocol) -> None:
+        self._protocol = protocol
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._protocol.transport, name)
+
+    def close(self) -> None:
+        self._protocol.close_lingering()
 
 
 def guarded_protocol(guard: ConnectionGuard) -> type[GuardedProtocol]:
