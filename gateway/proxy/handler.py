@@ -195,15 +195,20 @@ class ProxyHandler:
             await self._idempotency.complete(scoped, outcome)
 
     async def _answer_error(self, reply: Reply, error: GatewayError) -> None:
+        """Answer `error` (a contract response, or the terminal SSE event after the start); a client
+        that left or stopped reading meanwhile simply does not get it."""
         self._metrics.rejections_total.labels(str(error.code)).inc()
         if isinstance(error, Draining) and error.retry_after_s is None:
             error.retry_after_s = draining_retry_after_s(self._settings.server.readiness_propagation_s)
-        if reply.started:
-            await finish_body(reply, to_sse_event(error))
+        try:
+            if reply.started:
+                await finish_body(reply, to_sse_event(error))
+                return
+            answer = to_response(error)
+            headers = [*answer.headers, ("x-request-id", reply.request_id)]
+            if reply.decision is not None:
+                headers.append(("x-gateway-replica", reply.decision.replica_id))
+            await send_response(reply.send, answer.status, headers, answer.body)
+        except ClientDisconnected:
             return
-        answer = to_response(error)
-        headers = [*answer.headers, ("x-request-id", reply.request_id)]
-        if reply.decision is not None:
-            headers.append(("x-gateway-replica", reply.decision.replica_id))
-        await send_response(reply.send, answer.status, headers, answer.body)
         self._metrics.rejection_duration_seconds.labels(str(error.code)).observe(reply.elapsed_s())
