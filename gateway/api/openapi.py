@@ -1,0 +1,391 @@
+"""The OpenAPI 3.1 description of the gateway's client surface, served at `GET /openapi.json`.
+
+A static document, built from the code it describes so it cannot drift: the proxied paths are the
+`Endpoint` enum; the error responses are every `ErrorCode`, each under the status its error class in
+`gateway.errors` answers with; the request headers are the names the serve path reads. Request bodies
+describe the fields the gateway itself reads (model, stream, max_tokens, the prompt fields,
+stream_options, user) with `additionalProperties: true`: everything else passes through to the engine,
+which validates it. The admin API (`/admin/...`) is not part of this surface.
+
+Error responses are the contract of README "Error contract": an OpenAI-style body
+`{"error": {"message", "type", "code": <reason>}}` and the same reason in `x-gateway-reject-reason`;
+an engine's own error status is passed through with its body (`upstream_status`, the `default` response).
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+from importlib import metadata
+from typing import Any
+
+from gateway import errors
+from gateway.api.request_parsing import Endpoint
+from gateway.errors import ErrorCode, GatewayError
+
+OPENAPI_PATH = "/openapi.json"
+STREAM_TERMINAL_CODES = (
+    ErrorCode.UPSTREAM_IDLE_TIMEOUT,
+    ErrorCode.UPSTREAM_PROTOCOL,
+    ErrorCode.UPSTREAM_TOTAL_TIMEOUT,
+    ErrorCode.DRAINING,
+    ErrorCode.INTERNAL,
+)
+"""The `code` of the terminal SSE error event of a stream that had started (DESIGN §4)."""
+ROUTE_CODES = (ErrorCode.NOT_FOUND, ErrorCode.METHOD_NOT_ALLOWED)
+"""Answers for a path or method the surface does not have: no operation answers them."""
+PASSTHROUGH = ErrorCode.UPSTREAM_STATUS
+"""An engine's error status and body, passed through: any status (`default`), and a reason of every one."""
+RETRY_AFTER_STATUSES = (429, 503)
+Schema = dict[str, Any]
+
+_SUMMARIES = {
+    Endpoint.CHAT: "OpenAI chat completion, streamed (SSE) or not",
+    Endpoint.COMPLETIONS: "OpenAI text completion, streamed (SSE) or not",
+    Endpoint.EMBEDDINGS: "OpenAI embeddings",
+    Endpoint.TOKENIZE: "vLLM tokenize, passed to a replica of the model named in the body",
+    Endpoint.DETOKENIZE: "vLLM detokenize, passed to a replica of the model named in the body",
+}
+_PROMPT = {
+    "anyOf": [
+        {"type": "string"},
+        {"type": "array", "items": {"type": "string"}},
+        {"type": "array", "items": {"type": "integer"}},
+        {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}},
+    ]
+}
+_TOKEN_COUNT = {"type": ["integer", "null"], "minimum": 0}
+_BODY_FIELDS: dict[Endpoint, tuple[dict[str, Schema], list[str]]] = {
+    Endpoint.CHAT: (
+        {
+            "messages": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "required": ["role"],
+                    "properties": {"role": {"type": "string"}},
+                    "additionalProperties": True,
+                },
+            }
+        },
+        ["messages"],
+    ),
+    Endpoint.COMPLETIONS: ({"prompt": _PROMPT}, ["prompt"]),
+    Endpoint.EMBEDDINGS: ({"input": _PROMPT}, ["input"]),
+    Endpoint.TOKENIZE: ({"prompt": {"type": "string"}}, ["prompt"]),
+    Endpoint.DETOKENIZE: ({"tokens": {"type": "array", "items": {"type": "integer"}}}, ["tokens"]),
+}
+_REQUEST_HEADERS: list[tuple[str, Schema, str]] = [
+    ("x-request-id", {"type": "string"}, "Echoed and sent upstream; generated when absent."),
+    (
+        "x-gateway-priority",
+        {"type": "string", "examples": ["critical", "interactive", "batch"]},
+        "Priority class (case-insensitive), clamped to the tenant's ceiling; unknown: the default class.",
+    ),
+    ("x-session-id", {"type": "string"}, "Session-affinity key (else the body's `user`)."),
+    (
+        "x-gateway-ttft-timeout-ms",
+        {"type": "integer", "minimum": 1},
+        "First-token deadline override, clamped to `max_ttft_s`; anything but a positive integer is a 400.",
+    ),
+    (
+        "x-gateway-idle-timeout-ms",
+        {"type": "integer", "minimum": 1},
+        "Inter-chunk deadline override, clamped to `max_idle_s`; anything but a positive integer is a 400.",
+    ),
+    (
+        "Idempotency-Key",
+        {"type": "string"},
+        "Non-streaming requests: a duplicate gets the first answer, never a second generation.",
+    ),
+]
+_SUCCESS_HEADERS: list[tuple[str, Schema, str]] = [
+    ("x-request-id", {"type": "string"}, "The request id (the client's, or generated)."),
+    ("x-gateway-replica", {"type": "string"}, "The replica that served the request."),
+    ("x-gateway-route", {"type": "string"}, "`policy=…; branch=…; hops=…[; prefix_blocks=…]`."),
+    ("x-gateway-queue-ms", {"type": "string", "pattern": "^[0-9]+$"}, "Time spent queued, in ms."),
+    ("Server-Timing", {"type": "string"}, "`queue` and `upstream-ttft` durations where known."),
+]
+
+
+def error_statuses() -> dict[ErrorCode, int]:
+    """Every reason and the status its error class in `gateway.errors` answers with (`upstream_status`:
+    502 here, in fact the engine's own status). Raises when a code has no class (the contract drifted)."""
+    found: dict[ErrorCode, int] = {}
+    pending = list(GatewayError.__subclasses__())  # the base's own code is a default, not an answer
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        if cls.__module__ != errors.__name__ or "code" not in vars(cls):
+            continue
+        if found.setdefault(cls.code, cls.status) != cls.status:
+            raise RuntimeError(f"{cls.code} is answered with two statuses: {found[cls.code]}, {cls.status}")
+    missing = [code.value for code in ErrorCode if code not in found]
+    if missing:
+        raise RuntimeError(f"no error class in gateway.errors answers {', '.join(missing)}")
+    return {code: found[code] for code in ErrorCode}
+
+
+def _header(schema: Schema, description: str, required: bool = False) -> Schema:
+    return {"description": description, "required": required, "schema": schema}
+
+
+def _error_response(status: int, codes: list[ErrorCode], *, route_level: bool = False) -> Schema:
+    reasons = [str(code) for code in codes]
+    passthrough = "" if route_level else f" or `{PASSTHROUGH}` (an engine's {status}, its body)"
+    headers = {
+        "x-gateway-reject-reason": _header(
+            {"type": "string", "enum": reasons if route_level else [*reasons, str(PASSTHROUGH)]},
+            "The reason; equals the body's `error.code` for the gateway's own errors.",
+            required=True,
+        ),
+        "x-request-id": _header({"type": "string"}, "The request id."),
+    }
+    if status == 405:
+        headers["Allow"] = _header({"type": "string"}, "The methods the path accepts.", required=True)
+    if status in RETRY_AFTER_STATUSES:
+        headers["Retry-After"] = _header(
+            {"type": "string", "pattern": "^[1-9][0-9]*$"},
+            "Whole seconds >= 1, computed from the situation (never a constant).",
+        )
+    body: Schema = {"$ref": "#/components/schemas/ErrorBody"}
+    if not route_level:
+        body = {"anyOf": [body, {"$ref": "#/components/schemas/EngineErrorBody"}]}
+    return {
+        "description": f"`{'`, `'.join(reasons)}`{passthrough}.",
+        "headers": headers,
+        "content": {"application/json": {"schema": body}},
+    }
+
+
+def _grouped(codes: dict[ErrorCode, int], wanted: set[ErrorCode]) -> dict[int, list[ErrorCode]]:
+    by_status: dict[int, list[ErrorCode]] = {}
+    for code, status in codes.items():
+        if code in wanted:
+            by_status.setdefault(status, []).append(code)
+    return dict(sorted(by_status.items()))
+
+
+def _request_body(endpoint: Endpoint) -> Schema:
+    fields, required = _BODY_FIELDS[endpoint]
+    stream: Schema = (
+        {"type": ["boolean", "null"]}
+        if endpoint.can_stream
+        else {"enum": [False, None], "description": "streaming is not supported here"}
+    )
+    properties: dict[str, Schema] = {
+        "model": {"type": "string", "minLength": 1, "description": "The pool's model name."},
+        "stream": stream,
+        "max_tokens": _TOKEN_COUNT,
+        "max_completion_tokens": _TOKEN_COUNT,
+        "stream_options": {
+            "type": ["object", "null"],
+            "properties": {"include_usage": {"type": "boolean"}},
+            "additionalProperties": True,
+        },
+        "user": {"type": "string", "description": "Session-affinity key when `x-session-id` is absent."},
+        **fields,
+    }
+    return {
+        "type": "object",
+        "required": ["model", *required],
+        "properties": properties,
+        "additionalProperties": True,
+    }
+
+
+def _proxy_operation(endpoint: Endpoint, error_refs: dict[int, Schema]) -> Schema:
+    success: Schema = {"schema": {"type": "object", "additionalProperties": True}}
+    content: Schema = {"application/json": success}
+    description = "The engine's answer, passed through."
+    if endpoint.can_stream:
+        content["text/event-stream"] = {"schema": {"$ref": "#/components/schemas/EventStream"}}
+        terminal = ", ".join(f"`{code}`" for code in STREAM_TERMINAL_CODES)
+        description += (
+            " With `stream: true`, server-sent events ending in `data: [DONE]`; an error after the stream"
+            f' started is one final event `data: {{"error": {{...}}}}` with `code` one of {terminal}.'
+        )
+    headers = {name: _header(schema, text) for name, schema, text in _SUCCESS_HEADERS}
+    return {
+        "operationId": endpoint.name.lower(),
+        "summary": _SUMMARIES[endpoint],
+        "parameters": [{"$ref": f"#/components/parameters/{name}"} for name, _, _ in _REQUEST_HEADERS],
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": _request_body(endpoint)}},
+        },
+        "responses": {
+            "200": {"description": description, "headers": headers, "content": content},
+            **{str(status): ref for status, ref in error_refs.items()},
+            "default": {
+                "description": f"An engine's error status, passed through with its body "
+                f"(`x-gateway-reject-reason: {PASSTHROUGH}`).",
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/EngineErrorBody"}}},
+            },
+        },
+    }
+
+
+def _get(operation_id: str, summary: str, content: Schema, errors_by_status: dict[str, Schema]) -> Schema:
+    return {
+        "get": {
+            "operationId": operation_id,
+            "summary": summary,
+            "responses": {"200": {"description": summary, "content": content}, **errors_by_status},
+        }
+    }
+
+
+def _ops_paths(internal: Schema, unauthorized: Schema) -> dict[str, Schema]:
+    json_object = {"application/json": {"schema": {"type": "object", "additionalProperties": True}}}
+    models = {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "required": ["object", "data"],
+                "properties": {
+                    "object": {"const": "list"},
+                    "data": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["id", "object"],
+                            "properties": {"id": {"type": "string"}, "object": {"const": "model"}},
+                        },
+                    },
+                },
+            }
+        }
+    }
+    health = {
+        "application/json": {
+            "schema": {"type": "object", "required": ["status"], "properties": {"status": {"const": "ok"}}}
+        }
+    }
+    ready = {"$ref": "#/components/schemas/Readiness"}
+    text = {"text/plain": {"schema": {"type": "string"}}}
+    return {
+        "/v1/models": _get(
+            "list_models",
+            "Models with at least one eligible replica (OpenAI list format)",
+            models,
+            {"401": unauthorized, "500": internal},
+        ),
+        "/healthz": _get("healthz", "Liveness", health, {"500": internal}),
+        "/health": _get("health", "Liveness (as vLLM serves it)", health, {"500": internal}),
+        "/readyz": _get(
+            "readyz",
+            "Readiness: 503 while draining or before every pool knows its replicas",
+            {"application/json": {"schema": ready}},
+            {"503": {"description": "Not ready", "content": {"application/json": {"schema": ready}}}},
+        ),
+        "/metrics": _get("metrics", "Prometheus text format", text, {"500": internal}),
+        OPENAPI_PATH: _get("openapi", "This document", json_object, {}),
+    }
+
+
+def _components(codes: dict[ErrorCode, int]) -> Schema:
+    route_codes = _grouped(codes, set(ROUTE_CODES))
+    proxy_codes = _grouped(codes, set(ErrorCode) - {*ROUTE_CODES, PASSTHROUGH})
+    responses = {f"Error{status}": _error_response(status, group) for status, group in proxy_codes.items()}
+    for status, group in route_codes.items():
+        responses[f"Route{status}"] = _error_response(status, group, route_level=True)
+    responses["Unauthorized"] = _error_response(401, [ErrorCode.UNAUTHORIZED], route_level=True)
+    responses["Internal"] = _error_response(500, [ErrorCode.INTERNAL], route_level=True)
+    return {
+        "parameters": {
+            name: {"name": name, "in": "header", **_header(schema, text)}
+            for name, schema, text in _REQUEST_HEADERS
+        },
+        "responses": responses,
+        "securitySchemes": {
+            "apiKey": {
+                "type": "http",
+                "scheme": "bearer",
+                "description": "A tenant's API key, when tenants are configured.",
+            }
+        },
+        "schemas": {
+            "ErrorBody": {
+                "type": "object",
+                "required": ["error"],
+                "properties": {
+                    "error": {
+                        "type": "object",
+                        "required": ["message", "type", "code"],
+                        "properties": {
+                            "message": {"type": "string"},
+                            "type": {"type": "string"},
+                            "code": {"type": "string", "enum": [str(code) for code in ErrorCode]},
+                        },
+                    }
+                },
+            },
+            "EngineErrorBody": {
+                "description": "An engine's own error body, passed through unchanged "
+                f"(`x-gateway-reject-reason: {PASSTHROUGH}`); OpenAI-style for vLLM.",
+            },
+            "EventStream": {
+                "description": "Server-sent events: `data: <chunk JSON>` per chunk, then `data: [DONE]`; read"
+                " as the whole body (a string) or event by event (an object with `data`).",
+                "anyOf": [
+                    {"type": "string"},
+                    {
+                        "type": "object",
+                        "required": ["data"],
+                        "properties": {"data": {"type": "string"}, "event": {"type": "string"}},
+                    },
+                ],
+            },
+            "Readiness": {
+                "type": "object",
+                "required": ["ready"],
+                "properties": {"ready": {"type": "boolean"}},
+            },
+        },
+    }
+
+
+def _version() -> str:
+    try:
+        return metadata.version("llm-gateway")
+    except metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
+@cache
+def _document() -> Schema:
+    codes = error_statuses()
+    components = _components(codes)
+    proxy_statuses = _grouped(codes, set(ErrorCode) - {*ROUTE_CODES, PASSTHROUGH})
+    error_refs = {status: {"$ref": f"#/components/responses/Error{status}"} for status in proxy_statuses}
+    paths: dict[str, Schema] = {
+        endpoint.value: {"post": _proxy_operation(endpoint, error_refs)} for endpoint in Endpoint
+    }
+    paths.update(
+        _ops_paths(
+            {"$ref": "#/components/responses/Internal"}, {"$ref": "#/components/responses/Unauthorized"}
+        )
+    )
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "llm-gateway",
+            "version": _version(),
+            "description": (
+                "OpenAI-compatible routing gateway for fleets of LLM engine replicas. Every error answer"
+                " carries `x-gateway-reject-reason` and an OpenAI-style body whose `error.code` is that"
+                " reason; an unknown path is a 404 `not_found` and a wrong method a 405"
+                " `method_not_allowed` with `Allow` (components `Route404`, `Route405`)."
+            ),
+        },
+        "security": [{}, {"apiKey": []}],
+        "paths": paths,
+        "components": components,
+    }
+
+
+def openapi_document() -> Schema:
+    """The OpenAPI 3.1 document (a fresh copy: callers may change it)."""
+    return copy.deepcopy(_document())
