@@ -1,0 +1,54 @@
+"""The mock engine itself under the same bodies (issue 19, item 10): a client's bad input is a 400 with
+vLLM's error body, never a 5xx, whatever the endpoint; a request it accepts is answered 200.
+
+Straight to an engine of the fuzz fleet (no gateway in between), so nothing is refused before it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.api.request_parsing import Endpoint
+from tests.fuzz.fleet import FUZZ_SETTINGS, Fleet
+from tests.fuzz.strategies import broken_bodies, object_requests, wrong_type_bodies
+
+pytestmark = pytest.mark.timeout(300)
+ENDPOINTS = list(Endpoint)
+
+
+def _check(client: httpx.Client, endpoint: Endpoint, raw: bytes) -> None:
+    response = client.post(endpoint.value, content=raw)
+    status = response.status_code
+    assert status < 500, (status, response.text[:300], raw[:300])
+    if status == 200:
+        return
+    assert status == 400, (status, response.text[:300], raw[:300])
+    assert response.headers["content-type"] == "application/json"
+    error: dict[str, Any] = orjson.loads(response.content)["error"]
+    assert set(error) == {"message", "type", "param", "code"}, error
+    assert error["type"] == "BadRequestError" and error["code"] == 400, error
+    assert error["param"] is None or isinstance(error["param"], str), error
+
+
+@pytest.fixture(scope="module")
+def engine(fleet: Fleet) -> httpx.Client:
+    return httpx.Client(base_url=fleet.engines[0].url, timeout=httpx.Timeout(15.0))
+
+
+@FUZZ_SETTINGS
+@given(endpoint=st.sampled_from(ENDPOINTS), data=st.data())
+def test_wrong_types_are_400s(engine: httpx.Client, endpoint: Endpoint, data: st.DataObject) -> None:
+    _check(engine, endpoint, data.draw(wrong_type_bodies(endpoint), label="body"))
+
+
+@FUZZ_SETTINGS
+@given(endpoint=st.sampled_from(ENDPOINTS), data=st.data())
+def test_any_body_is_a_200_or_a_400(engine: httpx.Client, endpoint: Endpoint, data: st.DataObject) -> None:
+    raw = data.draw(object_requests(endpoint) | broken_bodies(endpoint), label="body")
+    _check(engine, endpoint, raw)
