@@ -15,6 +15,7 @@ import contextlib
 import logging
 import random
 
+import orjson
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -23,6 +24,7 @@ from admission.tenants import AuthenticationFailed
 from core.clock import Clock
 from gateway.api.admin import build_admin_router
 from gateway.api.asgi_io import Receive, Scope, Send, header, send_response
+from gateway.api.openapi import OPENAPI_PATH, openapi_document
 from gateway.api.request_ids import request_id_of
 from gateway.api.request_parsing import Endpoint
 from gateway.composition import Components
@@ -181,6 +183,13 @@ def _build_ops_app(state: Components) -> FastAPI:
     @app.get("/metrics")
     async def metrics() -> Response:
         return Response(content=state.metrics.render(), media_type=METRICS_CONTENT_TYPE)
+
+    openapi_body = orjson.dumps(openapi_document())
+
+    @app.get(OPENAPI_PATH)
+    async def openapi() -> Response:
+        """OpenAPI 3.1 description of the proxied surface and the error contract (gateway.api.openapi)."""
+        return Response(content=openapi_body, media_type="application/json")
 
     return app
 

@@ -122,6 +122,11 @@ def _render_content(content: object) -> str:
     return f"<|content:{_digest(content)}|>"
 
 
+def _is_leading(role: object) -> bool:
+    """A system/developer role (any other value, an unhashable one included, is not)."""
+    return isinstance(role, str) and role in _LEADING_ROLES
+
+
 def render_chat_messages(messages: object) -> str:
     """Role-tagged text of a chat `messages` list, system/developer first; "" when not a list.
 
@@ -131,8 +136,8 @@ def render_chat_messages(messages: object) -> str:
     if not isinstance(messages, list):
         return ""
     valid = [m for m in messages if isinstance(m, Mapping)]
-    leading = [m for m in valid if m.get("role") in _LEADING_ROLES]
-    rest = [m for m in valid if m.get("role") not in _LEADING_ROLES]
+    leading = [m for m in valid if _is_leading(m.get("role"))]
+    rest = [m for m in valid if not _is_leading(m.get("role"))]
     return "".join(f"<|{m.get('role')}|>\n{_render_content(m.get('content'))}\n" for m in leading + rest)
 
 

@@ -1,7 +1,8 @@
 """The request id: the client's `x-request-id` when it sent one, else 32 random hex digits.
 
-Every answer carries it (successes, contract errors from the proxy and from the operations routes, 404
-and 405 included) and it is sent upstream, so one id follows a request through logs and engines.
+Every proxied answer and every error answer carries it (contract errors from the proxy and from the
+operations routes, 404 and 405 included; not the operations routes' own 200s) and it is sent upstream,
+so one id follows a request through logs and engines.
 """
 
 from __future__ import annotations

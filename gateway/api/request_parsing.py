@@ -66,6 +66,10 @@ def _validate_prompt(endpoint: Endpoint, body: dict[str, Any]) -> None:
         raise BadRequest(f"'{required}' is required")
 
 
+MAX_BODY_NESTING = 128
+"""Deepest nesting accepted anywhere in a body (tool schemas, unknown fields): the gateway re-serialises
+bodies (model rewrite, usage injection, quarantine fingerprints), and orjson writes at most 254 levels.
+Deeper is a 400, never a 500."""
 MAX_PROMPT_NESTING = 16
 """Deepest nesting of objects and arrays accepted inside a prompt-bearing value (a chat message's
 `content`, `prompt`, `input`): real content parts are 3 deep (content → part → image_url). Deeper is a
@@ -129,6 +133,8 @@ def parse_request(endpoint: Endpoint, raw: bytes) -> ParsedRequest:
         raise BadRequest(f"streaming is not supported on {endpoint.value}")
     _validate_prompt(endpoint, body)
     _check_nesting(body)
+    if _depth_over(body, MAX_BODY_NESTING):
+        raise BadRequest(f"request body is nested deeper than {MAX_BODY_NESTING} levels")
     stream_options = body.get("stream_options")
     if stream_options is not None and not isinstance(stream_options, dict):
         raise BadRequest("'stream_options' must be an object")

@@ -8,7 +8,7 @@ request's fingerprint is remembered for the pool's `quarantine.ttl_s`: an identi
 at arrival, before admission, without touching a replica.
 
 Fingerprint: blake2b-128 of the endpoint, the client-facing model and the prompt-bearing fields of the
-body (`PROMPT_FIELDS`: messages, prompt, input, tools, tool_choice, functions, response_format), each
+body (`PROMPT_FIELDS`: messages, prompt, input, tokens, tools, tool_choice, functions, response_format), each
 serialised with sorted keys. Two requests that differ only in sampling parameters, `max_tokens`,
 `stream` or `user` share a fingerprint (the prompt is what broke the engines); any change to the prompt
 or the tools gives a new one. The fingerprint is computed at arrival only while the pool has a
@@ -29,7 +29,16 @@ import orjson
 from core.clock import Clock
 from gateway.api.request_parsing import ParsedRequest
 
-PROMPT_FIELDS = ("messages", "prompt", "input", "tools", "tool_choice", "functions", "response_format")
+PROMPT_FIELDS = (
+    "messages",
+    "prompt",
+    "input",
+    "tokens",
+    "tools",
+    "tool_choice",
+    "functions",
+    "response_format",
+)
 
 
 def fingerprint(parsed: ParsedRequest, model: str) -> str:

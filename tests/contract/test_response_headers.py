@@ -51,6 +51,8 @@ ERRORS = {
     "not_found": ("GET", "/v1/nothing", b""),
     "method_not_allowed": ("GET", CHAT, b""),
 }
+
+
 @pytest.mark.parametrize(
     "reason",
     [

@@ -53,5 +53,6 @@ def test_a_key_is_scoped_by_endpoint(mock_engines, gateways) -> None:
     first = httpx.post(gateway.url + "/v1/chat/completions", json=chat, headers=headers)
     second = httpx.post(gateway.url + "/v1/completions", json=completion, headers=headers)
     assert (first.status_code, second.status_code) == (200, 200), second.text
-    assert second.json()["object"] == "text_completion" and "x-gateway-idempotent-replay" not in second.headers
+    assert second.json()["object"] == "text_completion"
+    assert "x-gateway-idempotent-replay" not in second.headers
     assert engine.app.counters.started == 2

@@ -262,11 +262,6 @@ def test_stream_null_is_documented_and_accepted(endpoint: Endpoint) -> None:
     assert parse_request(endpoint, orjson.dumps(body)).stream is False
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="served once gateway/app.py routes GET /openapi.json (see the issue 19 item 11 report); "
-    "remove this marker with that change",
-)
 def test_the_gateway_serves_the_document(
     mock_engines: Callable[..., ServerThread], gateways: Callable[[dict[str, Any]], ServerThread]
 ) -> None:
