@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import httpx
 import openai
@@ -101,8 +102,9 @@ def test_a_replica_killed_mid_stream_loses_no_stream(mock_engines, gateways) -> 
     expected = asyncio.run(_unbroken(engines[1].url, 100))
     doomed = engines[0]
 
-    def kill_when_busy() -> None:  # once most of its third of the streams are running on it
+    def kill_when_busy() -> None:  # once most of its third of the streams are running on it ...
         wait_for(lambda: doomed.app.counters.active >= 25, timeout_s=20, interval_s=0.005, what="streams")
+        time.sleep(0.2)  # ... and have streamed some of their 24 tokens (30 ms each): mid-way
         doomed.kill()
 
     killer = threading.Thread(target=kill_when_busy)
