@@ -13,27 +13,32 @@ from collections.abc import Callable
 
 from bench import cli as bench_cli
 from capacity import cli as capacity_cli
-from gateway.settings import ConfigError, load_settings
+from gateway.settings import ConfigError, Settings, load_settings
 from mock_engine import cli as mock_cli
+
+
+def _settings(args: argparse.Namespace) -> Settings | None:
+    """The validated config of `--config` (or $LLM_GATEWAY_CONFIG); None after printing why not."""
+    try:
+        return load_settings(args.config)
+    except ConfigError as exc:
+        print(f"llm-gateway: {exc}", file=sys.stderr)
+        return None
 
 
 def _serve(args: argparse.Namespace) -> int:
     from gateway.uvicorn_runner import serve
 
-    try:
-        settings = load_settings(args.config)
-    except ConfigError as exc:
-        print(f"llm-gateway: {exc}", file=sys.stderr)
+    settings = _settings(args)
+    if settings is None:
         return 2
     serve(settings, log_level=args.log_level)
     return 0
 
 
 def _check_config(args: argparse.Namespace) -> int:
-    try:
-        settings = load_settings(args.config)
-    except ConfigError as exc:
-        print(f"llm-gateway: {exc}", file=sys.stderr)
+    settings = _settings(args)
+    if settings is None:
         return 2
     print(f"ok: {len(settings.pools)} pool(s): " + ", ".join(p.model for p in settings.pools))
     return 0
