@@ -309,7 +309,9 @@ class Components:
                 continue
 
             def on_change(target: ReplicaSet, pool: Pool = pool) -> None:
+                already = {r.replica_id for r in pool.replicas.values() if r.discovery_draining}
                 registry.apply_membership(pool, target)
+                self.preemption.terminating(pool, already)
                 self.discovered.add(pool.model)
 
             runner = DiscoveryRunner(build_discovery(pool.settings.replicas, on_change), pool.model)

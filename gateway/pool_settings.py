@@ -178,6 +178,10 @@ class ContinuationSettings(StrictModel):
 class PoolSettings(StrictModel):
     model: str = Field(min_length=1)
     upstream_model: str | None = None
+    terminating_grace_s: float | None = Field(None, gt=0)
+    """When discovery reports an endpoint terminating (Kubernetes), treat it as a preemption notice
+    with this deadline — the pods' `terminationGracePeriodSeconds`: what still runs on it 2 s before is
+    moved to other replicas (`gateway.proxy.preemption`). None: it is drained only."""
     engine_api_key_env: str | None = None
     """The environment variable holding the key sent to this pool's engines (`Authorization: Bearer`,
     e.g. vLLM's `--api-key`) on proxied requests; the client's own `Authorization` is never forwarded.

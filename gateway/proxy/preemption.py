@@ -16,6 +16,10 @@ known grace period. `Preemption.notify(replica, deadline_s)` (the admin API's
 
 A second notice for the same replica replaces the first one's deadline. `undrain` does not cancel a
 notice (the instance is still going away); `aclose` (shutdown) cancels the pending cuts.
+
+Kubernetes: an endpoint that turns terminating is drained by discovery; with the pool's
+`terminating_grace_s` set (the pods' `terminationGracePeriodSeconds`) it is also a notice of that
+deadline (`terminating`), so long streams move before the pod is killed.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from gateway.proxy.attempt import Attempt
-from gateway.upstream.registry import ReplicaRegistry
+from gateway.upstream.registry import Pool, ReplicaRegistry
 from gateway.upstream.replica import Replica
 
 DEFAULT_MARGIN_S = 2.0
@@ -52,10 +56,14 @@ class Preemption:
             if not live:
                 self._live.pop(key, None)
 
-    def notify(self, replica: Replica, deadline_s: float, margin_s: float = DEFAULT_MARGIN_S) -> float:
-        """`replica` goes away in `deadline_s` seconds: drain it now, cut its tries at the deadline −
-        `margin_s` (at once when that has passed). Returns the seconds until the cut."""
-        self._registry.set_draining(replica, True)
+    def notify(
+        self, replica: Replica, deadline_s: float, margin_s: float = DEFAULT_MARGIN_S, *, drain: bool = True
+    ) -> float:
+        """`replica` goes away in `deadline_s` seconds: drain it now (unless discovery already did:
+        `drain=False`), cut its tries at the deadline − `margin_s` (at once when that has passed).
+        Returns the seconds until the cut."""
+        if drain:
+            self._registry.set_draining(replica, True)
         key = id(replica)
         previous = self._cuts.pop(key, None)
         if previous is not None:
@@ -63,6 +71,16 @@ class Preemption:
         cut_in_s = max(0.0, deadline_s - margin_s)
         self._cuts[key] = asyncio.get_running_loop().call_later(cut_in_s, self._cut, key)
         return cut_in_s
+
+    def terminating(self, pool: Pool, already: set[str]) -> None:
+        """After a discovery event: each replica of `pool` that discovery now drains and did not before
+        (`already`: ids draining before the event) gets a notice of `terminating_grace_s`, when set."""
+        grace_s = pool.settings.terminating_grace_s
+        if grace_s is None:
+            return
+        for replica in pool.replicas.values():
+            if replica.discovery_draining and replica.replica_id not in already:
+                self.notify(replica, grace_s, drain=False)
 
     def running_on(self, replica: Replica) -> int:
         """Tries running on `replica` now."""
