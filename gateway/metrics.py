@@ -195,6 +195,13 @@ class GatewayMetrics:
             ["model", "cause", "kind"],
             registry=r,
         )
+        self.breaker_transitions_total = Counter(
+            f"{PREFIX}_breaker_transitions_total",
+            "Circuit-breaker transitions by the state entered: open (a trip, or a failed half-open probe) "
+            "and closed (a successful probe); the half-open state is entered by time and not counted",
+            ["replica", "to"],
+            registry=r,
+        )
         self.ejections_refused_total = Counter(
             f"{PREFIX}_ejections_refused_total",
             "Breakers kept closed because the pool's ejection budget (breaker.max_ejected_ratio) was spent",

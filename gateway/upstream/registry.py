@@ -273,6 +273,10 @@ class ReplicaRegistry:
         """The replica answered (response headers): passive health and the breaker count a success."""
         state_before = replica.breaker.state
         replica.breaker.record_success()
+        if replica.breaker.state is not state_before:
+            self._metrics.breaker_transitions_total.labels(
+                replica.replica_id, str(replica.breaker.state)
+            ).inc()
         if replica.consecutive_connect_failures or replica.breaker.state is not state_before:
             replica.consecutive_connect_failures = 0
             self._publish(replica)
@@ -288,8 +292,11 @@ class ReplicaRegistry:
             replica.hold_until_s = max(
                 replica.hold_until_s, now_s + min(retry_after_s, PASSIVE_BACKOFF_MAX_S)
             )
-        if kind in _BREAKER_FAILURES and replica.breaker.record_failure() is FailureEffect.TRIP_REFUSED:
+        effect = replica.breaker.record_failure() if kind in _BREAKER_FAILURES else FailureEffect.COUNTED
+        if effect is FailureEffect.TRIP_REFUSED:
             self._metrics.ejections_refused_total.labels(replica.model).inc()
+        elif effect in (FailureEffect.OPENED, FailureEffect.REOPENED):
+            self._metrics.breaker_transitions_total.labels(replica.replica_id, "open").inc()
         self._publish(replica)
 
     def set_active_health(self, replica: Replica, up: bool, next_probe_s: float | None) -> None:
@@ -335,6 +342,9 @@ class ReplicaRegistry:
         ):
             with contextlib.suppress(KeyError):
                 family.remove(rid)
+        for state in ("open", "closed"):
+            with contextlib.suppress(KeyError):
+                self._metrics.breaker_transitions_total.remove(rid, state)
         self._count_states(pool)
 
     def _notify_capacity(self) -> None:

@@ -132,6 +132,9 @@ def test_the_breaker_opens_on_500s_and_recovers(mock_engines, gateways) -> None:
     outcomes = asyncio.run(run_traffic(gateway.url, 20, spacing_s=0.02))
     assert tally(outcomes) == {"ok": 20}
     assert bad.breaker.state == "closed", "a successful half-open probe closed it"
+    transitions = gateway.app.state.metrics.breaker_transitions_total
+    assert transitions.labels(bad.replica_id, "open")._value.get() >= 1
+    assert transitions.labels(bad.replica_id, "closed")._value.get() >= 1, "every transition counted"
     assert engines[0].app.counters.finished > 0, "traffic returned to the recovered replica"
 
 
