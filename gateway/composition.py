@@ -258,7 +258,8 @@ class Components:
             shared.append(store)
             stores[pool.model] = store
         if shared:
-            sync = QuarantineSync(shared)
+            errors = self.metrics.state_errors_total.labels("quarantine_sync_loop")
+            sync = QuarantineSync(shared, on_error=errors.inc)
             sync.start()
             self._on_close(sync.stop)
         return stores

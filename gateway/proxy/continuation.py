@@ -37,7 +37,7 @@ from typing import Any
 import orjson
 
 from gateway.api.request_parsing import Endpoint, ParsedRequest
-from gateway.proxy.sse import DONE_EVENT, SSESplitter
+from gateway.proxy.sse import DONE_EVENT, SSESplitter, event_payload
 
 FOLD_BYTES = 64 * 1024
 MAX_TRANSCRIPT_BYTES = 4 * 1024 * 1024
@@ -45,11 +45,11 @@ _NOT_RESUMABLE_DELTAS = ("tool_calls", "function_call", "reasoning_content", "re
 
 
 def _json_payload(event: bytes) -> dict[str, Any] | None:
-    lines = [line[5:].lstrip(b" ") for line in event.splitlines() if line.startswith(b"data:")]
-    if not lines:
+    payload = event_payload(event)
+    if payload is None:
         return None
     try:
-        data = orjson.loads(b"\n".join(lines))
+        data = orjson.loads(payload)
     except orjson.JSONDecodeError:
         return None
     return data if isinstance(data, dict) else None

@@ -12,9 +12,10 @@ updates at once. So an instance sees another's quarantine within about a second,
 quarantined here is refused here immediately.
 
 Redis unreachable (counted in `llm_gateway_state_errors_total{operation="quarantine_add" |
-"quarantine_sync"}`): `add` still quarantines locally, and the mirror keeps its entries (each expires
-on its own) until a sync reaches Redis again. Quarantine is a protection, not an admission decision:
-`state.on_error` does not apply.
+"quarantine_sync"}`; a failure of the sync loop itself is logged with its stack trace and counted as
+`operation="quarantine_sync_loop"`): `add` still quarantines locally, and the mirror keeps its entries
+(each expires on its own) until a sync reaches Redis again. Quarantine is a protection, not an
+admission decision: `state.on_error` does not apply.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 from core.clock import Clock
 from core.shared_state import LUA_PRELUDE, RedisBackend, RedisOperation
@@ -104,9 +106,15 @@ class RedisQuarantine:
 class QuarantineSync:
     """The background loop that keeps every pool's Redis quarantine mirror fresh."""
 
-    def __init__(self, stores: list[RedisQuarantine], interval_s: float = SYNC_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        stores: list[RedisQuarantine],
+        interval_s: float = SYNC_INTERVAL_S,
+        on_error: Callable[[], None] | None = None,
+    ) -> None:
         self._stores = stores
         self._interval_s = interval_s
+        self._on_error = on_error
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -125,6 +133,8 @@ class QuarantineSync:
             for store in self._stores:
                 try:
                     await store.sync()
-                except Exception:  # a script bug must not end the loop: log it, try again next round
+                except Exception:  # a script bug must not end the loop: log it, count it, go on
                     logger.exception("quarantine sync failed")
+                    if self._on_error is not None:
+                        self._on_error()
             await asyncio.sleep(self._interval_s)

@@ -225,8 +225,9 @@ class RequestServer:
             if kind is None:
                 continue
             if charge.cause is FailureCause.REPLICA or kind is FailureKind.OVERLOADED:
-                current = failure is not None and failure.replica_id == charge.replica.replica_id
-                retry_after_s = failure.retry_after_s if current and failure is not None else None
+                retry_after_s = None  # an engine's Retry-After belongs to the failure that carried it
+                if failure is not None and failure.replica_id == charge.replica.replica_id:
+                    retry_after_s = failure.retry_after_s
                 self._registry.record_failure(charge.replica, kind, retry_after_s)
 
     def _refuse_if_quarantined(self, ctx: RequestContext) -> None:

@@ -69,7 +69,7 @@ _EMPTY = EventInfo(False, None, False, False, False)
 _DONE = EventInfo(False, None, False, True, False)
 
 
-def _payload(event: bytes) -> bytes | None:
+def event_payload(event: bytes) -> bytes | None:
     """The `data:` payload of an event (multi-line data joined with newlines), or None."""
     lines = [line[5:].lstrip(b" ") for line in event.splitlines() if line.startswith(b"data:")]
     return b"\n".join(lines) if lines else None
@@ -81,7 +81,7 @@ def inspect_event(event: bytes, need_content: bool) -> EventInfo:
         return _DONE
     if not need_content and b'"usage"' not in event and b'"error"' not in event:
         return _EMPTY
-    payload = _payload(event)
+    payload = event_payload(event)
     if payload is None:
         return _EMPTY
     if payload == b"[DONE]":

@@ -43,3 +43,26 @@ async def test_memory_quarantine_expires_and_keeps_at_most_max_entries() -> None
     clock.advance(10.0)
     assert not store.contains("b") and not store.contains("c"), "expired after ttl_s"
     assert not store.active
+
+
+async def test_a_failing_sync_is_counted_and_the_loop_goes_on() -> None:
+    import asyncio
+
+    from gateway.proxy.quarantine_redis import QuarantineSync
+
+    class Broken:
+        calls = 0
+
+        async def sync(self) -> bool:
+            Broken.calls += 1
+            raise RuntimeError("script bug")
+
+    errors: list[int] = []
+    loop = QuarantineSync([Broken()], interval_s=0.001, on_error=lambda: errors.append(1))  # type: ignore[list-item]
+    loop.start()
+    for _ in range(200):
+        if Broken.calls >= 3:
+            break
+        await asyncio.sleep(0.002)
+    await loop.stop()
+    assert Broken.calls >= 3 and len(errors) >= 3, "each failure counted, the loop kept going"
