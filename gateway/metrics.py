@@ -18,7 +18,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 PREFIX = "llm_gateway"
 
-_LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320)
+_LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 2.5, 5, 10, 20, 40, 80, 160, 320)
 _TPOT_BUCKETS_S = (0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0)
 _DECIDE_BUCKETS_S = (1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3)
 # Refusals at arrival take about a millisecond, queue timeouts a class's max wait (seconds to minutes).
@@ -180,6 +180,12 @@ class GatewayMetrics:
         self.goodput_requests_total = Counter(
             f"{PREFIX}_goodput_requests_total",
             "Successful requests that met the pool's SLO (TTFT and TPOT)",
+            ["model"],
+            registry=r,
+        )
+        self.slo_requests_total = Counter(
+            f"{PREFIX}_slo_requests_total",
+            "Successful requests the goodput test ran on (those with a completion token count)",
             ["model"],
             registry=r,
         )

@@ -9,7 +9,7 @@ The handler calls `RequestAccounting.record` in `finally` for every request, wha
   whole body of a non-streamed response), `tokens_total{direction}` from the engine's usage, and for
   streams with more than one output token `tpot_seconds = (e2e − TTFT) / (completion_tokens − 1)`;
 - goodput (`goodput_requests_total`, `goodput_tokens_total`) when the request met its pool's SLO
-  (`met_slo`).
+  (`met_slo`); `slo_requests_total` counts every request the test ran on (the latency SLO's total).
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ class RequestAccounting:
         if stream and completion_tokens > 1:
             tpot_s = (elapsed_s - reply.first_output_s) / (completion_tokens - 1)
             m.tpot_seconds.labels(model).observe(tpot_s)
+        m.slo_requests_total.labels(model).inc()
         if met_slo(
             pool.settings.slo,
             ttft_s=reply.first_output_s,
