@@ -1,7 +1,9 @@
 """`llm-gateway mock-engine …` (also `python -m mock_engine …`): serve one mock engine replica.
 
 Fault flags set the initial fault settings (`faults.py`; `docs/MOCK_ENGINE.md`); `POST /mock/faults` changes
-them at run time.
+them at run time. `--role prefill|decode` makes a replica of a disaggregated pool (`disagg_role.py`); its KV
+geometry (bytes per token, block size) and link come from `--profile` whatever the core, `--kv-link` overrides
+the profile's link.
 """
 
 from __future__ import annotations
@@ -11,11 +13,14 @@ import sys
 from typing import Any
 
 from mock_engine.core import EngineCore
+from mock_engine.disagg_params import Protocol, Role
+from mock_engine.disagg_role import DisaggConfig
 from mock_engine.faults import FaultSettings, FaultSettingsError
 from mock_engine.fixed_delay import FixedDelayCore
 from mock_engine.metrics_text import FLAVOURS
 from mock_engine.physics import (
     DEFAULT_PROFILE_NAME,
+    EngineProfile,
     PhysicsCore,
     ProfileError,
     available_profiles,
@@ -23,6 +28,7 @@ from mock_engine.physics import (
     load_profile,
     render_calibration_markdown,
 )
+from mock_engine.physics.kv_link import DEFAULT_KV_LINK, parse_kv_link
 from mock_engine.server import MockEngineApp, MockEngineConfig
 
 # (flag, settings field, type, help); a flag's default is "unset": the settings' own default applies
@@ -84,6 +90,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speed", type=float, default=1.0, help="simulated seconds per wall second")
     parser.add_argument("--seed", type=int, default=0, help="seed of the fault decisions")
     parser.add_argument("--log-level", default="warning")
+    disagg = parser.add_argument_group("disaggregated serving (docs/MOCK_ENGINE.md)")
+    disagg.add_argument(
+        "--role", choices=[r.value for r in Role], default="both", help="prefill, decode or both (default)"
+    )
+    disagg.add_argument(
+        "--disagg-protocol",
+        choices=[p.value for p in Protocol],
+        default="vllm",
+        help="vllm: kv_transfer_params (NixlConnector); sglang: bootstrap_host/port/room (default: vllm)",
+    )
+    disagg.add_argument(
+        "--kv-link", help="prefill→decode link: nvlink, rdma, tcp or GB/s (default: the profile's, else rdma)"
+    )
+    disagg.add_argument(
+        "--bootstrap-port",
+        type=int,
+        help="SGLang prefill: port advertised in /get_server_info (default: the HTTP port, which serves it)",
+    )
+    disagg.add_argument("--advertise-host", help="vLLM prefill: remote_host in kv_transfer_params")
+    disagg.add_argument(
+        "--bootstrap-timeout-s",
+        type=float,
+        default=30.0,
+        help="decode: wall seconds to wait for the prefill's KV before failing (default 30)",
+    )
+    disagg.add_argument("--engine-id", help="vLLM prefill: remote_engine_id (default: a random UUID)")
     faults = parser.add_argument_group("fault injection (changeable at run time: POST /mock/faults)")
     for flag, field, kind, help_text in _FAULT_FLAGS:
         faults.add_argument(flag, dest=f"fault_{field}", type=kind, default=None, help=help_text)
@@ -115,6 +147,24 @@ def build_core(args: argparse.Namespace) -> tuple[EngineCore, int | None]:
     return FixedDelayCore(args.first_token_delay_ms / 1000.0, args.token_delay_ms / 1000.0), None
 
 
+def disagg_config(args: argparse.Namespace) -> DisaggConfig:
+    """The replica's role, protocol and KV link (raises `ProfileError` for a bad profile or link)."""
+    profile: EngineProfile = load_profile(args.profile)
+    link = parse_kv_link(args.kv_link) if args.kv_link else (profile.kv_link or DEFAULT_KV_LINK)
+    extra = {"engine_id": args.engine_id} if args.engine_id else {}
+    return DisaggConfig(
+        role=Role(args.role),
+        protocol=Protocol(args.disagg_protocol),
+        kv_bytes_per_token=profile.kv_bytes_per_token,
+        link=link,
+        block_size_tokens=profile.scheduler.block_size_tokens,
+        advertise_host=args.advertise_host,
+        bootstrap_port=args.bootstrap_port,
+        bootstrap_timeout_s=args.bootstrap_timeout_s,
+        **extra,
+    )
+
+
 def build_app(args: argparse.Namespace) -> MockEngineApp:
     core, max_context_tokens = build_core(args)
     config = MockEngineConfig(
@@ -123,6 +173,7 @@ def build_app(args: argparse.Namespace) -> MockEngineApp:
         speed=args.speed,
         metrics_flavour=args.metrics_flavour,
         max_context_tokens=max_context_tokens,
+        disagg=disagg_config(args),
     )
     return MockEngineApp(config, core, fault_settings(args), seed=args.seed)
 

@@ -20,6 +20,9 @@ class EngineRequest:
     prompt_tokens: int
     max_tokens: int
     arrival_s: float
+    kv_transfer_s: float = 0.0
+    """> 0 on a disaggregated decode replica: the prompt's KV arrives from a prefill replica over this many
+    seconds after admission (KV blocks held meanwhile) instead of being computed here."""
 
 
 @dataclass(frozen=True, slots=True)

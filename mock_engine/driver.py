@@ -44,11 +44,15 @@ class EngineDriver:
             self._task = None
 
     def submit(
-        self, request_id: str, prompt: str, prompt_tokens: int, max_tokens: int
+        self, request_id: str, prompt: str, prompt_tokens: int, max_tokens: int, kv_transfer_s: float = 0.0
     ) -> asyncio.Queue[TokenEvent]:
+        """`kv_transfer_s` in simulated seconds (see `EngineRequest`)."""
         queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
         self._queues[request_id] = queue
-        self.core.submit(EngineRequest(request_id, prompt, prompt_tokens, max_tokens, self.sim_now_s()))
+        request = EngineRequest(
+            request_id, prompt, prompt_tokens, max_tokens, self.sim_now_s(), kv_transfer_s
+        )
+        self.core.submit(request)
         self._wake.set()
         return queue
 

@@ -3,6 +3,9 @@
     t_first = arrival + first_token_delay_s
     t_k     = t_first + k · token_delay_s           (k = 0 … max_tokens − 1)
 
+A disaggregated decode request (`kv_transfer_s` > 0: its KV comes from a prefill replica) skips the
+prefill: t_first = arrival + kv_transfer_s + token_delay_s.
+
 No batching, no KV limit: this is the "infinitely wide GPU" used for fast functional tests. The physics
 core (continuous batching, KV capacity, prefix cache) implements the same `EngineCore` contract.
 """
@@ -35,7 +38,10 @@ class FixedDelayCore:
         self._generation_tokens_total = 0
 
     def submit(self, request: EngineRequest) -> None:
-        first_s = request.arrival_s + self._first_token_delay_s
+        if request.kv_transfer_s > 0:
+            first_s = request.arrival_s + request.kv_transfer_s + self._token_delay_s
+        else:
+            first_s = request.arrival_s + self._first_token_delay_s
         self._running[request.request_id] = _Running(request, 0, first_s)
         self._push(first_s, request.request_id)
         self._prompt_tokens_total += request.prompt_tokens

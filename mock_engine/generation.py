@@ -72,6 +72,8 @@ class Generation:
     max_tokens: int
     finish_reason: str
     include_usage: bool
+    kv_transfer_s: float = 0.0
+    """Simulated seconds the prompt's KV takes to arrive (a disaggregated decode leg; see `disagg_role`)."""
 
     @classmethod
     def from_body(cls, body: dict[str, Any], chat: bool, default_max_tokens: int) -> Generation:

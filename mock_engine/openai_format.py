@@ -50,9 +50,17 @@ def usage_event(request_id: str, model: str, chat: bool, prompt_tokens: int, com
 
 
 def full_response(
-    request_id: str, model: str, chat: bool, text: str, finish_reason: str, *, usage: tuple[int, int]
+    request_id: str,
+    model: str,
+    chat: bool,
+    text: str,
+    finish_reason: str,
+    *,
+    usage: tuple[int, int],
+    extra: dict[str, Any] | None = None,
 ) -> bytes:
-    """A non-streamed completion; `usage` is (prompt_tokens, completion_tokens)."""
+    """A non-streamed completion; `usage` is (prompt_tokens, completion_tokens); `extra` top-level fields
+    (a vLLM prefill leg's `kv_transfer_params`)."""
     if chat:
         choice: dict[str, Any] = {
             "index": 0,
@@ -72,6 +80,8 @@ def full_response(
         "choices": [choice],
         "usage": usage_counts(*usage),
     }
+    if extra:
+        body.update(extra)
     return orjson.dumps(body)
 
 

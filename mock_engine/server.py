@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import orjson
@@ -31,6 +31,8 @@ from mock_engine.asgi import (
 )
 from mock_engine.control import FaultControl
 from mock_engine.core import EngineCore
+from mock_engine.disagg_params import Role
+from mock_engine.disagg_role import CLAIM_PATH, DisaggConfig, DisaggRole, Leg, LegError
 from mock_engine.driver import EngineDriver
 from mock_engine.faults import FaultPlan, FaultSettings, FaultSettingsError
 from mock_engine.generation import Generation
@@ -61,6 +63,8 @@ class MockEngineConfig:
     metrics_flavour: str = "vllm"
     max_context_tokens: int | None = None
     """prompt + max_tokens above this is a 400, as vLLM answers past max_model_len."""
+    disagg: DisaggConfig = field(default_factory=DisaggConfig)
+    """Prefill or decode role of a disaggregated pool (`disagg_role.py`); role both by default."""
 
 
 class MockEngineApp:
@@ -78,6 +82,7 @@ class MockEngineApp:
         self.driver = EngineDriver(core, speed=config.speed)
         self.faults = FaultControl(faults, random.Random(seed), listeners)
         self.counters = RequestCounters()
+        self.disagg = None if config.disagg.role is Role.BOTH else DisaggRole(config.disagg)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._routes: dict[tuple[str, str], Handler] = {
             ("POST", "/v1/chat/completions"): self._generate,
@@ -89,6 +94,8 @@ class MockEngineApp:
             ("POST", "/mock/faults"): self._set_faults,
             ("DELETE", "/mock/faults"): self._clear_faults,
         }
+        if self.disagg is not None:
+            self._routes[("POST", CLAIM_PATH)] = self.disagg.handle_claim
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -110,8 +117,11 @@ class MockEngineApp:
                 ),
                 "text/plain",
             ),
-            ("GET", "/mock/stats"): lambda: (orjson.dumps(asdict(self.counters)), "application/json"),
+            ("GET", "/mock/stats"): self._stats,
         }
+        if self.disagg is not None:
+            disagg = self.disagg
+            simple[("GET", "/get_server_info")] = lambda: (disagg.server_info(scope), "application/json")
         answer = simple.get(route)
         if answer is None:
             await respond(send, 404, fmt.error_body(f"no route {route[0]} {route[1]}", 404))
@@ -140,8 +150,16 @@ class MockEngineApp:
             elif message["type"] == "lifespan.shutdown":
                 self.faults.on_shutdown()
                 await self.driver.stop()
+                if self.disagg is not None:
+                    await self.disagg.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+    def _stats(self) -> tuple[bytes, str]:
+        stats: dict[str, Any] = asdict(self.counters)
+        if self.disagg is not None:
+            stats |= self.disagg.stats()
+        return orjson.dumps(stats), "application/json"
 
     def _models(self) -> tuple[bytes, str]:
         data = [{"id": self.config.model, "object": "model", "owned_by": "mock-engine"}]
@@ -222,6 +240,7 @@ class MockEngineApp:
         chat = scope["path"] == "/v1/chat/completions"
         try:
             gen = Generation.from_body(body, chat, self.config.default_max_tokens)
+            fields = None if self.disagg is None else self.disagg.check(body)
         except RequestError as exc:
             await respond(send, 400, fmt.bad_request_body(str(exc), exc.param))
             return
@@ -235,6 +254,13 @@ class MockEngineApp:
             )
             await respond(send, 400, fmt.bad_request_body(message))
             return
+        leg = Leg()
+        if self.disagg is not None:
+            try:
+                gen, leg = await self.disagg.begin(fields, gen, scope)
+            except LegError as exc:
+                await respond(send, exc.status, exc.body())
+                return
         c = self.counters
         c.started += 1
         c.active += 1
@@ -249,9 +275,13 @@ class MockEngineApp:
             receive=receive,
             watcher=watcher,
             shutting_down=lambda: self.faults.gate.shutting_down,
+            answer_fields=None if leg.answer_params is None else {"kv_transfer_params": leg.answer_params},
         )
+        outcome = "aborted"
         try:
             outcome = await (run.stream(send) if body.get("stream") else run.complete(send))
+            if self.disagg is not None:
+                self.disagg.end(leg, outcome == "finished")
             if outcome == "finished":
                 c.finished += 1
             else:
@@ -263,6 +293,8 @@ class MockEngineApp:
             self.driver.abort(gen.request_id)
             raise
         finally:
+            if self.disagg is not None and outcome != "finished":
+                self.disagg.end(leg, False)
             watcher.cancel()
             c.active -= 1
             self.driver.finish(gen.request_id)

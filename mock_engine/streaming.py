@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from mock_engine import openai_format as fmt
 from mock_engine.asgi import ClientGone, InjectedCrash, Receive, Send, reset_connection, respond, send_body
@@ -59,8 +59,11 @@ class GenerationRun:
         receive: Receive,
         watcher: asyncio.Task[None],
         shutting_down: Callable[[], bool],
+        answer_fields: dict[str, Any] | None = None,
     ) -> None:
+        """`answer_fields`: extra top-level fields of the non-streamed answer."""
         self.driver, self.gen, self.plan, self.model = driver, gen, plan, model
+        self.answer_fields = answer_fields
         self.counters = counters
         self._receive, self._watcher, self._shutting_down = receive, watcher, shutting_down
 
@@ -99,6 +102,7 @@ class GenerationRun:
             "".join(parts),
             gen.finish_reason,
             usage=(gen.prompt_tokens, emitted),
+            extra=self.answer_fields,
         )
         await respond(send, 200, body)
         return "finished"
@@ -111,7 +115,9 @@ class GenerationRun:
             await _pause(plan.first_token_delay_s, self._watcher)
         queue = None
         if gen.max_tokens > 0:
-            queue = self.driver.submit(gen.request_id, gen.prompt, gen.prompt_tokens, gen.max_tokens)
+            queue = self.driver.submit(
+                gen.request_id, gen.prompt, gen.prompt_tokens, gen.max_tokens, gen.kv_transfer_s
+            )
         jitter, text = plan.jitter(), gen.tokens()
         emitted, finished = 0, queue is None
         while True:

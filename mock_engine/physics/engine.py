@@ -167,11 +167,22 @@ class PhysicsCore:
         may_admit = self._preemptions_total == preemptions_before
         prefill = self._schedule_prefill(start_s, len(decode), may_admit)
         if not decode and not prefill:
-            return None
+            return self._idle_until_transfer(start_s)
         context_tokens = sum(sequence.kv_tokens for sequence in decode)
         prefill_tokens = sum(tokens for _, tokens in prefill)
         end_s = start_s + self._profile.step_s(context_tokens, prefill_tokens)
         return _Step(start_s, end_s, decode, prefill)
+
+    def _idle_until_transfer(self, start_s: float) -> _Step | None:
+        """A step with no work that ends when the first KV transfer lands (or the next request arrives),
+        so a replica whose only sequences are waiting for their KV still wakes; None when there is none."""
+        pending = [s.transfer_done_s for s in self._running.values() if s.transferring(start_s)]
+        if not pending:
+            return None
+        end_s = min(pending)
+        if self._waiting and self._waiting[0].request.arrival_s > start_s:
+            end_s = min(end_s, self._waiting[0].request.arrival_s)
+        return _Step(start_s, end_s, [], [])
 
     def _schedule_decode(self) -> list[SequenceState]:
         """One KV slot per decoding sequence, preempting the youngest until the new blocks fit."""
@@ -212,26 +223,29 @@ class PhysicsCore:
         for sequence in self._running.values():
             if budget_tokens <= 0:
                 break
-            if not sequence.prefill_done:
+            if not sequence.prefill_done and not sequence.transferring(start_s):
                 tokens = min(sequence.prefill_remaining_tokens, budget_tokens)
                 scheduled.append((sequence, tokens))
                 budget_tokens -= tokens
         max_num_seqs = self._profile.scheduler.max_num_seqs
         while may_admit and self._waiting and budget_tokens > 0 and len(self._running) < max_num_seqs:
             head = self._waiting[0]
-            if head.request.arrival_s > start_s or not self._admit(head):
+            if head.request.arrival_s > start_s or not self._admit(head, start_s):
                 break
             self._waiting.popleft()
+            if head.transferring(start_s):
+                continue
             tokens = min(head.prefill_remaining_tokens, budget_tokens)
             scheduled.append((head, tokens))
             budget_tokens -= tokens
         return scheduled
 
-    def _admit(self, sequence: SequenceState) -> bool:
+    def _admit(self, sequence: SequenceState, start_s: float) -> bool:
         """Allocate KV for the whole context, reusing cached prefix blocks; False if it does not fit.
 
         At most (target - 1) // block blocks may hit, so at least one token is computed (the step
-        that samples the next token needs one).
+        that samples the next token needs one). A disaggregated decode's first admission starts its KV
+        transfer instead of a prefill (see `sequence.py`).
         """
         block = self._block_size_tokens
         target_tokens = sequence.context_tokens_to_prefill()
@@ -247,6 +261,10 @@ class PhysicsCore:
         sequence.private_blocks = new_blocks
         sequence.prefill_target_tokens = sequence.kv_tokens = target_tokens
         sequence.computed_tokens = hit_blocks * block
+        if sequence.request.kv_transfer_s > 0 and not sequence.kv_received:
+            sequence.kv_received = True
+            sequence.computed_tokens = target_tokens - 1
+            sequence.transfer_done_s = start_s + sequence.request.kv_transfer_s
         sequence.status = SequenceStatus.RUNNING
         self._running[sequence.request_id] = sequence
         self._prefix_queries_tokens += target_tokens

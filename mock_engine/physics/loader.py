@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 import yaml
 
+from mock_engine.physics.kv_link import KV_LINK_PRESETS, KvLink
 from mock_engine.physics.profile import (
     CalibrationTarget,
     DecodeSpec,
@@ -28,7 +29,17 @@ from mock_engine.physics.profile import (
 )
 
 DEFAULT_PROFILE_NAME = "h100-13b-fp16"
-_SECTIONS = ("name", "description", "model", "gpu", "prefill", "decode", "scheduler", "calibration")
+_SECTIONS = (
+    "name",
+    "description",
+    "model",
+    "gpu",
+    "prefill",
+    "decode",
+    "scheduler",
+    "calibration",
+    "kv_link",
+)
 
 
 class _Section:
@@ -144,9 +155,10 @@ def parse_profile(document: object, source: str = "<mapping>") -> EngineProfile:
     prefill = _parse_prefill(root.section("prefill"))
     decode = _parse_decode(root.section("decode"))
     scheduler = _parse_scheduler(root.section("scheduler"))
+    kv_link = _parse_kv_link(root.section("kv_link")) if root.has("kv_link") else None
     try:
         return EngineProfile(
-            name, model, gpu, prefill, decode, scheduler, context_tokens, targets, description
+            name, model, gpu, prefill, decode, scheduler, context_tokens, targets, description, kv_link
         )
     except ProfileError as error:  # cross-section checks of EngineProfile.__post_init__
         raise ProfileError(f"profile {source!r}: {error}") from None
@@ -212,3 +224,16 @@ def _parse_calibration(root: _Section) -> tuple[int, tuple[CalibrationTarget, ..
         item.check_keys(("batch_size", "per_stream_tok_s"))
         targets.append(CalibrationTarget(item.integer("batch_size"), item.positive("per_stream_tok_s")))
     return section.integer("context_tokens", default=800), tuple(targets)
+
+
+def _parse_kv_link(section: _Section) -> KvLink:
+    """`{preset: nvlink|rdma|tcp}` or `{bandwidth_bytes_per_s: B, latency_s: L}` (latency optional)."""
+    section.check_keys(("preset", "bandwidth_bytes_per_s", "latency_s"))
+    if section.has("preset"):
+        name = section.text("preset")
+        if name not in KV_LINK_PRESETS or section.has("bandwidth_bytes_per_s"):
+            known = ", ".join(KV_LINK_PRESETS)
+            section.fail(section.key("preset"), f"expected one of {known} alone, got {name!r}")
+        return KV_LINK_PRESETS[name]
+    bandwidth = section.positive("bandwidth_bytes_per_s")
+    return KvLink("custom", bandwidth, section.number("latency_s", default=0.0))

@@ -25,6 +25,10 @@ h100-13b-fp16 it is calibrated to 0.345 so that, at context 800, step_s ≈ 7.76
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mock_engine.physics.kv_link import KvLink
 
 
 class ProfileError(ValueError):
@@ -111,6 +115,8 @@ class EngineProfile:
     calibration_context_tokens: int = 800
     calibration_targets: tuple[CalibrationTarget, ...] = ()
     description: str = ""
+    kv_link: KvLink | None = None
+    """The prefill→decode KV link of a disaggregated pool (`kv_link.py`); None: the default preset."""
 
     def __post_init__(self) -> None:
         if self.kv_budget_bytes < self.model.kv_bytes_per_token * self.scheduler.block_size_tokens:

@@ -8,6 +8,12 @@ Token bookkeeping of a running sequence (P = prompt tokens, e = output tokens em
 
 The prefill step samples output token e; each decode step writes the last emitted token's KV
 (kv_tokens + 1) and samples the next one.
+
+Disaggregated decode (`request.kv_transfer_s` > 0): at its first admission the whole context's KV is
+allocated as usual, computed_tokens = prefill_target_tokens − 1 (the prompt's KV arrives from the
+prefill replica; the last token is recomputed here to sample, as vLLM's decode side does), and the
+sequence is not scheduled before `transfer_done_s` = admission step start + kv_transfer_s.
+A preempted sequence (`kv_received`) recomputes locally like any other.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ class SequenceState:
     kv_tokens: int = 0
     private_blocks: int = 0
     cached_hashes: list[int] = field(default_factory=list)
+    transfer_done_s: float = float("-inf")
+    kv_received: bool = False
 
     @property
     def request_id(self) -> str:
@@ -53,6 +61,10 @@ class SequenceState:
     @property
     def finished(self) -> bool:
         return self.emitted_tokens >= self.request.max_tokens
+
+    def transferring(self, now_s: float) -> bool:
+        """True while its KV is still on the link (not schedulable before `transfer_done_s`)."""
+        return self.transfer_done_s > now_s
 
     def context_tokens_to_prefill(self) -> int:
         """max(P, 1) + e: what a (re)admission must have in KV before sampling the next token."""
