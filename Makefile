@@ -7,7 +7,7 @@ STAMP_DEV := $(VENV)/.installed-dev
 
 STAMP_REAL := $(VENV)/.installed-real-engine
 
-.PHONY: demo test lint typecheck pytest install install-dev install-real-engine redis-up clean
+.PHONY: demo test lint typecheck pytest install install-dev install-real-engine install-deploy-tools redis-up clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,12 @@ $(STAMP_REAL): | $(BIN)/python
 	touch $@
 
 install-real-engine: $(STAMP_REAL)
+
+## promtool for the alert-rule tests (tests/deploy/test_alert_rules.py): Debian's `prometheus` package
+## (needs apt and root); nothing to do when promtool is already on PATH.
+install-deploy-tools:
+	@command -v promtool >/dev/null 2>&1 || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
 install: $(STAMP_RUN)
 install-dev: $(STAMP_DEV)

@@ -1,5 +1,6 @@
 """`llm-gateway`'s argument parser and its gateway subcommands (serve, check-config, hash-key, demo);
-`plan`, `bench` and `mock-engine` are wired to their packages' `add_arguments` / `run`.
+`alerts` (cli/alerts.py), `plan`, `bench` and `mock-engine` are wired to their modules' `add_arguments` /
+`run`.
 
 Exit codes: 0 ok, 2 an invalid config or bad arguments; `plan`, `bench` and `mock-engine` return their
 own (see each package's `cli` module).
@@ -13,6 +14,7 @@ from collections.abc import Callable
 
 from bench import cli as bench_cli
 from capacity import cli as capacity_cli
+from cli import alerts as alerts_cli
 from gateway.settings import ConfigError, Settings, load_settings
 from mock_engine import cli as mock_cli
 
@@ -72,6 +74,10 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-config", help="validate a config file and exit")
     check.add_argument("--config", help="config file (default: $LLM_GATEWAY_CONFIG)")
     check.set_defaults(func=_check_config)
+
+    alerts = sub.add_parser("alerts", help="print Prometheus SLO burn-rate and cost rules for a config")
+    alerts_cli.add_arguments(alerts)
+    alerts.set_defaults(func=alerts_cli.run)
 
     hash_key = sub.add_parser(
         "hash-key", help="print sha256 digests of API keys read from stdin (for tenants:)"

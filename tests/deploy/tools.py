@@ -16,8 +16,8 @@ REPO = Path(__file__).resolve().parents[2]
 REQUIRE_ENV = "LLM_GATEWAY_REQUIRE_DEPLOY_TOOLS"
 
 
-def _missing(what: str, package: str) -> None:
-    message = f"{what} is not installed (pip install {package}; it is in the dev extra)"
+def _missing(what: str, package: str, how: str | None = None) -> None:
+    message = f"{what} is not installed ({how or f'pip install {package}; it is in the dev extra'})"
     if os.environ.get(REQUIRE_ENV) == "1":
         pytest.fail(f"{message}; {REQUIRE_ENV}=1 requires it")
     pytest.skip(message)
@@ -31,10 +31,12 @@ def require_module(name: str, package: str) -> ModuleType:
         raise  # unreachable: skip/fail raise
 
 
-def require_executable(name: str, package: str) -> str:
+def require_executable(name: str, package: str, how: str | None = None) -> str:
+    """The path of `name` (beside the venv's python, or on PATH); `how` says how to install it when it
+    is not a pip package."""
     beside_python = Path(sys.executable).parent / name
     found = str(beside_python) if beside_python.exists() else shutil.which(name)
     if found is None:
-        _missing(f"the {name} executable", package)
+        _missing(f"the {name} executable", package, how)
         raise AssertionError  # unreachable
     return found
