@@ -1,16 +1,22 @@
 """deploy/grafana/llm-gateway.json: valid dashboard JSON whose every PromQL expression names only
-metrics the gateway exports (gateway/metrics.py, parsed) or that ALLOWED_METRICS lists (incl. planned)."""
+metrics the gateway exports (gateway/metrics.py, parsed), that ALLOWED_METRICS lists (incl. planned), or
+that the recording rules generated for the example config write (gateway/alert_rules.py, shipped as
+deploy/kubernetes/prometheusrule.yaml)."""
 
 from __future__ import annotations
 
 import ast
 import json
 import re
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from tests.deploy.tools import REPO
+from tests.deploy.test_alert_rules import example_rules
+from tests.deploy.tools import REPO, require_executable
 
 DASHBOARD = REPO / "deploy" / "grafana" / "llm-gateway.json"
 METRICS_MODULE = REPO / "gateway" / "metrics.py"
@@ -99,7 +105,7 @@ def _string_value(node: ast.expr, constants: dict[str, str]) -> str | None:
 
 
 def allowed_series() -> set[str]:
-    names = set()
+    names = example_rules().recorded_names()
     for name, kind in {**ALLOWED_METRICS, **exported_metrics()}.items():
         names.add(name)
         if kind in ("histogram", "summary"):
@@ -150,6 +156,14 @@ def test_allowed_names_follow_the_conventions_and_agree_with_metrics_py() -> Non
             assert exported[name] == kind, f"{name} is a {exported[name]} in gateway/metrics.py, not a {kind}"
 
 
+def test_recording_rule_names_come_from_the_generator() -> None:
+    """Only what the example config's rules record is allowed beside the exported metrics: a rule name
+    the generator does not write (a window the config lacks) is refused."""
+    allowed = allowed_series()
+    assert "llm_gateway:slo_burn_rate:rate1h" in allowed
+    assert "llm_gateway:slo_burn_rate:rate2h" not in allowed
+
+
 def test_metric_name_extraction() -> None:
     expr = (
         "histogram_quantile(0.95, sum by (le, model) "
@@ -197,6 +211,15 @@ def test_every_expression_names_only_known_metrics() -> None:
         "llm_gateway_rejections_total",
         "llm_gateway_rejection_duration_seconds_bucket",
         "llm_gateway_tokens_total",
+        "llm_gateway_tenant_tokens_total",
+        "llm_gateway:slo_burn_rate:rate1h",
+        "llm_gateway:slo_burn_rate:rate5m",
+        "llm_gateway:slo_burn_rate:rate6h",
+        "llm_gateway:slo_burn_rate:rate30m",
+        "llm_gateway:slo_error_ratio:rate5m",
+        "llm_gateway:cost_usd_per_million_goodput_tokens:rate5m",
+        "llm_gateway:cost_usd_per_million_tokens_at_b_max",
+        "llm_gateway:tenant_cost_usd_per_second:rate5m",
     ],
 )
 def test_dashboard_covers(topic: str) -> None:
@@ -216,3 +239,26 @@ def test_dashboard_shape() -> None:
             assert panel["datasource"]["uid"] == "${datasource}"
     quantile_exprs = [e for _, e in _expressions(dashboard) if "histogram_quantile" in e]
     assert all("le" in re.findall(r"by \(([^)]*)\)", e)[0] for e in quantile_exprs)
+
+
+def test_every_expression_is_valid_promql(tmp_path: Path) -> None:
+    """promtool parses each expression (Grafana's variables replaced by values) as a recording rule."""
+    promtool = require_executable("promtool", "prometheus", how="make install-deploy-tools")
+    rules = [
+        {
+            "record": f"dashboard:expr_{i}",
+            "expr": expr.replace("$__rate_interval", "5m").replace("$model", ".*"),
+        }
+        for i, (_, expr) in enumerate(_expressions(json.loads(DASHBOARD.read_text())))
+    ]
+    (tmp_path / "dashboard.yaml").write_text(
+        yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]})
+    )
+    result = subprocess.run(
+        [promtool, "check", "rules", "dashboard.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
