@@ -10,9 +10,12 @@ from typing import Any
 
 import yaml
 
+from gateway.alert_rules import RuleSet, build_rules
+from gateway.settings import load_settings
 from tests.deploy.tools import REPO
 
 KUBE_DIR = REPO / "deploy" / "kubernetes"
+EXAMPLE_CONFIG = "deploy/kubernetes/gateway-config.yaml"
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
 
 Doc = dict[str, Any]
@@ -67,3 +70,8 @@ def gateway_config() -> Doc:
     text = find(generated_configmaps(), "ConfigMap", "llm-gateway-config")["data"]["config.yaml"]
     data: Doc = yaml.safe_load(text)
     return data
+
+
+def example_rules() -> RuleSet:
+    """The Prometheus rules `llm-gateway alerts` makes of the example config (no environment overrides)."""
+    return build_rules(load_settings(REPO / EXAMPLE_CONFIG, environ={}))

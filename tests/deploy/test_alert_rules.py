@@ -20,18 +20,13 @@ import yaml
 
 from gateway.alert_rules import RuleSet, build_rules, prometheus_rule, render, rules_file
 from gateway.settings import Settings, load_settings, parse_settings
-from tests.deploy.manifests import KUBE_DIR, find, rendered
+from tests.deploy.manifests import EXAMPLE_CONFIG, KUBE_DIR, example_rules, find, rendered
 from tests.deploy.tools import REPO, require_executable
 
-CONFIG = "deploy/kubernetes/gateway-config.yaml"
+CONFIG = EXAMPLE_CONFIG
 SHIPPED = KUBE_DIR / "prometheusrule.yaml"
 MODEL = "m"
 PER_MIN = 600  # requests per minute in the synthetic series
-
-
-def example_rules() -> RuleSet:
-    """The rules of the shipped example config (no environment overrides)."""
-    return build_rules(load_settings(REPO / CONFIG, environ={}))
 
 
 def _settings(**pool: Any) -> Settings:

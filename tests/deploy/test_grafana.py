@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy.test_alert_rules import example_rules
+from tests.deploy.manifests import example_rules
 from tests.deploy.tools import REPO, require_executable
 
 DASHBOARD = REPO / "deploy" / "grafana" / "llm-gateway.json"
