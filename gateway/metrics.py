@@ -78,6 +78,24 @@ class GatewayMetrics:
             registry=r,
         )
         self.inflight = Gauge(f"{PREFIX}_inflight", "Requests in flight per replica", ["replica"], registry=r)
+        self.prefill_tokens_inflight = Gauge(
+            f"{PREFIX}_prefill_tokens_inflight",
+            "Uncached prompt tokens dispatched to the replica that have no first token yet",
+            ["replica"],
+            registry=r,
+        )
+        self.latency_model_error_ratio = Gauge(
+            f"{PREFIX}_latency_model_error_ratio",
+            "Mean absolute percentage error of the replica's learned latency model (EW, target=ttft|tpot)",
+            ["replica", "target"],
+            registry=r,
+        )
+        self.learned_max_concurrency = Gauge(
+            f"{PREFIX}_learned_max_concurrency",
+            "Largest batch the replica's TPOT model predicts within the pool's TPOT SLO (0: none)",
+            ["replica"],
+            registry=r,
+        )
         self.replica_up = Gauge(
             f"{PREFIX}_replica_up",
             "1 when the replica is eligible for traffic health-wise",

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from gateway.errors import ErrorCode
 from gateway.upstream.discovery.settings import ReplicaSources
+from gateway.upstream.latency_settings import LatencyModelSettings
 from gateway.upstream.scraper import ScrapeSettings
 from router.keys import KeySettings
 from router.plugins import build_profile
@@ -315,6 +316,9 @@ class PoolSettings(StrictModel):
     cost: CostSettings | None = None  # GPU price: the cost per goodput token rules (`llm-gateway alerts`)
     autoscale: AutoscaleSignalSettings | None = None
     """Off unless configured: the signal needs the replica's measured decode rate."""
+    latency_model: LatencyModelSettings = Field(default_factory=LatencyModelSettings)
+    """The per-replica latency model learned online and the batch cap it finds
+    (gateway/upstream/latency_settings.py)."""
 
     @property
     def continues_streams(self) -> bool:

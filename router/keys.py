@@ -222,6 +222,8 @@ def build_routing_request(
     estimated_prompt_tokens: int | None = None,
     max_tokens: int | None = None,
     exclude: frozenset[str] = frozenset(),
+    slo_ttft_s: float | None = None,
+    slo_tpot_s: float | None = None,
 ) -> RoutingRequest:
     """The `RoutingRequest` the gateway hands to `Policy.decide`, keys included.
 
@@ -240,4 +242,7 @@ def build_routing_request(
         exclude=exclude,
         prefix_hashes=keys.prefix_hashes,
         prefix_key=keys.prefix_key,
+        block_size_chars=(settings or KeySettings()).block_size_chars,
+        slo_ttft_s=slo_ttft_s,
+        slo_tpot_s=slo_tpot_s,
     )

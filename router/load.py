@@ -2,13 +2,15 @@
 
 `request_load` is the gateway's own in-flight request count (the truth for routing) plus the engine's
 reported waiting queue when a fresh engine sample exists; engine signals refine, never replace, it.
+Token-aware load (what a request will cost there): `queued_prefill_tokens` — the uncached prompt
+tokens it would wait behind, its own included — and `running_sequences`, the decode batch.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
 
-from router.types import ReplicaView
+from router.types import ReplicaView, RoutingRequest
 
 
 class LoadUnit(StrEnum):
@@ -29,3 +31,18 @@ def request_load(replica: ReplicaView) -> float:
     if replica.engine is not None and not replica.engine.stale:
         waiting = replica.engine.waiting
     return replica.inflight_requests + waiting
+
+
+def running_sequences(replica: ReplicaView) -> float:
+    """Sequences decoding on the replica: the gateway's own count of requests past their first token,
+    or the engine's `running` when a fresh sample reports more (other gateway instances' traffic)."""
+    running = float(replica.decoding_requests)
+    if replica.engine is not None and not replica.engine.stale:
+        running = max(running, replica.engine.running)
+    return running
+
+
+def queued_prefill_tokens(replica: ReplicaView, request: RoutingRequest, matched_blocks: int | None) -> int:
+    """The prefill tokens `request` would wait behind on `replica`, its own uncached tokens included:
+    the replica's `prefill_tokens_inflight` + the request's prompt minus the `matched_blocks` it holds."""
+    return replica.prefill_tokens_inflight + request.uncached_tokens(matched_blocks)

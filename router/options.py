@@ -44,6 +44,26 @@ class OptionReader:
             raise ValueError(f"{self._where}: option {name!r} must be >= {minimum}, got {value!r}")
         return value
 
+    def has(self, name: str) -> bool:
+        """The option is given (null counts as absent)."""
+        return self._options.get(name) is not None
+
+    def raw(self, name: str) -> Any:
+        """The option's value as given (validated where it is built)."""
+        return self._options.get(name)
+
+    def optional_number(self, name: str, minimum: float | None = None) -> float | None:
+        """`number`, or None when the option is absent or null."""
+        if self._options.get(name) is None:
+            return None
+        return self.number(name, 0.0, minimum)
+
+    def optional_integer(self, name: str, minimum: int | None = None) -> int | None:
+        """`integer`, or None when the option is absent or null."""
+        if self._options.get(name) is None:
+            return None
+        return self.integer(name, 0, minimum)
+
     def choice(self, name: str, enum: type[_EnumT], default: _EnumT) -> _EnumT:
         """One of the values of the `StrEnum` `enum`."""
         value = self._options.get(name, default)

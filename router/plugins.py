@@ -20,7 +20,11 @@ Types (defaults in parentheses; the first value of a choice is its default):
       inflight         gateway in-flight load: load_unit (requests | tokens), normalise (min-max | ratio)
       queue            in-flight + fresh engine waiting requests: normalise (min-max | ratio)
       kv-usage         engine KV-cache usage, stale or missing samples count 0: normalise (min-max | ratio)
-      prefix-match     matched leading blocks / request blocks; no options; needs picker prefix-index
+      prefix-match     matched leading blocks / request blocks; no options; needs a picker with an index
+                       (prefix-index, sticky-prefix, predicted-latency)
+      prefill-tokens   uncached prefill tokens in flight (token-aware load): normalise (min-max | ratio)
+      running          decoding sequences (gateway count, or the engine's fresh running when larger):
+                       normalise (min-max | ratio)
     pickers (router.pickers, router.bounded, router.prefix_index)
       round-robin      cycles in replica-id order; no options
       max-score        best combined score, seeded tie-break (branch least_load); no options
@@ -30,6 +34,11 @@ Types (defaults in parentheses; the first value of a choice is its default):
       bounded-ring     CHWBL, the ring with the load bound inside: the options of ring and load-bound
       prefix-index     best score with the imbalance guard inside, records where prefixes went: the options
                        of imbalance-guard, index_capacity_blocks (16384, ≥ 1)
+      sticky-prefix    sticky until saturated (router.cost_aware): prefill_budget_tokens (none, ≥ 1),
+                       prefill_tokens_per_s (none, > 0), ttft_penalty_s (0.5, > 0),
+                       index_capacity_blocks, virtual_nodes_per_replica
+      predicted-latency  the SLO-aware pick on the learned latency models, sticky-prefix while they are
+                       cold: the options of sticky-prefix
 
 A profile owns at most one prefix index: picker `prefix-index` creates it and scorer `prefix-match` reads
 the same one. Only the picker draws from the seeded `random.Random`; building draws nothing.
@@ -50,8 +59,15 @@ from router.bounded import (
     LoadBound,
     RingKeySource,
 )
+from router.cost_aware import (
+    DEFAULT_TTFT_PENALTY_S,
+    PredictedLatencyPicker,
+    PrefillBudget,
+    StickyPrefixPicker,
+    prefill_tokens_metric,
+)
 from router.filters import ImbalanceFilter, LoadBoundFilter
-from router.load import LoadUnit
+from router.load import LoadUnit, running_sequences
 from router.options import OptionReader
 from router.pickers import MaxScorePicker, PowerOfTwoPicker, RoundRobinPicker
 from router.prefix_index import (
@@ -65,7 +81,13 @@ from router.prefix_index import (
 )
 from router.profile import Filter, Picker, Profile, Scorer, WeightedScorer
 from router.ring import DEFAULT_VIRTUAL_NODES_PER_REPLICA
-from router.scorers import Normalisation, inflight_scorer, kv_usage_scorer, queue_scorer
+from router.scorers import (
+    InvertedMetricScorer,
+    Normalisation,
+    inflight_scorer,
+    kv_usage_scorer,
+    queue_scorer,
+)
 
 _PluginT = TypeVar("_PluginT")
 
@@ -85,6 +107,8 @@ class ScorerType(StrEnum):
     QUEUE = "queue"
     KV_USAGE = "kv-usage"
     PREFIX_MATCH = "prefix-match"
+    PREFILL_TOKENS = "prefill-tokens"
+    RUNNING = "running"
 
 
 class PickerType(StrEnum):
@@ -94,6 +118,8 @@ class PickerType(StrEnum):
     RING = "ring"
     BOUNDED_RING = "bounded-ring"
     PREFIX_INDEX = "prefix-index"
+    STICKY_PREFIX = "sticky-prefix"
+    PREDICTED_LATENCY = "predicted-latency"
 
 
 class SpecKey(StrEnum):
@@ -151,6 +177,18 @@ def read_index_capacity(read: OptionReader) -> int:
     return read.integer("index_capacity_blocks", DEFAULT_CAPACITY_BLOCKS_PER_REPLICA, minimum=1)
 
 
+def read_prefill_budget(read: OptionReader) -> PrefillBudget:
+    """`prefill_budget_tokens` (none, ≥ 1), `prefill_tokens_per_s` (none, > 0), `ttft_penalty_s` (0.5)."""
+    budget = read.optional_integer("prefill_budget_tokens", minimum=1)
+    rate = read.optional_number("prefill_tokens_per_s", minimum=0)
+    if rate is not None and rate <= 0:
+        raise ValueError(f"{read.where}: option 'prefill_tokens_per_s' must be > 0, got {rate!r}")
+    penalty = read.number("ttft_penalty_s", DEFAULT_TTFT_PENALTY_S, minimum=0)
+    if penalty <= 0:
+        raise ValueError(f"{read.where}: option 'ttft_penalty_s' must be > 0, got {penalty!r}")
+    return PrefillBudget(budget_tokens=budget, prefill_tokens_per_s=rate, ttft_penalty_s=penalty)
+
+
 def _normalise(read: OptionReader) -> Normalisation:
     return read.choice("normalise", Normalisation, Normalisation.MIN_MAX)
 
@@ -177,6 +215,17 @@ def _prefix_index(read: OptionReader, ctx: BuildContext) -> Picker:
     return PrefixIndexPicker(ctx.prefix_index, guard, ctx.rng)
 
 
+def _sticky(read: OptionReader, ctx: BuildContext) -> StickyPrefixPicker:
+    ctx.prefix_index = PrefixIndex(read_index_capacity(read))
+    return StickyPrefixPicker(ctx.prefix_index, read_prefill_budget(read), ctx.rng, read_virtual_nodes(read))
+
+
+def _predicted_latency(read: OptionReader, ctx: BuildContext) -> Picker:
+    fallback = _sticky(read, ctx)
+    assert ctx.prefix_index is not None
+    return PredictedLatencyPicker(ctx.prefix_index, fallback, ctx.rng)
+
+
 FILTERS: dict[str, PluginType[Filter]] = {
     FilterType.LOAD_BOUND: PluginType(_BOUND_OPTIONS, lambda read, _: LoadBoundFilter(read_bound(read))),
     FilterType.IMBALANCE_GUARD: PluginType(_GUARD_OPTIONS, lambda read, _: ImbalanceFilter(read_guard(read))),
@@ -189,7 +238,24 @@ SCORERS: dict[str, PluginType[Scorer]] = {
     ScorerType.QUEUE: PluginType(_NORMALISE, lambda read, _: queue_scorer(_normalise(read))),
     ScorerType.KV_USAGE: PluginType(_NORMALISE, lambda read, _: kv_usage_scorer(_normalise(read))),
     ScorerType.PREFIX_MATCH: PluginType(frozenset(), _prefix_match),
+    ScorerType.PREFILL_TOKENS: PluginType(
+        _NORMALISE,
+        lambda read, _: InvertedMetricScorer("prefill_tokens", prefill_tokens_metric, _normalise(read)),
+    ),
+    ScorerType.RUNNING: PluginType(
+        _NORMALISE, lambda read, _: InvertedMetricScorer("running", running_sequences, _normalise(read))
+    ),
 }
+
+_STICKY_OPTIONS = frozenset(
+    {
+        "prefill_budget_tokens",
+        "prefill_tokens_per_s",
+        "ttft_penalty_s",
+        "index_capacity_blocks",
+        "virtual_nodes_per_replica",
+    }
+)
 
 PICKERS: dict[str, PluginType[Picker]] = {
     PickerType.ROUND_ROBIN: PluginType(frozenset(), lambda read, ctx: RoundRobinPicker()),
@@ -200,6 +266,8 @@ PICKERS: dict[str, PluginType[Picker]] = {
         _RING_OPTIONS | _BOUND_OPTIONS, lambda read, ctx: _ring(read, ctx, read_bound(read))
     ),
     PickerType.PREFIX_INDEX: PluginType(_GUARD_OPTIONS | {"index_capacity_blocks"}, _prefix_index),
+    PickerType.STICKY_PREFIX: PluginType(_STICKY_OPTIONS, _sticky),
+    PickerType.PREDICTED_LATENCY: PluginType(_STICKY_OPTIONS, _predicted_latency),
 }
 
 

@@ -121,6 +121,22 @@ class ImbalanceGuard:
         return high - low > self.abs_margin_requests and high > self.rel_margin_ratio * low
 
 
+class IndexMembership:
+    """Keeps an index to the pool's members: replicas that left are forgotten (one tuple compare per
+    decision when nothing changed)."""
+
+    def __init__(self, index: PrefixIndex) -> None:
+        self._index = index
+        self._pool_ids: tuple[str, ...] = ()
+
+    def follow(self, pool: Sequence[ReplicaView]) -> None:
+        """Forget every replica of the index that is not in `pool`, when the membership changed."""
+        pool_ids = tuple(replica.replica_id for replica in pool)
+        if pool_ids != self._pool_ids:
+            self._index.retain(frozenset(pool_ids))
+            self._pool_ids = pool_ids
+
+
 class PrefixIndexPicker:
     """Imbalance guard, else the best combined score; records the request's blocks where it goes."""
 
@@ -128,7 +144,7 @@ class PrefixIndexPicker:
         self._index = index
         self._guard = guard
         self._rng = rng
-        self._pool_ids: tuple[str, ...] = ()
+        self._membership = IndexMembership(index)
 
     def __call__(
         self,
@@ -137,7 +153,7 @@ class PrefixIndexPicker:
         scores: list[float],
         pool: Sequence[ReplicaView],
     ) -> Pick:
-        self._follow_membership(pool)
+        self._membership.follow(pool)
         loads = [request_load(replica) for replica in replicas]
         if self._guard.imbalanced(loads):
             index = best_score_index([-load for load in loads], self._rng)
@@ -151,9 +167,3 @@ class PrefixIndexPicker:
             branch = Branch.PREFIX_MATCH
         self._index.record(chosen, request.prefix_hashes)
         return Pick(index=index, branch=branch, matched_prefix_blocks=matched)
-
-    def _follow_membership(self, pool: Sequence[ReplicaView]) -> None:
-        pool_ids = tuple(replica.replica_id for replica in pool)
-        if pool_ids != self._pool_ids:
-            self._index.retain(frozenset(pool_ids))
-            self._pool_ids = pool_ids

@@ -21,6 +21,9 @@ Each preset as its profile (score_i = Σ weight · scorer_i, every scorer in [0,
     prefix-index      scorers prefix-match × prefix_weight + queue (ratio) × load_weight;
                       picker prefix-index {imbalance_abs_requests, imbalance_rel_ratio,
                       index_capacity_blocks}
+    sticky-prefix     picker sticky-prefix {prefill_budget_tokens, prefill_tokens_per_s, ttft_penalty_s,
+                      index_capacity_blocks, virtual_nodes_per_replica}   (router.cost_aware)
+    predicted-latency picker predicted-latency {the options of sticky-prefix}   (router.cost_aware)
 
 Options and defaults: prefix-affinity / session-affinity take `load_factor` (c of the CHWBL bound, 1.25,
 >= 1), `load_unit` (`requests` | `tokens`, default `requests`), `virtual_nodes_per_replica` (160);
@@ -69,6 +72,8 @@ class PolicyName(StrEnum):
     PREFIX_AFFINITY = "prefix-affinity"
     PREFIX_INDEX = "prefix-index"
     SESSION_AFFINITY = "session-affinity"
+    STICKY_PREFIX = "sticky-prefix"
+    PREDICTED_LATENCY = "predicted-latency"
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +143,24 @@ def _prefix_index(read: OptionReader) -> ProfileSpec:
     }
 
 
+def _cost_aware(picker: PickerType) -> Callable[[OptionReader], ProfileSpec]:
+    """A cost-aware picker (router.cost_aware) with the options given; it needs no scorers."""
+
+    def spec(read: OptionReader) -> ProfileSpec:
+        return {"picker": {"type": picker, **{k: read.raw(k) for k in _COST_AWARE_OPTIONS if read.has(k)}}}
+
+    return spec
+
+
+_COST_AWARE_OPTIONS = frozenset(
+    {
+        "prefill_budget_tokens",
+        "prefill_tokens_per_s",
+        "ttft_penalty_s",
+        "index_capacity_blocks",
+        "virtual_nodes_per_replica",
+    }
+)
 _RING_OPTIONS = frozenset({"load_factor", "load_unit", "virtual_nodes_per_replica"})
 _PREFIX_INDEX_OPTIONS = frozenset(
     {"prefix_weight", "load_weight", "imbalance_abs_requests", "imbalance_rel_ratio", "index_capacity_blocks"}
@@ -150,6 +173,8 @@ PRESETS: dict[str, Preset] = {
     PolicyName.PREFIX_AFFINITY: Preset(_RING_OPTIONS, _bounded_ring(RingKeySource.PREFIX)),
     PolicyName.PREFIX_INDEX: Preset(_PREFIX_INDEX_OPTIONS, _prefix_index),
     PolicyName.SESSION_AFFINITY: Preset(_RING_OPTIONS, _bounded_ring(RingKeySource.SESSION)),
+    PolicyName.STICKY_PREFIX: Preset(_COST_AWARE_OPTIONS, _cost_aware(PickerType.STICKY_PREFIX)),
+    PolicyName.PREDICTED_LATENCY: Preset(_COST_AWARE_OPTIONS, _cost_aware(PickerType.PREDICTED_LATENCY)),
 }
 
 

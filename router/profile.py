@@ -47,6 +47,8 @@ class Pick:
     branch: Branch
     hops: int = 0
     matched_prefix_blocks: int | None = None
+    predicted_ttft_s: float | None = None
+    predicted_tpot_s: float | None = None
 
 
 class Picker(Protocol):
@@ -113,6 +115,8 @@ class Profile:
             hops=pick.hops,
             matched_prefix_blocks=pick.matched_prefix_blocks,
             candidates=len(candidates),
+            predicted_ttft_s=pick.predicted_ttft_s,
+            predicted_tpot_s=pick.predicted_tpot_s,
         )
 
     def _combined_scores(self, request: RoutingRequest, candidates: list[ReplicaView]) -> list[float]:

@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from core.tokens import CHARS_PER_TOKEN
+from router.latency_model import LatencyEstimate
+
 
 class Branch(StrEnum):
     """Why a policy chose what it chose. Becomes a metric label and the `x-gateway-route` header."""
@@ -28,6 +31,10 @@ class Branch(StrEnum):
     SINGLE_CANDIDATE = "single_candidate"
     NO_KEY = "no_key"
     FAIL_OPEN = "fail_open"
+    STICKY = "sticky"
+    SLO_MET = "slo_met"
+    SLO_BEST_EFFORT = "slo_best_effort"
+    COLD_MODEL = "cold_model"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +56,14 @@ class EngineLoad:
 
 @dataclass(frozen=True, slots=True)
 class ReplicaView:
-    """An immutable snapshot of one replica as routing sees it."""
+    """An immutable snapshot of one replica as routing sees it.
+
+    Token-aware load, from the gateway's own accounting (`gateway.upstream.slot`):
+    `prefill_tokens_inflight` = the uncached prompt tokens of the requests dispatched here that have
+    not produced their first token (each request's prompt minus the prefix the router expected the
+    replica to hold); `decoding_requests` = the requests past their first token. `latency` is the
+    replica's learned latency model (`router.latency_model`), None when the pool learns none.
+    """
 
     replica_id: str
     url: str
@@ -60,6 +74,9 @@ class ReplicaView:
     inflight_tokens: int = 0
     max_concurrency: int | None = None
     engine: EngineLoad | None = None
+    prefill_tokens_inflight: int = 0
+    decoding_requests: int = 0
+    latency: LatencyEstimate | None = None
 
     @property
     def has_free_slot(self) -> bool:
@@ -74,7 +91,9 @@ class RoutingRequest:
     `prompt_text` is the canonical prompt (chat messages rendered role-tagged in order, or the
     completion prompt). `exclude` holds replica ids that already failed this request (retries).
     `prefix_hashes` are the chained block hashes of the prompt's prefix and `prefix_key` the hash of its
-    first K blocks (both built by `router.keys.build_routing_request`; empty / None when unknown).
+    first K blocks (both built by `router.keys.build_routing_request`; empty / None when unknown), each
+    block `block_size_chars` long. `slo_ttft_s` / `slo_tpot_s` are the request's latency objectives
+    (its `x-slo-ttft-ms` / `x-slo-tpot-ms` headers, else the pool's `slo`; None: no bound).
     """
 
     model: str
@@ -85,11 +104,22 @@ class RoutingRequest:
     exclude: frozenset[str] = field(default_factory=frozenset)
     prefix_hashes: tuple[int, ...] = ()
     prefix_key: int | None = None
+    block_size_chars: int = 64
+    slo_ttft_s: float | None = None
+    slo_tpot_s: float | None = None
 
     @property
     def estimated_total_tokens(self) -> int:
         """Prompt tokens plus the requested output budget (0 when the client set none)."""
         return self.estimated_prompt_tokens + (self.max_tokens or 0)
+
+    def uncached_tokens(self, matched_blocks: int | None) -> int:
+        """Prompt tokens left to prefill when a replica holds `matched_blocks` leading blocks:
+        max(0, prompt − matched × block_size_chars / 4); the whole prompt when unknown (None)."""
+        if not matched_blocks:
+            return self.estimated_prompt_tokens
+        cached = matched_blocks * self.block_size_chars // CHARS_PER_TOKEN
+        return max(0, self.estimated_prompt_tokens - cached)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,10 +132,17 @@ class Decision:
     hops: int = 0
     matched_prefix_blocks: int | None = None
     candidates: int = 0
+    predicted_ttft_s: float | None = None
+    predicted_tpot_s: float | None = None
 
     def header_value(self) -> str:
-        """Render for the `x-gateway-route` header: `policy=…; branch=…; hops=…[; prefix_blocks=…]`."""
+        """Render for the `x-gateway-route` header: `policy=…; branch=…; hops=…[; prefix_blocks=…]
+        [; predicted_ttft_ms=…][; predicted_tpot_ms=…]`."""
         value = f"policy={self.policy}; branch={self.branch}; hops={self.hops}"
         if self.matched_prefix_blocks is not None:
             value += f"; prefix_blocks={self.matched_prefix_blocks}"
+        if self.predicted_ttft_s is not None:
+            value += f"; predicted_ttft_ms={self.predicted_ttft_s * 1000:.0f}"
+        if self.predicted_tpot_s is not None:
+            value += f"; predicted_tpot_ms={self.predicted_tpot_s * 1000:.1f}"
         return value

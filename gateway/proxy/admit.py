@@ -121,7 +121,8 @@ class PoolAdmission:
                 self._credits.wake()  # the refiller looks for credits while requests wait
             return None
         replica = self.pool.replicas[decision.replica_id]
-        slot = self._registry.claim(replica, decision, routing.estimated_total_tokens)
+        uncached = routing.uncached_tokens(decision.matched_prefix_blocks)
+        slot = self._registry.claim(replica, decision, routing.estimated_total_tokens, uncached)
         if self._credits is not None:
             self._credits.on_dispatch(replica)
         return slot

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from admission.tenants import Tenant
 from gateway.api.asgi_io import Scope, header
 from gateway.api.request_parsing import ParsedRequest, rewrite_body
+from gateway.proxy.slo_headers import SLO_TPOT_HEADER, SLO_TTFT_HEADER, request_slo
 from gateway.proxy.timers import IDLE_HEADER, TTFT_HEADER, RequestTimers, request_timers
 from gateway.upstream.registry import Pool
 from router.keys import build_routing_request, session_key_of
@@ -76,6 +77,9 @@ def build_context(
     engine_key: str | None = None,
 ) -> RequestContext:
     """Fix the request's routing key, upstream bytes and timers (400 on a bad timer header)."""
+    slo_ttft_s, slo_tpot_s = request_slo(
+        pool.settings.slo, header(scope, SLO_TTFT_HEADER.encode()), header(scope, SLO_TPOT_HEADER.encode())
+    )
     routing = build_routing_request(
         parsed.model,
         parsed.prompt_text,
@@ -83,6 +87,8 @@ def build_context(
         session_key=session_key_of(header(scope, b"x-session-id"), parsed.user),
         estimated_prompt_tokens=parsed.estimated_prompt_tokens,
         max_tokens=parsed.max_tokens,
+        slo_ttft_s=slo_ttft_s,
+        slo_tpot_s=slo_tpot_s,
     )
     timers = request_timers(
         pool.settings.timeouts, header(scope, TTFT_HEADER.encode()), header(scope, IDLE_HEADER.encode())

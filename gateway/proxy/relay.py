@@ -135,6 +135,7 @@ class StreamRelay:
                     out = self._filter(splitter.feed(chunk))
                     if self._got_first and not first_before:
                         timer.reschedule(total_deadline)
+                        attempt.slot.first_token(learn=self._splice is None)
                     if not reply.started:
                         if not self._got_first:
                             continue

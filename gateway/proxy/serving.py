@@ -188,6 +188,9 @@ class RequestServer:
                 attempt.response = await self._upstream.send(sent_ctx, attempt)
                 self._registry.record_success(attempt.slot.replica)
                 await relay(sent_ctx, reply, attempt, stream)
+            completion = (reply.usage or {}).get("completion_tokens")
+            if isinstance(completion, int):
+                attempt.slot.finished(completion)  # the replica's latency model learns its TPOT
             self._registry.record_served(attempt.slot.replica)
             self._attribution[sent_ctx.model].first_token_served(attempt.slot.replica)
             return None

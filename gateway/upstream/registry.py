@@ -43,6 +43,7 @@ from gateway.upstream.breaker import (
 from gateway.upstream.discovery.membership import plan_membership
 from gateway.upstream.discovery.types import ReplicaSet
 from gateway.upstream.replica import PASSIVE_BACKOFF_INITIAL_S, PASSIVE_BACKOFF_MAX_S, Replica
+from gateway.upstream.replica_cost import ReplicaCost
 from gateway.upstream.slot import Slot
 from router.eligibility import any_routable
 from router.keys import KeySettings
@@ -132,7 +133,11 @@ class Pool:
         breaker = CircuitBreaker(
             breaker_policy(self.settings), self._clock.now_s, may_open=lambda: self._may_eject(rid)
         )
-        replica = Replica(rid, url, self.model, breaker, self.settings.max_concurrency_per_replica)
+        cap = self.settings.max_concurrency_per_replica
+        replica = Replica(rid, url, self.model, breaker, cap)
+        replica.cost = ReplicaCost(
+            self.settings.latency_model, tpot_slo_s=self.settings.slo.tpot_s, configured_cap=cap
+        )
         replica.panic = self.panic
         self.replicas[rid] = replica
         return replica
@@ -239,14 +244,17 @@ class ReplicaRegistry:
         """`listener()` runs after every guard release (admission uses it to dispatch waiters)."""
         self._release_listeners.append(listener)
 
-    def claim(self, replica: Replica, decision: Decision, tokens: int) -> Slot:
-        """Count one request of `tokens` estimated tokens on `replica` (chosen by `decision`; a decision
-        made in panic mode — over the pool's last snapshot — is counted in `panic_decisions_total`)."""
+    def claim(self, replica: Replica, decision: Decision, tokens: int, uncached_tokens: int = 0) -> Slot:
+        """Count one request of `tokens` estimated tokens, `uncached_tokens` of them left to prefill, on
+        `replica` (chosen by `decision`; a decision made in panic mode — over the pool's last snapshot
+        — is counted in `panic_decisions_total`)."""
         if replica.panic:
             self._metrics.panic_decisions_total.labels(replica.model).inc()
         self._total_inflight += 1
         self._idle.clear()
-        return Slot(replica, decision, tokens, self._metrics, self._released_one)
+        return Slot(
+            replica, decision, tokens, self._metrics, self._released_one, uncached_tokens=uncached_tokens
+        )
 
     def _released_one(self, replica: Replica) -> None:
         self._total_inflight -= 1

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gateway.upstream.breaker import CircuitBreaker
+from gateway.upstream.replica_cost import ReplicaCost
 from router.eligibility import is_routable
 from router.types import EngineLoad, ReplicaView
 
@@ -62,6 +63,8 @@ class Replica:
     (`gateway.upstream.slot_credits`); None: `max_concurrency` alone."""
     panic: bool = False
     """The pool is in panic mode: routing ignores this replica's breaker (set by `Pool` only)."""
+    cost: ReplicaCost = field(default_factory=ReplicaCost)
+    """Token-aware load, the learned latency model and its cap (`gateway.upstream.replica_cost`)."""
 
     def healthy_at(self, now_s: float) -> bool:
         return self.active_up and now_s >= self.hold_until_s
@@ -94,13 +97,18 @@ class Replica:
             inflight_tokens=self.inflight_tokens,
             max_concurrency=self.effective_max_concurrency(),
             engine=self.engine,
+            prefill_tokens_inflight=self.cost.prefill_tokens_inflight,
+            decoding_requests=self.cost.decoding_requests,
+            latency=self.cost.estimate,
         )
 
     def effective_max_concurrency(self) -> int | None:
-        """The cap routing applies: `max_concurrency`, lowered to this instance's credits when shared."""
-        if self.credit_limit is None or self.max_concurrency is None:
-            return self.max_concurrency
-        return min(self.max_concurrency, self.credit_limit())
+        """The cap routing applies: `max_concurrency`, or the learned cap when one is set (it is never
+        above `max_concurrency`), lowered to this instance's credits when shared."""
+        cap = self.max_concurrency if self.cost.learned_cap is None else self.cost.learned_cap
+        if self.credit_limit is None or cap is None:
+            return cap
+        return min(cap, self.credit_limit())
 
     def routable_ignoring_panic(self, now_s: float) -> bool:
         """Healthy, not draining, breaker letting traffic through: what panic mode's threshold counts."""

@@ -1,15 +1,19 @@
 """A `Slot`: one request's place on one replica, with the routing decision that chose it.
 
 Taking a slot (`ReplicaRegistry.claim`) counts the request on the replica at once — in-flight
-requests and estimated tokens (what routing reads), the breaker's in-flight count, the `inflight`
-gauge — and `release()` undoes exactly that, once (idempotent). The admission `Ticket` is the only
-holder of a slot (`admission.ticket`): a retry swaps the slot inside the ticket, and the ticket's
-release releases it on every path. Release is synchronous and never runs admission in place: the
-registry tells its release listeners, and the admission pumps they wake are scheduled (`call_soon`).
+requests and estimated tokens (what routing reads), its uncached prompt tokens in the replica's
+prefill load (`gateway.upstream.replica_cost`), the breaker's in-flight count, the `inflight` gauge —
+and `release()` undoes exactly that, once (idempotent). `first_token()` moves the request from the
+replica's prefill load to its decode batch and teaches the replica's latency model its TTFT;
+`finished(output_tokens)` teaches it the TPOT. The admission `Ticket` is the only holder of a slot
+(`admission.ticket`): a retry swaps the slot inside the ticket, and the ticket's release releases it
+on every path. Release is synchronous and never runs admission in place: the registry tells its
+release listeners, and the admission pumps they wake are scheduled (`call_soon`).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from gateway.metrics import GatewayMetrics
@@ -20,7 +24,18 @@ from router.types import Decision
 class Slot:
     """One request's claim on `replica`, chosen by `decision` (see the module docstring)."""
 
-    __slots__ = ("_metrics", "_on_release", "_released", "decision", "replica", "tokens")
+    __slots__ = (
+        "_dispatched_s",
+        "_first_token_s",
+        "_metrics",
+        "_on_release",
+        "_released",
+        "_running_at_first_token",
+        "_sample",
+        "decision",
+        "replica",
+        "tokens",
+    )
 
     def __init__(
         self,
@@ -29,6 +44,8 @@ class Slot:
         tokens: int,
         metrics: GatewayMetrics,
         on_release: Callable[[Replica], None],
+        *,
+        uncached_tokens: int = 0,
     ) -> None:
         self.replica = replica
         self.decision = decision
@@ -36,15 +53,57 @@ class Slot:
         self._metrics = metrics
         self._on_release = on_release
         self._released = False
+        self._dispatched_s = time.perf_counter()
+        self._first_token_s: float | None = None
+        self._running_at_first_token = 0.0
         replica.inflight_requests += 1
         replica.inflight_tokens += tokens
+        self._sample = replica.cost.dispatched(uncached_tokens, replica.engine)
         replica.breaker.on_dispatch()
         metrics.inflight.labels(replica.replica_id).inc()
+        self._publish_prefill()
 
     @property
     def released(self) -> bool:
         """True once `release()` ran."""
         return self._released
+
+    def first_token(self, *, learn: bool = True) -> None:
+        """The replica produced this request's first content token (once; later calls do nothing).
+        `learn` False: count it, but teach the model nothing (e.g. a continuation's prompt)."""
+        if self._first_token_s is not None or self._released:
+            return
+        now_s = time.perf_counter()
+        self._first_token_s = now_s
+        cost = self.replica.cost
+        cost.first_token(self._sample, now_s - self._dispatched_s if learn else None)
+        self._running_at_first_token = cost.running(self.replica.engine)
+        self._publish_prefill()
+        self._publish_model()
+
+    def finished(self, output_tokens: int) -> None:
+        """The response ended with `output_tokens`: learn its TPOT (streams with ≥ 2 tokens only)."""
+        if self._first_token_s is None or self._released or output_tokens < 2:
+            return
+        cost = self.replica.cost
+        tpot_s = (time.perf_counter() - self._first_token_s) / (output_tokens - 1)
+        running = (self._running_at_first_token + cost.running(self.replica.engine)) / 2
+        cost.learn_tpot(running, self.replica.engine, tpot_s)
+        self._publish_model()
+
+    def _publish_prefill(self) -> None:
+        tokens = self.replica.cost.prefill_tokens_inflight
+        self._metrics.prefill_tokens_inflight.labels(self.replica.replica_id).set(tokens)
+
+    def _publish_model(self) -> None:
+        cost = self.replica.cost
+        replica_id = self.replica.replica_id
+        self._metrics.learned_max_concurrency.labels(replica_id).set(cost.learned_cap or 0)
+        if cost.model is None:
+            return
+        for target, tracker in (("ttft", cost.model.ttft_error), ("tpot", cost.model.tpot_error)):
+            if tracker.value is not None:
+                self._metrics.latency_model_error_ratio.labels(replica_id, target).set(tracker.value)
 
     def release(self) -> None:
         """Give the place back (idempotent); the registry then tells its release listeners."""
@@ -53,6 +112,9 @@ class Slot:
         self._released = True
         self.replica.inflight_requests -= 1
         self.replica.inflight_tokens -= self.tokens
+        self.replica.cost.ended(self._sample, decoding=self._first_token_s is not None)
         self.replica.breaker.on_release()
         self._metrics.inflight.labels(self.replica.replica_id).dec()
+        if self._first_token_s is None:
+            self._publish_prefill()
         self._on_release(self.replica)

@@ -39,6 +39,8 @@ SPELLINGS: dict[str, tuple[dict[str, Any], str]] = {
         picker: {type: prefix-index}
         """,
     ),
+    "sticky-prefix": ({}, "picker: {type: sticky-prefix}"),
+    "predicted-latency": ({}, "picker: {type: predicted-latency}"),
 }
 
 SPELLINGS_WITH_OPTIONS: list[tuple[str, dict[str, Any], str]] = [
@@ -73,6 +75,17 @@ SPELLINGS_WITH_OPTIONS: list[tuple[str, dict[str, Any], str]] = [
         picker: {type: prefix-index, imbalance_abs_requests: 2, imbalance_rel_ratio: 1.1,
                  index_capacity_blocks: 5}
         """,
+    ),
+    (
+        "sticky-prefix",
+        {"prefill_budget_tokens": 3000, "virtual_nodes_per_replica": 9, "index_capacity_blocks": 64},
+        "picker: {type: sticky-prefix, prefill_budget_tokens: 3000, virtual_nodes_per_replica: 9,"
+        " index_capacity_blocks: 64}",
+    ),
+    (
+        "predicted-latency",
+        {"prefill_tokens_per_s": 16000, "ttft_penalty_s": 0.25},
+        "picker: {type: predicted-latency, prefill_tokens_per_s: 16000, ttft_penalty_s: 0.25}",
     ),
 ]
 
@@ -116,8 +129,17 @@ def test_the_spellings_cover_every_preset_and_preset_spec_builds_the_same() -> N
 def test_the_registry_lists_every_type() -> None:
     assert plugin_types() == {
         "filters": ["imbalance-guard", "load-bound"],
-        "scorers": ["inflight", "kv-usage", "prefix-match", "queue"],
-        "pickers": ["bounded-ring", "max-score", "power-of-two", "prefix-index", "ring", "round-robin"],
+        "scorers": ["inflight", "kv-usage", "prefill-tokens", "prefix-match", "queue", "running"],
+        "pickers": [
+            "bounded-ring",
+            "max-score",
+            "power-of-two",
+            "predicted-latency",
+            "prefix-index",
+            "ring",
+            "round-robin",
+            "sticky-prefix",
+        ],
     }
 
 

@@ -10,7 +10,16 @@ from router.presets import PolicyContext, build_policy, known_policies
 from router.types import Branch, Decision
 from tests.unit.router.snapshots import decisions, policy
 
-ALL = ["least-load", "power-of-two", "prefix-affinity", "prefix-index", "round-robin", "session-affinity"]
+ALL = [
+    "least-load",
+    "power-of-two",
+    "predicted-latency",
+    "prefix-affinity",
+    "prefix-index",
+    "round-robin",
+    "session-affinity",
+    "sticky-prefix",
+]
 
 
 def test_known_policies_lists_every_preset_as_plain_strings() -> None:

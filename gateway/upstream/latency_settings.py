@@ -1,0 +1,33 @@
+"""Settings of a pool's learned latency model and the batch cap it finds (`latency_model:` of a pool).
+
+Read by `gateway.upstream.replica_cost` (one model per replica, `router.latency_model`). The model is
+always learned when enabled (it costs a few dozen float operations per request); what uses it:
+- the `predicted-latency` policy (and `sticky-prefix`'s learned prefill rate);
+- the *learned cap*: with `adaptive_cap` on and the pool's `slo.tpot_s` set, each replica's cap is
+  the largest batch its TPOT model predicts within `slo.tpot_s` (`LatencyEstimate.max_batch_for_tpot`),
+  never below `min_cap_per_replica` and never above `max_concurrency_per_replica` when that is set.
+  Requests above it wait in admission (the priority queues) instead of in the engine's own queue,
+  where they would all slow each other down. While the TPOT model is cold (fewer than `warm_after`
+  samples) or sees no cost in the batch, there is no learned cap. Exported as
+  `llm_gateway_learned_max_concurrency{replica}` (0 while there is none).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from router.latency_model import DEFAULT_FORGETTING_FACTOR, DEFAULT_WARM_AFTER
+
+
+class LatencyModelSettings(BaseModel):
+    """A pool's `latency_model:` (module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = True
+    forgetting_factor: float = Field(DEFAULT_FORGETTING_FACTOR, gt=0.5, le=1)
+    """RLS forgetting λ: an effective memory of about 1 / (1 − λ) observations (0.98 → 50)."""
+    warm_after: int = Field(DEFAULT_WARM_AFTER, ge=1)
+    """Observations before a model's predictions are used."""
+    adaptive_cap: bool = True
+    min_cap_per_replica: int = Field(8, ge=1)

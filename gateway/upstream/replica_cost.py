@@ -1,0 +1,130 @@
+"""What requests cost one replica: token-aware load and its learned latency model.
+
+Counted by the slots (`gateway.upstream.slot`), read by routing through the replica's view:
+
+- `prefill_tokens_inflight`: Σ uncached prompt tokens of the requests dispatched here that have not
+  produced their first token. A request's uncached tokens are its estimated prompt tokens minus the
+  prefix blocks the router expected the replica to hold (`RoutingRequest.uncached_tokens` of the
+  decision's `matched_prefix_blocks`; the whole prompt when the policy keeps no prefix index). A
+  non-streamed request shows no first token: its tokens stay counted until it ends.
+- `decoding_requests`: requests past their first token, still running.
+
+Learning (`router.latency_model`), from the gateway's own observations, only of streamed requests
+that succeed: at the first content token, TTFT since dispatch (the replica's part, not the admission
+queue's) against what the request found at dispatch — queued prefill tokens, its own included, and the
+running batch (the gateway's count, or the engine's fresh `running` when larger); at the end, TPOT =
+(end − first token) / (output tokens − 1) against the mean of the batch at its first token and at its
+end, and the engine's KV use. The learned cap follows each TPOT sample
+(`gateway.upstream.latency_settings`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.upstream.latency_settings import LatencyModelSettings
+from router.latency_model import LatencyEstimate, ReplicaLatencyModel
+from router.types import EngineLoad
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchSample:
+    """What a request found on the replica when it was dispatched there."""
+
+    uncached_tokens: int
+    queued_prefill_tokens: int
+    running: float
+
+
+def engine_running(engine: EngineLoad | None) -> float:
+    """The engine's fresh `running`, 0 without a fresh sample."""
+    return 0.0 if engine is None or engine.stale else engine.running
+
+
+def engine_kv_usage(engine: EngineLoad | None) -> float:
+    """The engine's fresh KV-cache usage ratio, 0 without a fresh sample."""
+    return 0.0 if engine is None or engine.stale else engine.kv_usage_ratio
+
+
+class ReplicaCost:
+    """One replica's token-aware load, latency model and learned cap (module docstring)."""
+
+    __slots__ = (
+        "_configured_cap",
+        "_settings",
+        "_tpot_slo_s",
+        "decoding_requests",
+        "learned_cap",
+        "model",
+        "prefill_tokens_inflight",
+    )
+
+    def __init__(
+        self,
+        settings: LatencyModelSettings | None = None,
+        *,
+        tpot_slo_s: float | None = None,
+        configured_cap: int | None = None,
+    ) -> None:
+        self._settings = settings or LatencyModelSettings()
+        self._tpot_slo_s = tpot_slo_s
+        self._configured_cap = configured_cap
+        self.prefill_tokens_inflight = 0
+        self.decoding_requests = 0
+        self.learned_cap: int | None = None
+        self.model: ReplicaLatencyModel | None = None
+        if self._settings.enabled:
+            self.model = ReplicaLatencyModel(self._settings.forgetting_factor, self._settings.warm_after)
+
+    @property
+    def estimate(self) -> LatencyEstimate | None:
+        """The model's frozen estimate for routing; None when the pool learns none."""
+        return None if self.model is None else self.model.estimate
+
+    def running(self, engine: EngineLoad | None) -> float:
+        """The decode batch: the gateway's count, or the engine's fresh `running` when larger."""
+        return max(float(self.decoding_requests), engine_running(engine))
+
+    def dispatched(self, uncached_tokens: int, engine: EngineLoad | None) -> DispatchSample:
+        """A request with `uncached_tokens` to prefill is sent here: count it, return what it found."""
+        sample = DispatchSample(
+            uncached_tokens=uncached_tokens,
+            queued_prefill_tokens=self.prefill_tokens_inflight + uncached_tokens,
+            running=self.running(engine),
+        )
+        self.prefill_tokens_inflight += uncached_tokens
+        return sample
+
+    def first_token(self, sample: DispatchSample, ttft_s: float | None) -> None:
+        """The request's first token: its prefill is done; learn from its TTFT when given."""
+        self.prefill_tokens_inflight -= sample.uncached_tokens
+        self.decoding_requests += 1
+        if self.model is not None and ttft_s is not None:
+            self.model.observe_ttft(sample.queued_prefill_tokens, sample.running, ttft_s)
+
+    def ended(self, sample: DispatchSample, *, decoding: bool) -> None:
+        """The request left the replica, in prefill (`decoding` False) or while decoding."""
+        if decoding:
+            self.decoding_requests -= 1
+        else:
+            self.prefill_tokens_inflight -= sample.uncached_tokens
+
+    def learn_tpot(self, running: float, engine: EngineLoad | None, tpot_s: float) -> None:
+        """Learn one TPOT sample and move the learned cap."""
+        if self.model is None:
+            return
+        kv_usage = engine_kv_usage(engine)
+        self.model.observe_tpot(running, kv_usage, tpot_s)
+        self._update_cap(kv_usage, engine)
+
+    def _update_cap(self, kv_usage: float, engine: EngineLoad | None) -> None:
+        if not self._settings.adaptive_cap or self._tpot_slo_s is None or self.model is None:
+            return
+        batch = self.model.estimate.max_batch_for_tpot(self._tpot_slo_s, self.running(engine), kv_usage)
+        if batch is None:
+            self.learned_cap = None
+            return
+        cap = max(self._settings.min_cap_per_replica, batch)
+        if self._configured_cap is not None:
+            cap = min(cap, self._configured_cap)
+        self.learned_cap = cap

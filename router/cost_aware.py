@@ -1,0 +1,209 @@
+"""Routing on what a request will cost: sticky-until-saturated prefix affinity, and the SLO-aware pick
+on the learned latency model.
+
+Both pickers keep a prefix index (`router.prefix_index`; they record where each request's blocks went)
+and read the token-aware load of `router.load`: for candidate i,
+
+    matched_i = leading request blocks replica i is believed to hold
+    queued_i  = prefill_tokens_inflight_i + (prompt − matched_i · block tokens)   its own prefill included
+    running_i = decoding requests (or the engine's fresh `running`, when larger)
+
+**`sticky-prefix`** (picker type): candidates in preference order — most matched blocks first, ties in
+the order of the pool's consistent-hash ring walked from the request's prefix key (so the spill target
+of a prefix is always the same next replica, which warms up too) — and the first with
+`queued_i ≤ τ_i` takes it:
+
+    τ_i = prefill_budget_tokens                                when set, else
+          prefill_tokens_per_s × ttft_penalty_s                when the rate is set, else
+          learned prefill rate_i × ttft_penalty_s              (1000 / a1 of replica i's TTFT model), else
+          DEFAULT_PREFILL_BUDGET_TOKENS (8,192: one vLLM chunk on an H100)
+
+τ is "how much prefill may queue on the warm replica before a cold one is faster": the TTFT penalty
+the pool accepts (default 0.5 s) at the replica's peak prefill rate. Branches: `sticky` (the first
+preference, holding part of the prefix), `prefix_miss` (first preference, nothing cached anywhere),
+`spillover` (hops = preferences passed over), `all_over_bound` (every candidate over τ: the least
+queued), `no_key` (no prefix blocks: the least queued).
+
+**`predicted-latency`** (the SLO-aware picker): with every candidate's TTFT model warm,
+
+    ttft_i = model_i.ttft(queued_i, running_i)          tpot_i = model_i.tpot(running_i + 1, kv_i)
+    meets_i ⇔ tpot_i ≤ request.slo_tpot_s (or unknown / no bound)
+    choice  = argmin ttft_i over the candidates that meet TPOT (all of them when none does)
+
+The prefix benefit is inside `queued_i`. Branch `slo_met` when the choice is predicted to meet both
+objectives, `slo_best_effort` otherwise (no replica can: the best one still serves it; admission is
+what refuses work that cannot be served in time). While any candidate's model is cold the
+`sticky-prefix` rule decides, reported as `cold_model`. The decision carries both predictions
+(`x-gateway-route: …; predicted_ttft_ms=…; predicted_tpot_ms=…`).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from router.latency_model import PREFILL_TOKENS_SCALE
+from router.load import queued_prefill_tokens, running_sequences
+from router.pickers import best_score_index
+from router.prefix_index import IndexMembership, PrefixIndex
+from router.profile import Pick
+from router.ring import DEFAULT_VIRTUAL_NODES_PER_REPLICA, RingCache
+from router.scorers import kv_usage
+from router.types import Branch, ReplicaView, RoutingRequest
+
+DEFAULT_PREFILL_BUDGET_TOKENS = 8192
+DEFAULT_TTFT_PENALTY_S = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillBudget:
+    """τ, the queued prefill tokens a warm replica may hold before a request spills (module docstring)."""
+
+    budget_tokens: int | None = None
+    prefill_tokens_per_s: float | None = None
+    ttft_penalty_s: float = DEFAULT_TTFT_PENALTY_S
+
+    def tokens_for(self, replica: ReplicaView) -> float:
+        """τ for `replica`."""
+        if self.budget_tokens is not None:
+            return float(self.budget_tokens)
+        if self.prefill_tokens_per_s is not None:
+            return self.prefill_tokens_per_s * self.ttft_penalty_s
+        learned = _learned_prefill_tokens_per_s(replica)
+        if learned is not None:
+            return learned * self.ttft_penalty_s
+        return float(DEFAULT_PREFILL_BUDGET_TOKENS)
+
+
+def _learned_prefill_tokens_per_s(replica: ReplicaView) -> float | None:
+    """1000 / a1 of the replica's warm TTFT model (seconds per 1,000 queued tokens), when positive."""
+    estimate = replica.latency
+    if estimate is None or estimate.ttft is None or estimate.ttft[1] <= 0:
+        return None
+    return PREFILL_TOKENS_SCALE / estimate.ttft[1]
+
+
+class StickyPrefixPicker:
+    """Sticky until saturated (module docstring); records the request's blocks where it goes."""
+
+    def __init__(
+        self,
+        index: PrefixIndex,
+        budget: PrefillBudget,
+        rng: random.Random,
+        virtual_nodes_per_replica: int = DEFAULT_VIRTUAL_NODES_PER_REPLICA,
+    ) -> None:
+        self._index = index
+        self._budget = budget
+        self._rng = rng
+        self._membership = IndexMembership(index)
+        self._rings = RingCache(virtual_nodes_per_replica)
+
+    def __call__(
+        self,
+        request: RoutingRequest,
+        replicas: list[ReplicaView],
+        scores: list[float],
+        pool: Sequence[ReplicaView],
+    ) -> Pick:
+        self._membership.follow(pool)
+        pick = self.choose(request, replicas, pool)
+        self._index.record(replicas[pick.index].replica_id, request.prefix_hashes)
+        return pick
+
+    def choose(
+        self, request: RoutingRequest, replicas: list[ReplicaView], pool: Sequence[ReplicaView]
+    ) -> Pick:
+        """The sticky-until-saturated choice, without recording it."""
+        matched = [self._index.matched_blocks(r.replica_id, request.prefix_hashes) for r in replicas]
+        queued = [queued_prefill_tokens(r, request, m) for r, m in zip(replicas, matched, strict=True)]
+        if not request.prefix_hashes or request.prefix_key is None:
+            return self._least_queued(queued, matched, Branch.NO_KEY)
+        order = self._preference(request.prefix_key, replicas, matched, pool)
+        for hops, index in enumerate(order):
+            if queued[index] <= self._budget.tokens_for(replicas[index]):
+                first = Branch.STICKY if matched[index] else Branch.PREFIX_MISS
+                branch = Branch.SPILLOVER if hops else first
+                return Pick(index=index, branch=branch, hops=hops, matched_prefix_blocks=matched[index])
+        return self._least_queued(queued, matched, Branch.ALL_OVER_BOUND)
+
+    def _preference(
+        self, key: int, replicas: list[ReplicaView], matched: list[int], pool: Sequence[ReplicaView]
+    ) -> list[int]:
+        """Candidate indices: most matched blocks first, ties in ring order from `key`."""
+        rank = {replica_id: i for i, replica_id in enumerate(self._rings.ring_for(pool).walk(key))}
+        last = len(rank)
+        return sorted(
+            range(len(replicas)), key=lambda i: (-matched[i], rank.get(replicas[i].replica_id, last))
+        )
+
+    def _least_queued(self, queued: list[int], matched: list[int], branch: Branch) -> Pick:
+        index = best_score_index([-float(q) for q in queued], self._rng)
+        return Pick(index=index, branch=branch, matched_prefix_blocks=matched[index])
+
+
+class PredictedLatencyPicker:
+    """The SLO-aware pick on the learned latency models (module docstring)."""
+
+    def __init__(self, index: PrefixIndex, fallback: StickyPrefixPicker, rng: random.Random) -> None:
+        self._index = index
+        self._fallback = fallback
+        self._rng = rng
+        self._membership = IndexMembership(index)
+
+    def __call__(
+        self,
+        request: RoutingRequest,
+        replicas: list[ReplicaView],
+        scores: list[float],
+        pool: Sequence[ReplicaView],
+    ) -> Pick:
+        self._membership.follow(pool)
+        pick = self._choose(request, replicas, pool)
+        self._index.record(replicas[pick.index].replica_id, request.prefix_hashes)
+        return pick
+
+    def _choose(
+        self, request: RoutingRequest, replicas: list[ReplicaView], pool: Sequence[ReplicaView]
+    ) -> Pick:
+        ttft: list[float] = []
+        tpot: list[float | None] = []
+        matched: list[int] = []
+        for replica in replicas:
+            estimate = replica.latency
+            blocks = self._index.matched_blocks(replica.replica_id, request.prefix_hashes)
+            running = running_sequences(replica)
+            predicted = (
+                None
+                if estimate is None
+                else estimate.ttft_s(queued_prefill_tokens(replica, request, blocks), running)
+            )
+            if estimate is None or predicted is None:
+                cold = self._fallback.choose(request, replicas, pool)
+                return Pick(
+                    index=cold.index,
+                    branch=Branch.COLD_MODEL,
+                    hops=cold.hops,
+                    matched_prefix_blocks=cold.matched_prefix_blocks,
+                )
+            matched.append(blocks)
+            ttft.append(predicted)
+            tpot.append(estimate.tpot_s(running + 1, kv_usage(replica)))
+        slo_tpot = request.slo_tpot_s
+        meets = [slo_tpot is None or t is None or t <= slo_tpot for t in tpot]
+        allowed = [i for i, ok in enumerate(meets) if ok] or list(range(len(replicas)))
+        best = allowed[best_score_index([-ttft[i] for i in allowed], self._rng)]
+        met = meets[best] and (request.slo_ttft_s is None or ttft[best] <= request.slo_ttft_s)
+        return Pick(
+            index=best,
+            branch=Branch.SLO_MET if met else Branch.SLO_BEST_EFFORT,
+            matched_prefix_blocks=matched[best],
+            predicted_ttft_s=ttft[best],
+            predicted_tpot_s=tpot[best],
+        )
+
+
+def prefill_tokens_metric(replica: ReplicaView) -> float:
+    """The `prefill-tokens` scorer's metric: uncached prefill tokens in flight on the replica."""
+    return float(replica.prefill_tokens_inflight)

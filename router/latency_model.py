@@ -1,0 +1,222 @@
+"""A per-replica latency model, learned online from the gateway's own observations.
+
+Two linear models, each fitted by recursive least squares (RLS) with exponential forgetting:
+
+    TTFT_s ≈ a0 + a1 · (queued_prefill_tokens / 1000) + a2 · (running / 10)
+    TPOT_s ≈ b0 + b1 · (running / 10) + b2 · kv_usage_ratio
+
+`queued_prefill_tokens` is the uncached prompt tokens dispatched to the replica that have not produced
+their first token yet, *including the request's own* (what it waits behind, and its own prefill);
+`running` is the sequences decoding on it. Why linear: in a continuous-batching engine a request's
+prefill waits behind the prefill tokens queued ahead of it (chunked at the engine's prefill rate, so
+TTFT grows by 1/prefill_rate per token), and every step also decodes the running batch, whose cost
+grows with the batch; a decode step reads the weights once plus every running sequence's KV
+(TPOT = weights/BW + Σ context · kv_bytes/BW), so TPOT is affine in the batch and in the KV in use.
+The feature scales (/1000, /10) only keep the normal equations well conditioned.
+
+RLS with forgetting factor λ (default 0.98, an effective memory of about 1/(1−λ) = 50 observations):
+
+    k = P x / (λ + xᵀ P x);   θ ← θ + k (y − xᵀ θ);   P ← (P − k xᵀ P) / λ
+
+Memory is fixed (a 3-vector and a 3×3 matrix per model), there is no sidecar and nothing grows with
+history; adapting to a changed engine is what the forgetting is for. P starts at 1000 · I (a weak
+prior, θ = 0); P is reset to the prior when its trace exceeds 1e6 (the "windup" of RLS under
+forgetting when an input stops varying). A model is *warm* after `warm_after` observations (default
+16); routing uses only warm models' predictions. Predictions are clamped to ≥ 1 ms.
+
+Prediction error is tracked as an exponentially weighted mean absolute percentage error,
+|predicted − actual| / actual, of the prediction the model made *before* learning from the sample
+(weight 0.05 per sample), for warm models only; the gateway exports it as
+`llm_gateway_latency_model_error_ratio{replica,target}`.
+
+The learned batch cap (the seed's third barrier: the largest batch whose TPOT meets the SLO) solves the
+TPOT model for the batch, with the KV in use growing with the batch at today's KV per sequence:
+
+    TPOT(r) = b0 + (b1/10 + b2 · kv_per_seq) · r      →      r* = floor((tpot_slo − b0) / slope)
+
+(`kv_per_seq` = kv_usage_ratio / running now, 0 without a sample). No cap (None) while the TPOT model is
+cold, or when the slope is ≤ 0 or r* > 4,096 (the batch does not cost TPOT in what it has seen).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+PREFILL_TOKENS_SCALE = 1000.0
+RUNNING_SCALE = 10.0
+DEFAULT_FORGETTING_FACTOR = 0.98
+DEFAULT_WARM_AFTER = 16
+PRIOR_VARIANCE = 1000.0
+MAX_COVARIANCE_TRACE = 1e6
+ERROR_WEIGHT = 0.05
+MIN_PREDICTION_S = 0.001
+MAX_LEARNED_BATCH = 4096
+"""A solved batch above this (beyond any engine's `max_num_seqs`) means the batch costs no TPOT."""
+
+
+class OnlineLinearModel:
+    """Recursive least squares with forgetting over a fixed number of features (module docstring)."""
+
+    __slots__ = ("_cov", "_forgetting", "_theta", "samples")
+
+    def __init__(self, dimensions: int, forgetting_factor: float = DEFAULT_FORGETTING_FACTOR) -> None:
+        if not 0.0 < forgetting_factor <= 1.0:
+            raise ValueError(f"forgetting_factor must be in (0, 1], got {forgetting_factor!r}")
+        self._forgetting = forgetting_factor
+        self._theta = [0.0] * dimensions
+        self._cov = _scaled_identity(dimensions, PRIOR_VARIANCE)
+        self.samples = 0
+
+    @property
+    def coefficients(self) -> tuple[float, ...]:
+        """θ, in the order of the features."""
+        return tuple(self._theta)
+
+    def predict(self, features: Sequence[float]) -> float:
+        """xᵀθ (unclamped)."""
+        return sum(t * x for t, x in zip(self._theta, features, strict=True))
+
+    def update(self, features: Sequence[float], actual: float) -> None:
+        """One RLS step towards `actual` at `features`; non-finite samples are ignored."""
+        if not math.isfinite(actual) or not all(math.isfinite(x) for x in features):
+            return
+        cov, lam = self._cov, self._forgetting
+        n = len(self._theta)
+        p_x = [sum(cov[i][j] * features[j] for j in range(n)) for i in range(n)]
+        denominator = lam + sum(features[i] * p_x[i] for i in range(n))
+        if denominator <= 0:
+            return
+        gain = [v / denominator for v in p_x]
+        error = actual - self.predict(features)
+        for i in range(n):
+            self._theta[i] += gain[i] * error
+        # P ← (P − k (P x)ᵀ) / λ   (P is symmetric, so xᵀP = (P x)ᵀ)
+        # Updated symmetrically (each pair once) so rounding never makes P asymmetric.
+        for i in range(n):
+            for j in range(i, n):
+                value = (cov[i][j] - gain[i] * p_x[j]) / lam
+                cov[i][j] = cov[j][i] = value
+        self.samples += 1
+        trace = sum(cov[i][i] for i in range(n))
+        if trace > MAX_COVARIANCE_TRACE or min(cov[i][i] for i in range(n)) <= 0:
+            self._cov = _scaled_identity(n, PRIOR_VARIANCE)
+
+
+def _scaled_identity(n: int, value: float) -> list[list[float]]:
+    return [[value if i == j else 0.0 for j in range(n)] for i in range(n)]
+
+
+def ttft_features(queued_prefill_tokens: float, running: float) -> tuple[float, float, float]:
+    """The TTFT model's inputs: (1, queued prefill tokens / 1000, running / 10)."""
+    return (1.0, queued_prefill_tokens / PREFILL_TOKENS_SCALE, running / RUNNING_SCALE)
+
+
+def tpot_features(running: float, kv_usage_ratio: float) -> tuple[float, float, float]:
+    """The TPOT model's inputs: (1, running / 10, KV usage ratio)."""
+    return (1.0, running / RUNNING_SCALE, kv_usage_ratio)
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyEstimate:
+    """A frozen copy of one replica's fitted coefficients, for routing (one per view).
+
+    `ttft` / `tpot` are None while that model is cold (fewer than `warm_after` observations).
+    """
+
+    ttft: tuple[float, float, float] | None = None
+    tpot: tuple[float, float, float] | None = None
+
+    def ttft_s(self, queued_prefill_tokens: float, running: float) -> float | None:
+        """Predicted TTFT for a request that finds `queued_prefill_tokens` (its own included) and
+        `running` sequences on the replica; None while cold."""
+        if self.ttft is None:
+            return None
+        x = ttft_features(queued_prefill_tokens, running)
+        return max(MIN_PREDICTION_S, sum(t * v for t, v in zip(self.ttft, x, strict=True)))
+
+    def tpot_s(self, running: float, kv_usage_ratio: float) -> float | None:
+        """Predicted TPOT with `running` sequences and `kv_usage_ratio` of the KV in use; None while cold."""
+        if self.tpot is None:
+            return None
+        x = tpot_features(running, kv_usage_ratio)
+        return max(MIN_PREDICTION_S, sum(t * v for t, v in zip(self.tpot, x, strict=True)))
+
+    def max_batch_for_tpot(self, tpot_slo_s: float, running: float, kv_usage_ratio: float) -> int | None:
+        """The largest batch whose predicted TPOT meets `tpot_slo_s` (module docstring); None when the
+        TPOT model is cold or the batch does not cost TPOT in what it has seen."""
+        if self.tpot is None:
+            return None
+        intercept, per_running, per_kv = self.tpot
+        kv_per_seq = kv_usage_ratio / running if running > 0 else 0.0
+        slope = per_running / RUNNING_SCALE + per_kv * kv_per_seq
+        if slope <= 0:
+            return None
+        batch = max(0, math.floor((tpot_slo_s - intercept) / slope))
+        return None if batch > MAX_LEARNED_BATCH else batch
+
+
+class ErrorTracker:
+    """Exponentially weighted mean absolute percentage error (weight `ERROR_WEIGHT` per sample)."""
+
+    __slots__ = ("samples", "value")
+
+    def __init__(self) -> None:
+        self.value: float | None = None
+        self.samples = 0
+
+    def observe(self, predicted: float, actual: float) -> None:
+        """Fold |predicted − actual| / actual in; ignored for a non-positive actual."""
+        if actual <= 0:
+            return
+        error = abs(predicted - actual) / actual
+        self.value = error if self.value is None else self.value + ERROR_WEIGHT * (error - self.value)
+        self.samples += 1
+
+
+class ReplicaLatencyModel:
+    """Both models of one replica, their error trackers, and the estimate routing reads."""
+
+    __slots__ = ("_estimate", "_warm_after", "tpot", "tpot_error", "ttft", "ttft_error")
+
+    def __init__(
+        self,
+        forgetting_factor: float = DEFAULT_FORGETTING_FACTOR,
+        warm_after: int = DEFAULT_WARM_AFTER,
+    ) -> None:
+        self.ttft = OnlineLinearModel(3, forgetting_factor)
+        self.tpot = OnlineLinearModel(3, forgetting_factor)
+        self.ttft_error = ErrorTracker()
+        self.tpot_error = ErrorTracker()
+        self._warm_after = warm_after
+        self._estimate = LatencyEstimate()
+
+    @property
+    def estimate(self) -> LatencyEstimate:
+        """The current frozen estimate (rebuilt after each observation, so views share it)."""
+        return self._estimate
+
+    def observe_ttft(self, queued_prefill_tokens: float, running: float, ttft_s: float) -> None:
+        """Learn from one request's first token: what it found at dispatch, and its TTFT."""
+        predicted = self._estimate.ttft_s(queued_prefill_tokens, running)
+        if predicted is not None:
+            self.ttft_error.observe(predicted, ttft_s)
+        self.ttft.update(ttft_features(queued_prefill_tokens, running), ttft_s)
+        self._refresh()
+
+    def observe_tpot(self, running: float, kv_usage_ratio: float, tpot_s: float) -> None:
+        """Learn from one request's decode: the batch and KV use while it decoded, and its TPOT."""
+        predicted = self._estimate.tpot_s(running, kv_usage_ratio)
+        if predicted is not None:
+            self.tpot_error.observe(predicted, tpot_s)
+        self.tpot.update(tpot_features(running, kv_usage_ratio), tpot_s)
+        self._refresh()
+
+    def _refresh(self) -> None:
+        ttft = self.ttft.coefficients if self.ttft.samples >= self._warm_after else None
+        tpot = self.tpot.coefficients if self.tpot.samples >= self._warm_after else None
+        self._estimate = LatencyEstimate(
+            ttft=None if ttft is None else (ttft[0], ttft[1], ttft[2]),
+            tpot=None if tpot is None else (tpot[0], tpot[1], tpot[2]),
+        )

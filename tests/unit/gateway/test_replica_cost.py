@@ -1,0 +1,141 @@
+"""Token-aware load on a replica (what its slots count) and the cap its learned TPOT model finds."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from core.clock import FakeClock
+from gateway.metrics import GatewayMetrics
+from gateway.settings import parse_settings
+from gateway.upstream.latency_settings import LatencyModelSettings
+from gateway.upstream.registry import ReplicaRegistry
+from gateway.upstream.replica import Replica
+from gateway.upstream.replica_cost import ReplicaCost
+from router.types import Branch, Decision, EngineLoad
+
+MODEL = "m"
+
+
+def registry(**pool: Any) -> tuple[ReplicaRegistry, Replica, GatewayMetrics]:
+    settings = parse_settings(
+        {"pools": [{"model": MODEL, "replicas": {"static": ["http://10.0.0.1:8000"]}, **pool}]}
+    )
+    metrics = GatewayMetrics()
+    reg = ReplicaRegistry(settings, metrics, FakeClock(0.0), random.Random(1))
+    (replica,) = reg.pools[MODEL].replicas.values()
+    return reg, replica, metrics
+
+
+DECISION = Decision(replica_id="x", policy="p", branch=Branch.PREFIX_MATCH)
+
+
+def test_prefill_tokens_move_to_the_decode_batch_at_the_first_token_and_leave_at_release() -> None:
+    reg, replica, metrics = registry()
+    a = reg.claim(replica, DECISION, 1200, uncached_tokens=1000)
+    b = reg.claim(replica, DECISION, 700, uncached_tokens=500)
+    assert (replica.cost.prefill_tokens_inflight, replica.cost.decoding_requests) == (1500, 0)
+    view = replica.view(0.0)
+    assert (view.prefill_tokens_inflight, view.decoding_requests) == (1500, 0)
+    a.first_token()
+    a.first_token()  # once only
+    assert (replica.cost.prefill_tokens_inflight, replica.cost.decoding_requests) == (500, 1)
+    gauge = metrics.prefill_tokens_inflight.labels(replica.replica_id)
+    assert gauge._value.get() == 500
+    b.release()  # left during its prefill (a failure, a disconnect)
+    a.release()
+    a.release()
+    b.first_token()  # after release: nothing
+    assert (replica.cost.prefill_tokens_inflight, replica.cost.decoding_requests) == (0, 0)
+    assert replica.inflight_requests == 0 and gauge._value.get() == 0
+
+
+def test_the_model_learns_from_first_tokens_and_finished_streams() -> None:
+    reg, replica, metrics = registry(latency_model={"warm_after": 2})
+    for _ in range(3):
+        slot = reg.claim(replica, DECISION, 100, uncached_tokens=80)
+        slot.first_token()
+        slot.finished(20)
+        slot.release()
+    model = replica.cost.model
+    assert model is not None and model.ttft.samples == 3 and model.tpot.samples == 3
+    assert replica.view(0.0).latency is model.estimate and model.estimate.ttft is not None
+    # Only the third sample met a warm model: its error is the exported one.
+    assert model.ttft_error.samples == 1 and model.ttft_error.value is not None
+    gauge = metrics.latency_model_error_ratio.labels(replica.replica_id, "ttft")
+    assert gauge._value.get() == pytest.approx(model.ttft_error.value)
+
+
+def test_a_continuation_counts_its_first_token_but_teaches_nothing() -> None:
+    reg, replica, _ = registry()
+    slot = reg.claim(replica, DECISION, 100, uncached_tokens=80)
+    slot.first_token(learn=False)
+    assert replica.cost.decoding_requests == 1
+    assert replica.cost.model is not None and replica.cost.model.ttft.samples == 0
+    slot.release()
+
+
+def test_non_streamed_and_one_token_answers_teach_no_tpot() -> None:
+    reg, replica, _ = registry()
+    slot = reg.claim(replica, DECISION, 100)
+    slot.finished(50)  # never saw a first token (non-streamed)
+    slot.first_token()
+    slot.finished(1)
+    slot.release()
+    assert replica.cost.model is not None and replica.cost.model.tpot.samples == 0
+
+
+def cost_with_law(
+    intercept_s: float, per_sequence_s: float, *, configured_cap: int | None = None, **settings: Any
+) -> ReplicaCost:
+    cost = ReplicaCost(
+        LatencyModelSettings(warm_after=8, **settings), tpot_slo_s=0.05, configured_cap=configured_cap
+    )
+    rng = random.Random(5)
+    for _ in range(200):
+        running = rng.uniform(1, 100)
+        cost.learn_tpot(running, None, intercept_s + per_sequence_s * running)
+    return cost
+
+
+def test_the_learned_cap_is_the_largest_batch_within_the_tpot_slo() -> None:
+    cost = cost_with_law(0.010, 0.0005)  # 50 ms at (0.050 − 0.010) / 0.0005 = 80 sequences
+    assert cost.learned_cap is not None and abs(cost.learned_cap - 80) <= 1
+
+
+def test_the_learned_cap_is_bounded_by_the_configured_cap_and_the_floor() -> None:
+    assert cost_with_law(0.010, 0.0005, configured_cap=32).learned_cap == 32
+    assert cost_with_law(0.048, 0.0005, min_cap_per_replica=6).learned_cap == 6
+
+
+def test_no_learned_cap_when_off_flat_or_without_a_tpot_slo() -> None:
+    assert cost_with_law(0.010, 0.0005, adaptive_cap=False).learned_cap is None
+    assert cost_with_law(0.010, 0.0).learned_cap is None
+    cost = ReplicaCost(LatencyModelSettings(warm_after=1), tpot_slo_s=None)
+    cost.learn_tpot(10, None, 0.02)
+    assert cost.learned_cap is None
+    assert ReplicaCost(LatencyModelSettings(enabled=False)).estimate is None
+
+
+def test_the_learned_cap_is_what_routing_sees_as_the_replica_cap() -> None:
+    _, replica, _ = registry(max_concurrency_per_replica=64)
+    assert replica.view(0.0).max_concurrency == 64
+    replica.cost.learned_cap = 20
+    assert replica.view(0.0).max_concurrency == 20
+
+
+def test_engine_running_refines_the_batch_when_fresh() -> None:
+    cost = ReplicaCost()
+    cost.decoding_requests = 3
+    assert cost.running(EngineLoad(running=10)) == 10
+    assert cost.running(EngineLoad(running=10, stale=True)) == 3
+    sample = cost.dispatched(100, EngineLoad(running=10))
+    assert (sample.queued_prefill_tokens, sample.running) == (100, 10)
+
+
+@pytest.mark.parametrize("bad", [{"forgetting_factor": 0.2}, {"warm_after": 0}, {"min_cap_per_replica": 0}])
+def test_bad_latency_model_settings_are_refused(bad: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="latency_model"):
+        registry(latency_model=bad)

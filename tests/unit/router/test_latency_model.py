@@ -1,0 +1,124 @@
+"""The online latency model: it recovers a known affine law, forgets an old one, reports its error,
+and solves for the batch that meets a TPOT objective."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from router.latency_model import (
+    ErrorTracker,
+    LatencyEstimate,
+    OnlineLinearModel,
+    ReplicaLatencyModel,
+    tpot_features,
+    ttft_features,
+)
+
+
+def _ttft_law(queued_tokens: float, running: float) -> float:
+    """An engine that prefills 16,000 tokens/s and spends 1 ms per running sequence per prefill."""
+    return 0.02 + queued_tokens / 16_000 + 0.001 * running
+
+
+def test_recovers_a_noiseless_affine_law() -> None:
+    rng = random.Random(1)
+    model = OnlineLinearModel(3, forgetting_factor=1.0)
+    for _ in range(200):
+        q, r = rng.uniform(0, 20_000), rng.uniform(0, 100)
+        model.update(ttft_features(q, r), _ttft_law(q, r))
+    a0, a1, a2 = model.coefficients
+    assert a0 == pytest.approx(0.02, abs=1e-3)
+    assert a1 == pytest.approx(1000 / 16_000, rel=1e-3)  # per 1,000 tokens
+    assert a2 == pytest.approx(0.01, rel=1e-2)  # per 10 running
+
+
+def test_forgetting_follows_a_changed_engine() -> None:
+    """After the engine becomes twice as slow, the model's predictions follow within a few memories."""
+    rng = random.Random(2)
+    model = ReplicaLatencyModel(forgetting_factor=0.95, warm_after=8)
+    for _ in range(200):
+        q, r = rng.uniform(0, 20_000), rng.uniform(0, 100)
+        model.observe_ttft(q, r, _ttft_law(q, r))
+    for _ in range(200):
+        q, r = rng.uniform(0, 20_000), rng.uniform(0, 100)
+        model.observe_ttft(q, r, 2 * _ttft_law(q, r))
+    predicted = model.estimate.ttft_s(8_000, 50)
+    assert predicted == pytest.approx(2 * _ttft_law(8_000, 50), rel=0.02)
+
+
+def test_cold_until_warm_and_error_tracked_only_when_warm() -> None:
+    model = ReplicaLatencyModel(warm_after=4)
+    for i in range(3):
+        model.observe_ttft(1000.0 * i, 1.0, _ttft_law(1000.0 * i, 1.0))
+    assert model.estimate.ttft is None and model.estimate.ttft_s(1000, 1) is None
+    assert model.ttft_error.value is None
+    for i in range(3, 40):
+        q = 500.0 * (i % 7)
+        r = float(i % 5)
+        model.observe_ttft(q, r, _ttft_law(q, r))
+    assert model.estimate.ttft is not None
+    assert model.ttft_error.value is not None and model.ttft_error.value < 0.05
+    assert model.estimate.tpot is None  # the TPOT model saw nothing
+
+
+def test_noisy_samples_keep_the_error_near_the_noise() -> None:
+    """With ±10 % multiplicative noise the tracked MAPE settles near the noise's mean (5 %)."""
+    rng = random.Random(3)
+    model = ReplicaLatencyModel()
+    for _ in range(2000):
+        q, r = rng.uniform(0, 20_000), rng.uniform(0, 100)
+        model.observe_ttft(q, r, _ttft_law(q, r) * rng.uniform(0.9, 1.1))
+    assert model.ttft_error.value is not None
+    assert 0.02 < model.ttft_error.value < 0.09
+
+
+def test_non_finite_samples_are_ignored() -> None:
+    model = OnlineLinearModel(3)
+    model.update((1.0, math.nan, 0.0), 1.0)
+    model.update((1.0, 1.0, 0.0), math.inf)
+    assert model.samples == 0 and model.coefficients == (0.0, 0.0, 0.0)
+
+
+def test_predictions_are_clamped_positive() -> None:
+    estimate = LatencyEstimate(ttft=(-1.0, 0.0, 0.0), tpot=(-1.0, 0.0, 0.0))
+    assert estimate.ttft_s(0, 0) == pytest.approx(0.001)
+    assert estimate.tpot_s(0, 0) == pytest.approx(0.001)
+
+
+def test_max_batch_for_tpot_solves_the_affine_law() -> None:
+    """TPOT = 10 ms + 0.4 ms per sequence (4 ms per 10): 50 ms is met up to 100 sequences."""
+    estimate = LatencyEstimate(tpot=(0.010, 0.004, 0.0))
+    assert estimate.max_batch_for_tpot(0.050, running=20, kv_usage_ratio=0.3) == 100
+    # KV growing with the batch adds to the slope: 0.2 KV ratio over 20 sequences, 0.1 s per unit of KV
+    with_kv = LatencyEstimate(tpot=(0.010, 0.004, 0.1))
+    slope = 0.0004 + 0.1 * (0.2 / 20)
+    assert with_kv.max_batch_for_tpot(0.050, running=20, kv_usage_ratio=0.2) == math.floor(0.040 / slope)
+
+
+def test_max_batch_is_none_when_cold_or_flat() -> None:
+    assert LatencyEstimate().max_batch_for_tpot(0.05, 10, 0.1) is None
+    assert LatencyEstimate(tpot=(0.01, 0.0, 0.0)).max_batch_for_tpot(0.05, 0, 0.0) is None
+    assert LatencyEstimate(tpot=(0.06, 0.004, 0.0)).max_batch_for_tpot(0.05, 1, 0.0) == 0
+
+
+def test_learns_the_tpot_law_and_its_cap() -> None:
+    rng = random.Random(4)
+    model = ReplicaLatencyModel()
+    for _ in range(300):
+        r = rng.uniform(1, 120)
+        kv = r / 200
+        model.observe_tpot(r, kv, 0.008 + 0.0003 * r)
+    cap = model.estimate.max_batch_for_tpot(0.05, running=60, kv_usage_ratio=0.3)
+    assert cap is not None and abs(cap - 140) <= 2  # (0.050 − 0.008) / 0.0003 = 140
+
+
+def test_error_tracker_ignores_non_positive_actuals() -> None:
+    tracker = ErrorTracker()
+    tracker.observe(1.0, 0.0)
+    assert tracker.value is None
+    tracker.observe(1.5, 1.0)
+    assert tracker.value == pytest.approx(0.5)
+    assert tpot_features(10, 0.5) == (1.0, 1.0, 0.5)
