@@ -18,6 +18,8 @@ import random
 import orjson
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
+from opentelemetry.sdk.trace.export import SpanExporter
+from prometheus_client.exposition import choose_encoder
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from admission.tenants import AuthenticationFailed
@@ -30,7 +32,6 @@ from gateway.api.request_parsing import Endpoint
 from gateway.composition import Components
 from gateway.error_mapping import to_response
 from gateway.errors import BadRequest, Draining, GatewayError, MethodNotAllowed, RouteNotFound, Unauthorized
-from gateway.metrics import METRICS_CONTENT_TYPE
 from gateway.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -44,9 +45,14 @@ class GatewayApp:
     """The ASGI application (see module docstring); its components are `state` (the composition root)."""
 
     def __init__(
-        self, settings: Settings, clock: Clock | None = None, rng: random.Random | None = None
+        self,
+        settings: Settings,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        *,
+        span_exporter: SpanExporter | None = None,
     ) -> None:
-        self.state = Components(settings, clock, rng)
+        self.state = Components(settings, clock, rng, span_exporter=span_exporter)
         self._ops = _build_ops_app(self.state)
 
     @property
@@ -181,8 +187,12 @@ def _build_ops_app(state: Components) -> FastAPI:
         return Response(content=body, status_code=200 if ready else 503, media_type="application/json")
 
     @app.get("/metrics")
-    async def metrics() -> Response:
-        return Response(content=state.metrics.render(), media_type=METRICS_CONTENT_TYPE)
+    async def metrics(request: Request) -> Response:
+        """Prometheus text format, or OpenMetrics when the scrape's `Accept` asks for
+        `application/openmetrics-text` (the only format that carries exemplars: trace ids on the
+        duration and TTFT histograms when tracing is on)."""
+        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+        return Response(content=encoder(state.metrics.registry), headers={"content-type": content_type})
 
     openapi_body = orjson.dumps(openapi_document())
 
@@ -195,7 +205,11 @@ def _build_ops_app(state: Components) -> FastAPI:
 
 
 def create_app(
-    settings: Settings, clock: Clock | None = None, rng: random.Random | None = None
+    settings: Settings,
+    clock: Clock | None = None,
+    rng: random.Random | None = None,
+    *,
+    span_exporter: SpanExporter | None = None,
 ) -> GatewayApp:
-    """Build a gateway application from validated settings."""
-    return GatewayApp(settings, clock=clock, rng=rng)
+    """Build a gateway application from validated settings (`span_exporter`: see `Components`)."""
+    return GatewayApp(settings, clock=clock, rng=rng, span_exporter=span_exporter)

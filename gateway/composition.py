@@ -10,11 +10,13 @@ Built by `start()`, in this order, each registered for closing as it is built:
     slot credits (Redis only: the per-replica cap shared by every instance)
     router (decide + its metrics) · admission (a controller per pool, dispatching through the router)
     upstream session + client · control client (health checks, scrapes)
+    request observer (tracer + span exporter, access log writer: `gateway.observability`)
     retry policies · idempotency store · autoscaling signals · request server · proxy handler
     health checker · gateway-instance membership (Redis) · discovery runners · engine scrapers
 
 `aclose()` closes them in reverse order: background loops first (scrapers, discovery, membership,
-health, the autoscaling signal), then the HTTP clients, then the slot credits and the state backend
+health, the autoscaling signal), then the observer (queued spans exported, access-log lines written:
+requests have ended by then), then the HTTP clients, then the slot credits and the state backend
 last, so no loop ever runs against a closed connection. A failure while starting closes whatever was
 already built.
 """
@@ -29,6 +31,7 @@ from collections.abc import Awaitable, Callable
 
 import aiohttp
 import httpx
+from opentelemetry.sdk.trace.export import SpanExporter
 
 from admission.leases import LeaseScope
 from admission.redis_leases import RedisLeaseStore
@@ -40,6 +43,8 @@ from core.shared_state import FailureMode, RedisBackend, RedisOperation
 from gateway.autoscaling import AutoscaleSignals
 from gateway.instance_membership import GatewayMembership, RedisMembership
 from gateway.metrics import GatewayMetrics
+from gateway.observability.observer import RequestObserver
+from gateway.observability.tracer import TracingUnavailable
 from gateway.proxy.admit import build_admission, tenant_directory
 from gateway.proxy.failure_attribution import PoolAttribution
 from gateway.proxy.handler import ProxyHandler
@@ -66,9 +71,17 @@ class Components:
     """One gateway instance's components (see the module docstring); `app.state` in the ASGI app."""
 
     def __init__(
-        self, settings: Settings, clock: Clock | None = None, rng: random.Random | None = None
+        self,
+        settings: Settings,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        *,
+        span_exporter: SpanExporter | None = None,
     ) -> None:
+        """`span_exporter` replaces the configured OTLP exporter when tracing is enabled (tests pass the
+        SDK's in-memory exporter)."""
         self.settings = settings
+        self._span_exporter = span_exporter
         self.clock: Clock = clock or SystemClock()
         self._rng = rng or random.Random(settings.seed)
         self.metrics = GatewayMetrics()
@@ -83,6 +96,7 @@ class Components:
         self.control_client: httpx.AsyncClient | None = None
         self.proxy: ProxyHandler | None = None
         self.signals: AutoscaleSignals | None = None
+        self.observer: RequestObserver | None = None
         self._membership: GatewayMembership | None = None
         self.preemption = Preemption(self.registry)
         self._stack = contextlib.AsyncExitStack()
@@ -120,6 +134,7 @@ class Components:
         self.control_client = None
         self.state_backend = None
         self.signals = None
+        self.observer = None
         self._membership = None
 
     async def _start(self) -> None:
@@ -145,6 +160,7 @@ class Components:
         self._on_close(self.session.close)
         self.control_client = build_control_client(s.upstream)
         self._on_close(self.control_client.aclose)
+        observer = self.observer = self._observer()
         signals = self.signals = AutoscaleSignals(self.registry, metrics, clock, admission.queue_depth)
         server = RequestServer(
             admission=admission,
@@ -158,6 +174,7 @@ class Components:
             preemption=self.preemption,
             signals=signals,
             metrics=metrics,
+            observer=observer,
         )
         idempotency = idempotency_store(backend, clock, s.idempotency)
         self.proxy = ProxyHandler(
@@ -182,6 +199,19 @@ class Components:
             if scraper is not None:
                 scraper.start()
                 self._on_close(scraper.stop)
+
+    def _observer(self) -> RequestObserver:
+        """Spans and access log per request (`gateway.observability`), flushed at close; an exporter whose
+        package is missing is a `ConfigError`."""
+        s = self.settings
+        try:
+            rng = self._child_rng() if s.access_log.enabled else None  # the log's sampling draws
+            observer = RequestObserver(s.tracing, s.access_log, rng, self._span_exporter)
+        except TracingUnavailable as exc:
+            raise ConfigError(str(exc)) from None
+        observer.start()
+        self._on_close(observer.aclose)
+        return observer
 
     def _on_close(self, close: Callable[[], Awaitable[object]]) -> None:
         self._stack.push_async_callback(close)

@@ -20,6 +20,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from gateway.observability.settings import AccessLogSettings, TracingSettings
 from gateway.pool_settings import (
     AutoscaleSignalSettings,
     BreakerSettings,
@@ -34,6 +35,7 @@ from gateway.pool_settings import (
 from gateway.proxy.idempotency import DEFAULT_LEASE_S, DEFAULT_MAX_STORED_BYTES, DEFAULT_TTL_S
 
 __all__ = [
+    "AccessLogSettings",
     "AdminSettings",
     "AdmissionSettings",
     "AutoscaleSignalSettings",
@@ -50,6 +52,7 @@ __all__ = [
     "StateSettings",
     "TenantSettings",
     "TimeoutSettings",
+    "TracingSettings",
     "UpstreamClientSettings",
     "load_settings",
     "parse_settings",
@@ -206,6 +209,8 @@ class Settings(StrictModel):
     admin: AdminSettings = Field(default_factory=AdminSettings)
     admission: AdmissionSettings = Field(default_factory=AdmissionSettings)
     tenants: list[TenantSettings] = Field(default_factory=list)
+    tracing: TracingSettings = Field(default_factory=TracingSettings)
+    access_log: AccessLogSettings = Field(default_factory=AccessLogSettings)
     seed: int | None = None
 
     @model_validator(mode="after")

@@ -10,6 +10,10 @@ The handler calls `RequestAccounting.record` in `finally` for every request, wha
   streams with more than one output token `tpot_seconds = (e2e − TTFT) / (completion_tokens − 1)`;
 - goodput (`goodput_requests_total`, `goodput_tokens_total`) when the request met its pool's SLO
   (`met_slo`); `slo_requests_total` counts every request the test ran on (the latency SLO's total).
+
+The request's `RequestRecord` (`gateway.observability`) is finished first: its server span ends and its
+access-log line is written (or sampled out). A sampled trace's ids ride on the duration and TTFT
+observations as exemplars (shown to OpenMetrics scrapes only: `/metrics` negotiates the format).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.metrics import GatewayMetrics
+from gateway.observability.request_record import NO_RECORD, RequestRecord
 from gateway.proxy.reply import Reply
 from gateway.settings import SloSettings
 from gateway.upstream.registry import Pool
@@ -33,9 +38,18 @@ class RequestAccounting:
         self._metrics = metrics
 
     def record(
-        self, reply: Reply, outcome: str, *, tenant: str | None, pool: Pool | None, stream: bool
+        self,
+        reply: Reply,
+        outcome: str,
+        *,
+        tenant: str | None,
+        pool: Pool | None,
+        stream: bool,
+        request_record: RequestRecord = NO_RECORD,
     ) -> None:
         """Count a request that ended with `outcome`; `pool` is None when it never reached one."""
+        request_record.finish(reply, outcome, tenant)
+        exemplar = request_record.exemplar()
         m = self._metrics
         model = pool.model if pool is not None else UNKNOWN_MODEL_LABEL
         m.requests_total.labels(model, outcome).inc()
@@ -44,10 +58,10 @@ class RequestAccounting:
         if pool is None:
             return
         elapsed_s = reply.elapsed_s()
-        m.request_duration_seconds.labels(model).observe(elapsed_s)
+        m.request_duration_seconds.labels(model).observe(elapsed_s, exemplar)
         if outcome != OUTCOME_SUCCESS or reply.first_output_s is None:
             return
-        m.ttft_seconds.labels(model).observe(reply.first_output_s)
+        m.ttft_seconds.labels(model).observe(reply.first_output_s, exemplar)
         usage = reply.usage or {}
         self._record_tokens(tenant, usage)
         completion_tokens = usage.get("completion_tokens")

@@ -109,6 +109,7 @@ class ProxyHandler:
         )
         send = client.send  # each write within the write deadline; a stalled reader ends the request
         reply = Reply(request_id=request_id_of(header(scope, b"x-request-id")), send=send)
+        request_record = self._server.observe(scope, reply.request_id)  # spans, access log (or a no-op)
         outcome = OUTCOME_SUCCESS
         tenant: Tenant | None = None
         pool: Pool | None = None
@@ -135,6 +136,7 @@ class ProxyHandler:
                 tenant=tenant,
                 priority=self._tenants.resolve_priority(tenant, header(scope, PRIORITY_HEADER)),
                 engine_key=self._engine_keys.get(pool.model),
+                record=request_record,
             )
             async with DisconnectWatcher(receive) as watcher:
                 reply.watcher = watcher
@@ -160,7 +162,12 @@ class ProxyHandler:
         finally:
             del self._active[task]
             self._accounting.record(
-                reply, outcome, tenant=None if tenant is None else tenant.name, pool=pool, stream=stream
+                reply,
+                outcome,
+                tenant=None if tenant is None else tenant.name,
+                pool=pool,
+                stream=stream,
+                request_record=request_record,
             )
 
     def _tenant(self, scope: Scope) -> Tenant:

@@ -84,7 +84,7 @@ class UpstreamClient:
         request = self._session.post(
             attempt.slot.replica.url + ctx.parsed.endpoint.value,
             data=ctx.upstream_body,
-            headers=ctx.upstream_headers,
+            headers=ctx.record.upstream_headers(ctx.upstream_headers),  # + the try's traceparent, if traced
             timeout=timeout,
         )
         deadline_s = timers.ttft_s if ctx.stream else timers.nonstream_s
