@@ -20,16 +20,19 @@ from dataclasses import dataclass
 from admission.tenants import Tenant
 from gateway.api.asgi_io import Scope, header
 from gateway.api.request_parsing import ParsedRequest, rewrite_body
+from gateway.observability.request_record import NO_RECORD, RequestRecord
 from gateway.proxy.slo_headers import SLO_TPOT_HEADER, SLO_TTFT_HEADER, request_slo
 from gateway.proxy.timers import IDLE_HEADER, TTFT_HEADER, RequestTimers, request_timers
 from gateway.upstream.registry import Pool
 from router.keys import build_routing_request, session_key_of
 from router.types import RoutingRequest
 
-FORWARDED_HEADERS = (b"accept", b"user-agent")
+FORWARDED_HEADERS = (b"accept", b"user-agent", b"traceparent", b"tracestate")
 """Client headers passed upstream as they are (beside content-type and the request id). Never the
 client's credentials: its `Authorization` is the gateway's tenant key; the engines get the pool's own
-key (`engine_api_key_env`) or none."""
+key (`engine_api_key_env`) or none. The client's W3C trace context goes upstream unchanged when the
+gateway does not trace; when it does, each try replaces it with its own span's (`RequestRecord.
+upstream_headers`), so the engine's spans join the request's trace either way."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +52,8 @@ class RequestContext:
     timers: RequestTimers
     idempotency_key: str | None
     authorization: str | None
+    record: RequestRecord = NO_RECORD
+    """The request's access-log facts and spans (`gateway.observability`); a no-op when both are off."""
 
     @property
     def model(self) -> str:
@@ -75,8 +80,10 @@ def build_context(
     tenant: Tenant,
     priority: str,
     engine_key: str | None = None,
+    record: RequestRecord = NO_RECORD,
 ) -> RequestContext:
-    """Fix the request's routing key, upstream bytes and timers (400 on a bad timer header)."""
+    """Fix the request's routing key, upstream bytes and timers (400 on a bad timer header); `record`
+    (the request's observability record, started at arrival) is bound to the context."""
     slo_ttft_s, slo_tpot_s = request_slo(
         pool.settings.slo, header(scope, SLO_TTFT_HEADER.encode()), header(scope, SLO_TPOT_HEADER.encode())
     )
@@ -93,7 +100,7 @@ def build_context(
     timers = request_timers(
         pool.settings.timeouts, header(scope, TTFT_HEADER.encode()), header(scope, IDLE_HEADER.encode())
     )
-    return RequestContext(
+    ctx = RequestContext(
         request_id=request_id,
         started_s=started_s,
         parsed=parsed,
@@ -106,7 +113,10 @@ def build_context(
         timers=timers,
         idempotency_key=header(scope, b"idempotency-key"),
         authorization=header(scope, b"authorization"),
+        record=record,
     )
+    record.bind(ctx)
+    return ctx
 
 
 def forwarded_headers(

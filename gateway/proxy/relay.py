@@ -14,6 +14,7 @@ received, and relays a continuation through a `Splice`; each try has its own fir
 from __future__ import annotations
 
 import asyncio
+import re
 
 import aiohttp
 import orjson
@@ -24,6 +25,7 @@ from gateway.errors import (
     UpstreamTotalTimeout,
     UpstreamTTFTTimeout,
 )
+from gateway.observability.request_record import NO_RECORD, RequestRecord
 from gateway.proxy.attempt import Attempt
 from gateway.proxy.context import RequestContext
 from gateway.proxy.continuation import Splice, StreamTranscript
@@ -31,6 +33,14 @@ from gateway.proxy.reply import Reply
 from gateway.proxy.sse import SSESplitter, inspect_event
 
 SSE_CONTENT_TYPE = "text/event-stream"
+_FINISH_REASON = re.compile(rb'"finish_reason"\s*:\s*"([A-Za-z_]{1,32})"')
+"""A choice's finish reason in an engine's JSON (a quote inside generated text is escaped, `\\"`, and
+never matches); read only when the request is traced (`RequestRecord.collects_finish_reasons`)."""
+
+
+def _finish_reasons(data: bytes, record: RequestRecord) -> None:
+    for match in _FINISH_REASON.finditer(data):
+        record.finish_reason(match.group(1).decode())
 
 
 def _encode_headers(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
@@ -45,7 +55,7 @@ async def relay(ctx: RequestContext, reply: Reply, attempt: Attempt, stream: Str
     if ctx.stream and is_sse:
         await stream.run(attempt)
     else:
-        await relay_full(reply, attempt, ctx.timers.nonstream_s - attempt.elapsed_s())
+        await relay_full(reply, attempt, ctx.timers.nonstream_s - attempt.elapsed_s(), ctx.record)
 
 
 async def _start(reply: Reply, status: int, content_type: str, extra: list[tuple[str, str]]) -> None:
@@ -61,7 +71,9 @@ async def finish_body(reply: Reply, body: bytes = b"") -> None:
     await reply.send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-async def relay_full(reply: Reply, attempt: Attempt, nonstream_s: float) -> None:
+async def relay_full(
+    reply: Reply, attempt: Attempt, nonstream_s: float, record: RequestRecord = NO_RECORD
+) -> None:
     """Read the whole upstream body within `nonstream_s` (what is left of the attempt's bound), account
     usage, send it as one response."""
     response = attempt.response
@@ -82,7 +94,10 @@ async def relay_full(reply: Reply, attempt: Attempt, nonstream_s: float) -> None
             reply.usage = usage if isinstance(usage, dict) else None
         except orjson.JSONDecodeError:
             pass
+    if record.collects_finish_reasons:
+        _finish_reasons(body, record)
     reply.mark_first_output()  # the whole body: the client's first output
+    record.first_token(reply.first_output_s)
     content_type = response.headers.get("content-type", "application/json")
     extra = [("content-length", str(len(body)))]
     await _start(reply, response.status, content_type, extra)
@@ -97,6 +112,8 @@ class StreamRelay:
         self, ctx: RequestContext, reply: Reply, *, transcript: StreamTranscript | None = None
     ) -> None:
         self._reply = reply
+        self._record = ctx.record
+        self._finish_reasons = ctx.record.collects_finish_reasons
         self._ttft_s = ctx.timers.ttft_s
         self._total_s = ctx.timers.total_s
         self._strip_usage = not ctx.parsed.client_wants_usage
@@ -136,6 +153,7 @@ class StreamRelay:
                     if self._got_first and not first_before:
                         timer.reschedule(total_deadline)
                         attempt.slot.first_token(learn=self._splice is None)
+                        self._record.first_token(reply.first_output_s)
                     if not reply.started:
                         if not self._got_first:
                             continue
@@ -166,6 +184,8 @@ class StreamRelay:
             if event is None:
                 continue
             info = inspect_event(event, need_content=not self._got_first)
+            if self._finish_reasons and b'"finish_reason"' in event:
+                _finish_reasons(event, self._record)
             if info.usage is not None:
                 reply.usage = info.usage
             if info.is_done:

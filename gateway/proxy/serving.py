@@ -17,6 +17,10 @@ failures reach its breaker (`ReplicaRegistry.record_failure`); an engine's 429/5
 replica out for its Retry-After. A request whose failures two replicas show while both keep serving
 other requests is a poison request: 422 `request_quarantined`, no third replica, and its fingerprint
 is refused at arrival for the pool's `quarantine.ttl_s` (`gateway.proxy.quarantine`).
+
+Each step is told to the request's `RequestRecord` (`ctx.record`, `gateway.observability`): admission,
+each try with its routing decision, the relay, retries, continuations and the final error — the spans
+and the access-log line. With tracing and access log off it is a shared no-op.
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ import asyncio
 from dataclasses import replace
 
 from admission.ticket import AdmissionRequest, SlotRole, Ticket
+from gateway.api.asgi_io import Scope
 from gateway.autoscaling import AutoscaleSignals
 from gateway.errors import (
+    GatewayError,
     RequestQuarantined,
     UpstreamConnectError,
     UpstreamError,
@@ -36,6 +42,8 @@ from gateway.errors import (
     from_refusal,
 )
 from gateway.metrics import GatewayMetrics
+from gateway.observability.observer import RequestObserver
+from gateway.observability.request_record import RequestRecord
 from gateway.proxy.admit import Admission, PoolAdmission
 from gateway.proxy.attempt import Attempt
 from gateway.proxy.context import RequestContext
@@ -70,7 +78,9 @@ class RequestServer:
         preemption: Preemption,
         signals: AutoscaleSignals,
         metrics: GatewayMetrics,
+        observer: RequestObserver,
     ) -> None:
+        self._observer = observer
         self._admission = admission
         self._upstream = upstream
         self._registry = registry
@@ -81,15 +91,33 @@ class RequestServer:
         self._signals = signals
         self._metrics = metrics
 
+    def observe(self, scope: Scope, request_id: str) -> RequestRecord:
+        """The record of a request that just arrived (its server span starts now when tracing)."""
+        return self._observer.begin(scope, request_id)
+
     async def serve(self, ctx: RequestContext, reply: Reply) -> None:
         """Admit, try, relay; everything taken is released before this returns or raises."""
+        try:
+            await self._serve(ctx, reply)
+        except GatewayError as error:
+            ctx.record.failed(error)
+            raise
+
+    async def _serve(self, ctx: RequestContext, reply: Reply) -> None:
         model = ctx.model
+        record = ctx.record
         self._refuse_if_quarantined(ctx)
         admission = self._admission.pool(model)
         self._signals.arrival(model)
-        ticket = await admission.admit(
-            AdmissionRequest(ctx.tenant, ctx.priority, ctx.routing.estimated_total_tokens, ctx.routing)
-        )
+        record.admission_started(admission.queue_depth)
+        try:
+            ticket = await admission.admit(
+                AdmissionRequest(ctx.tenant, ctx.priority, ctx.routing.estimated_total_tokens, ctx.routing)
+            )
+        except GatewayError as refused:
+            record.admission_ended(None, refused)
+            raise
+        record.admission_ended(ticket.queue_wait_s)
         reply.queue_wait_s = ticket.queue_wait_s
         self._signals.dispatched(model, ticket.queue_wait_s)
         try:
@@ -145,10 +173,12 @@ class RequestServer:
                 ticket.swap(SlotRole.SERVE, slot)
                 if sent_ctx is not ctx and reply.started:
                     self._metrics.stream_continuations_total.labels(ctx.model).inc()
+                    ctx.record.continued()
             number += 1
             reply.decision = slot.decision
             replica = slot.replica
             attempt = Attempt(slot, number)
+            ctx.record.attempt_started(number, slot)
             outcome = await self._try(sent_ctx, reply, attempt, stream)
             if outcome is None:
                 return
@@ -156,6 +186,7 @@ class RequestServer:
                 if stale_retry_left:  # once more on the same replica, over a new connection
                     stale_retry_left = False
                     self._metrics.retries_total.labels("stale_connection").inc()
+                    ctx.record.retried("stale_connection")
                     continue
                 outcome = UpstreamProtocolError(
                     f"replica {replica.replica_id} closed the connection before answering",
@@ -183,20 +214,25 @@ class RequestServer:
     ) -> UpstreamError | StaleConnection | None:
         """One try: send, then relay; None when the response went through, else what failed. The
         attempt is closed whatever happens (an unfinished upstream response is aborted)."""
+        record = sent_ctx.record
         try:
             with self._preemption.running(attempt):
                 attempt.response = await self._upstream.send(sent_ctx, attempt)
                 self._registry.record_success(attempt.slot.replica)
+                record.relay_started()
                 await relay(sent_ctx, reply, attempt, stream)
             completion = (reply.usage or {}).get("completion_tokens")
             if isinstance(completion, int):
                 attempt.slot.finished(completion)  # the replica's latency model learns its TPOT
             self._registry.record_served(attempt.slot.replica)
             self._attribution[sent_ctx.model].first_token_served(attempt.slot.replica)
+            record.attempt_ended(None)
             return None
         except StaleConnection as stale:
+            record.attempt_ended(stale)
             return stale
         except UpstreamError as error:
+            record.attempt_ended(error)
             return error
         finally:
             attempt.close()
@@ -271,7 +307,9 @@ class RequestServer:
             if not retry.spend(last_error):
                 slot.release()
                 raise last_error
-            self._metrics.retries_total.labels(str(failure_kind(last_error))).inc()
+            reason = str(failure_kind(last_error))
+            self._metrics.retries_total.labels(reason).inc()
+            ctx.record.retried(reason)
         return slot
 
 
