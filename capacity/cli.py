@@ -12,9 +12,12 @@ key, and the flag when the value came from one).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
+from capacity.disagg import build_disagg_plan
+from capacity.disagg_report import disagg_document, render_disagg_table
 from capacity.errors import InputError
 from capacity.loader import WORKED_EXAMPLE, load_inputs
 from capacity.plan import build_plan
@@ -43,6 +46,9 @@ _OVERRIDES: tuple[tuple[str, str, type, str], ...] = (
     ("--target-utilisation", "spike.target_utilisation_ratio", float, "rho to carry the spike at"),
     ("--compare-batch", "cost.compare_batch", int, "measured batch to compare the cost with"),
     ("--useful-load", "cost.useful_load_ratio", float, "fraction of capacity that is goodput"),
+    ("--link-gb-per-s", "disaggregation.link_gb_per_s", float, "disaggregated: KV link GB/s"),
+    ("--prefill-tps", "disaggregation.prefill_tokens_per_s", float, "disaggregated: prefill roof, tok/s"),
+    ("--disagg-ttft-p95-s", "disaggregation.ttft_p95_s", float, "disaggregated: TTFT p95 SLO, s"),
 )
 
 
@@ -82,13 +88,22 @@ def run(args: argparse.Namespace) -> int:
     try:
         inputs = load_inputs(config, overrides)
         plan = build_plan(inputs)
+        disagg = None
+        if inputs.disaggregation is not None:
+            disagg = build_disagg_plan(inputs, plan.replicas.n_base)
     except InputError as exc:
         flags = [flag for flag, key, _, _ in _OVERRIDES if key == exc.key and key in overrides]
         where = f" (from {flags[0]})" if flags else ""
         print(f"error: {exc.key}{where}: {exc.message}", file=sys.stderr)
         return EXIT_INPUT_ERROR
     if getattr(args, "plan_json", False):
-        sys.stdout.write(render_json(inputs, plan, source))
+        text = render_json(inputs, plan, source)
+        if disagg is not None:
+            document = json.loads(text) | {"disaggregated": disagg_document(disagg)}
+            text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+        sys.stdout.write(text)
     else:
         sys.stdout.write(render_table(inputs, plan, source))
+        if disagg is not None:
+            sys.stdout.write(render_disagg_table(inputs, disagg))
     return EXIT_OK

@@ -130,8 +130,25 @@ class CostInputs:
 
 
 @dataclass(frozen=True, slots=True)
+class DisaggInputs:
+    """A disaggregated pool: prefill GPUs at the compute roof, the KV link, and the TTFT objective.
+
+    `prefill_tokens_per_s` is one prefill GPU's prompt throughput at its compute roof (measured, or
+    2 · parameters FLOP per token at the achieved FLOP/s); `ttft_p95_s` bounds queue + prefill + KV
+    transfer + the first decode step; the ratio table is computed at these input and output lengths.
+    """
+
+    prefill_tokens_per_s: float
+    link_bytes_per_s: float
+    ttft_p95_s: float
+    link_latency_s: float = 0.0
+    table_input_tokens: tuple[int, ...] = (256, 1024, 4096, 8192)
+    table_output_tokens: tuple[int, ...] = (64, 256, 1024)
+
+
+@dataclass(frozen=True, slots=True)
 class PlanInputs:
-    """Everything one plan needs."""
+    """Everything one plan needs; `disaggregation` None plans an aggregated pool only."""
 
     model: ModelSpec
     gpu: GpuSpec
@@ -141,3 +158,4 @@ class PlanInputs:
     headroom: Headroom
     spike: Spike
     cost: CostInputs
+    disaggregation: DisaggInputs | None = None

@@ -3,8 +3,9 @@
 File format (see `examples/worked_example.yaml`, the design's worked example): sections `model`,
 `gpu`, `throughput`, `workload` and `slo` are required; `headroom`, `spike` and `cost` are optional
 and default to the design's values (r = 0.5, min 1 replica; 3x spike, 90 s cold start, rho_target 0.8;
-compare with the smallest measured batch, 30 % useful load). Memory is in GB = 10^9 bytes. Unknown
-keys are errors, so a typo never silently falls back to a default.
+compare with the smallest measured batch, 30 % useful load). `disaggregation` (optional) adds the
+two-pool plan (`capacity.disagg`; example `examples/disaggregated.yaml`). Memory is in GB = 10^9 bytes.
+Unknown keys are errors, so a typo never silently falls back to a default.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from capacity.errors import InputError
 from capacity.inputs import (
     GB_BYTES,
     CostInputs,
+    DisaggInputs,
     GpuSpec,
     Headroom,
     ModelSpec,
@@ -36,7 +38,7 @@ from capacity.reader import Section
 WORKED_EXAMPLE = "examples/worked_example.yaml"
 """The bundled worked example, relative to the `capacity` package."""
 
-SECTIONS = ("model", "gpu", "throughput", "workload", "slo", "headroom", "spike", "cost")
+SECTIONS = ("model", "gpu", "throughput", "workload", "slo", "headroom", "spike", "cost", "disaggregation")
 """Top-level sections of the input file, in the order the worked example lists them."""
 
 
@@ -94,6 +96,7 @@ def parse_inputs(raw: Mapping[str, Any]) -> PlanInputs:
         headroom=_headroom(root.section("headroom", required=False)),
         spike=_spike(root.section("spike", required=False)),
         cost=_cost(root.section("cost", required=False)),
+        disaggregation=_disaggregation(root.section("disaggregation")) if "disaggregation" in raw else None,
     )
     root.finish()
     _check_ttft_rows(inputs)
@@ -221,6 +224,24 @@ def _cost(s: Section) -> CostInputs:
     )
     s.finish()
     return cost
+
+
+def _disaggregation(s: Section) -> DisaggInputs:
+    """prefill_tokens_per_s, link_gb_per_s (GB = 10^9 B), ttft_p95_s; optional link_latency_ms and
+    ratio_table.{input_tokens, output_tokens} (lists of token counts)."""
+    table = s.section("ratio_table", required=False)
+    defaults = DisaggInputs(1.0, 1.0, 1.0)
+    disagg = DisaggInputs(
+        prefill_tokens_per_s=s.number("prefill_tokens_per_s", positive=True),
+        link_bytes_per_s=s.number("link_gb_per_s", positive=True) * GB_BYTES,
+        ttft_p95_s=s.number("ttft_p95_s", positive=True),
+        link_latency_s=s.number("link_latency_ms", minimum=0.0, default=0.0) / 1000.0,
+        table_input_tokens=table.integers("input_tokens", default=defaults.table_input_tokens),
+        table_output_tokens=table.integers("output_tokens", default=defaults.table_output_tokens),
+    )
+    table.finish()
+    s.finish()
+    return disagg
 
 
 def _check_ttft_rows(inputs: PlanInputs) -> None:

@@ -101,6 +101,14 @@ class Section:
             return None
         return self.integer(name, minimum=minimum)
 
+    def integers(self, name: str, *, default: tuple[int, ...], minimum: int = 1) -> tuple[int, ...]:
+        """A non-empty list of whole numbers ≥ `minimum` (`default` when absent)."""
+        value = self._get(name, default)
+        if not isinstance(value, list | tuple) or not value:
+            raise InputError(self.key(name), f"must be a non-empty list of integers, got {_type_name(value)}")
+        holder = Section({str(i): item for i, item in enumerate(value)}, self.key(name))
+        return tuple(holder.integer(str(i), minimum=minimum) for i in range(len(value)))
+
     def finish(self) -> None:
         """Reject keys nobody read: they are typos or unsupported options."""
         unknown = sorted(set(self.data) - self._read)
