@@ -32,7 +32,9 @@ queued), `no_key` (no prefix blocks: the least queued).
 
 The prefix benefit is inside `queued_i`. Branch `slo_met` when the choice is predicted to meet both
 objectives, `slo_best_effort` otherwise (no replica can: the best one still serves it; admission is
-what refuses work that cannot be served in time). While any candidate's model is cold the
+what refuses work that cannot be served in time). A candidate whose model is cold is predicted with
+the mean coefficients of the warm ones (one pool, one kind of hardware: otherwise a replica nothing
+was sent to would never be chosen, so never learned); while no candidate's model is warm the
 `sticky-prefix` rule decides, reported as `cold_model`. The decision carries both predictions
 (`x-gateway-route: …; predicted_ttft_ms=…; predicted_tpot_ms=…`).
 """
@@ -43,7 +45,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from router.latency_model import PREFILL_TOKENS_SCALE
+from router.latency_model import PREFILL_TOKENS_SCALE, LatencyEstimate
 from router.load import queued_prefill_tokens, running_sequences
 from router.pickers import best_score_index
 from router.prefix_index import IndexMembership, PrefixIndex
@@ -167,26 +169,23 @@ class PredictedLatencyPicker:
     def _choose(
         self, request: RoutingRequest, replicas: list[ReplicaView], pool: Sequence[ReplicaView]
     ) -> Pick:
+        estimates = _with_pool_prior([replica.latency for replica in replicas])
+        if estimates is None:
+            cold = self._fallback.choose(request, replicas, pool)
+            return Pick(
+                index=cold.index,
+                branch=Branch.COLD_MODEL,
+                hops=cold.hops,
+                matched_prefix_blocks=cold.matched_prefix_blocks,
+            )
         ttft: list[float] = []
         tpot: list[float | None] = []
         matched: list[int] = []
-        for replica in replicas:
-            estimate = replica.latency
+        for replica, estimate in zip(replicas, estimates, strict=True):
             blocks = self._index.matched_blocks(replica.replica_id, request.prefix_hashes)
             running = running_sequences(replica)
-            predicted = (
-                None
-                if estimate is None
-                else estimate.ttft_s(queued_prefill_tokens(replica, request, blocks), running)
-            )
-            if estimate is None or predicted is None:
-                cold = self._fallback.choose(request, replicas, pool)
-                return Pick(
-                    index=cold.index,
-                    branch=Branch.COLD_MODEL,
-                    hops=cold.hops,
-                    matched_prefix_blocks=cold.matched_prefix_blocks,
-                )
+            predicted = estimate.ttft_s(queued_prefill_tokens(replica, request, blocks), running)
+            assert predicted is not None  # every estimate has a warm TTFT model here
             matched.append(blocks)
             ttft.append(predicted)
             tpot.append(estimate.tpot_s(running + 1, kv_usage(replica)))
@@ -202,6 +201,33 @@ class PredictedLatencyPicker:
             predicted_ttft_s=ttft[best],
             predicted_tpot_s=tpot[best],
         )
+
+
+def _with_pool_prior(estimates: list[LatencyEstimate | None]) -> list[LatencyEstimate] | None:
+    """Each candidate's estimate, a replica whose model is cold borrowing the mean of the warm ones'
+    coefficients (the replicas of a pool share their hardware; without this, a replica nothing was
+    sent to would never be predicted, so never chosen, so never learned). None when none is warm."""
+    warm = [e for e in estimates if e is not None and e.ttft is not None]
+    if not warm:
+        return None
+    tpots = [e.tpot for e in warm if e.tpot is not None]
+    prior = LatencyEstimate(ttft=_mean_coefficients([e.ttft for e in warm if e.ttft is not None]))
+    if tpots:
+        prior = LatencyEstimate(ttft=prior.ttft, tpot=_mean_coefficients(tpots))
+    filled = []
+    for estimate in estimates:
+        if estimate is None or estimate.ttft is None:
+            filled.append(prior)
+        elif estimate.tpot is None:
+            filled.append(LatencyEstimate(ttft=estimate.ttft, tpot=prior.tpot))
+        else:
+            filled.append(estimate)
+    return filled
+
+
+def _mean_coefficients(rows: list[tuple[float, float, float]]) -> tuple[float, float, float]:
+    n = len(rows)
+    return (sum(r[0] for r in rows) / n, sum(r[1] for r in rows) / n, sum(r[2] for r in rows) / n)
 
 
 def prefill_tokens_metric(replica: ReplicaView) -> float:

@@ -99,11 +99,16 @@ def test_requests_without_prefix_blocks_go_to_the_least_queued() -> None:
 MODEL = LatencyEstimate(ttft=(0.02, 0.0625, 0.0), tpot=(0.01, 0.004, 0.0))
 
 
-def test_predicted_latency_is_cold_until_every_model_is_warm() -> None:
+def test_predicted_latency_is_cold_until_a_model_is_warm_then_cold_replicas_borrow_the_mean() -> None:
     chooser = policy("predicted-latency")
-    replicas = fleet(r0={"latency": MODEL})
-    decision = decided(chooser.decide(shared(4096, "q"), replicas))
-    assert decision.branch is Branch.COLD_MODEL and decision.predicted_ttft_s is None
+    cold = decided(chooser.decide(shared(4096, "q"), fleet()))
+    assert cold.branch is Branch.COLD_MODEL and cold.predicted_ttft_s is None
+    # r0 is warm and busy; the others are cold and predicted with r0's coefficients: an idle one wins.
+    replicas = fleet(r0={"latency": MODEL, "prefill_tokens_inflight": 50_000})
+    request = RoutingRequest(model="m", estimated_prompt_tokens=1000)
+    decision = decided(policy("predicted-latency").decide(request, replicas))
+    assert decision.replica_id != "r0" and decision.branch is Branch.SLO_MET
+    assert decision.predicted_ttft_s == pytest.approx(0.02 + 0.0625)
 
 
 def test_predicted_latency_takes_the_lowest_predicted_ttft_with_the_prefix_benefit() -> None:
