@@ -4,9 +4,11 @@ traceparent parsing, the tracer's exporters."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from gateway.observability.access_log import AccessLog
@@ -102,3 +104,11 @@ def test_the_grpc_exporter_needs_its_package() -> None:
             build_tracer(TracingSettings(enabled=True, exporter="otlp-grpc"))
     else:
         pytest.skip("the gRPC exporter is installed")
+
+
+def test_the_readme_config_block_shows_the_defaults() -> None:
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    block = readme.split("## Configuration", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    settings = parse_settings(yaml.safe_load(block))
+    assert settings.tracing == TracingSettings()
+    assert settings.access_log == AccessLogSettings()
