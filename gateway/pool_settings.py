@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from admission.slo_wait import DEFAULT_QUEUE_WAIT_RATIO
 from gateway.errors import ErrorCode
 from gateway.upstream.discovery.settings import ReplicaSources
 from gateway.upstream.latency_settings import LatencyModelSettings
@@ -224,6 +225,12 @@ class SloSettings(StrictModel):
     availability_objective_ratio: float = Field(0.999, gt=0, lt=1)
     availability_excluded_outcomes: tuple[str, ...] = DEFAULT_AVAILABILITY_EXCLUDED_OUTCOMES
     burn_rate_alerts: tuple[BurnRateAlert, ...] = DEFAULT_BURN_RATE_ALERTS
+    queue_wait_ratio: float | None = Field(DEFAULT_QUEUE_WAIT_RATIO, gt=0, le=1)
+    """A request of a bound class waits at most `queue_wait_ratio × ttft_s` in the gateway's queue
+    (admission/slo_wait.py): later it could not meet its TTFT objective, so it is refused (429 with
+    Retry-After, early at arrival when the forecast says so). None: classes wait their `max_wait_s`."""
+    bound_classes: tuple[str, ...] | None = None
+    """The classes whose wait the TTFT objective bounds; None: every class but the lowest."""
 
     @field_validator("availability_excluded_outcomes")
     @classmethod

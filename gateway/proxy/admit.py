@@ -25,6 +25,7 @@ from admission.config import AdmissionConfig
 from admission.controller import AdmissionController
 from admission.outcomes import AdmissionRefused, RejectReason
 from admission.priority_queue import PriorityClass
+from admission.slo_wait import slo_bounded_classes
 from admission.tenant_gate import TenantGate
 from admission.tenants import Tenant, TenantDirectory
 from admission.ticket import AdmissionRequest, Ticket
@@ -211,8 +212,9 @@ def build_admission(
     metrics: GatewayMetrics,
     credits: SlotCredits | None = None,
 ) -> Admission:
-    """One `PoolAdmission` per pool; every slot release (and capacity change) schedules every pool's
-    pump (and wakes the credits' refiller); a credit that arrives schedules its pool's pump."""
+    """One `PoolAdmission` per pool, its classes' waits bounded by the pool's TTFT objective
+    (`admission.slo_wait`); every slot release (and capacity change) schedules every pool's pump (and
+    wakes the credits' refiller); a credit that arrives schedules its pool's pump."""
     # With shared slot credits, a queued request is what makes this instance ask Redis for more: an
     # arrival that would be first in line always queues (see AdmissionConfig).
     config = replace(admission_config(settings.admission), early_refusal_needs_queue=credits is not None)
@@ -220,13 +222,15 @@ def build_admission(
         registry.add_release_listener(credits.wake)
     pools: dict[str, PoolAdmission] = {}
     for pool in registry.pools.values():
+        slo = pool.settings.slo
+        classes = slo_bounded_classes(config.classes, slo.ttft_s, slo.queue_wait_ratio, slo.bound_classes)
         admission = PoolAdmission(
             pool,
             registry,
             router,
             gate,
             clock=clock,
-            config=config,
+            config=replace(config, classes=classes),
             metrics=metrics,
             credits=credits,
             max_inflight=settings.upstream.max_connections,

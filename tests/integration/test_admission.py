@@ -183,7 +183,8 @@ def test_tenants_are_authenticated_rate_limited_and_clamped(mock_engines, gatewa
 
 def test_the_connection_limit_queues_instead_of_failing_replicas(mock_engines, gateways) -> None:
     engine = mock_engines(model=MODEL, token_delay_ms=5)
-    raw = gateway_settings([pool([engine], timeouts={"connect_s": 0.1})])
+    # The burst waits ~1.2 s in the queue: longer than the TTFT objective's default bound on waits.
+    raw = gateway_settings([pool([engine], timeouts={"connect_s": 0.1}, slo={"queue_wait_ratio": None})])
     raw["upstream"] = {"max_connections": 2}
     gateway = gateways(raw)
 
