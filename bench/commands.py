@@ -17,6 +17,10 @@ Variants: `--variant LABEL:KEY=YAML;KEY=YAML` is an entry whose pool gets those 
 `--pool-set` (dotted keys reach into a mapping: `continuation.enabled=false`); `LABEL:` alone is the
 pool as configured. Faults (`--fault`, `--poison-fraction`; bench/faults.py) apply to every entry alike,
 on its own fresh fleet. `--preset faults` is a whole comparison (bench/compare_presets.py).
+
+`--gateway-instances N` (both commands, local fleet): every gateway entry runs N gateway processes with
+the same config over the same engines, and the load goes to them in turn, one request each; `oracle` and
+`direct` have no gateway and ignore it.
 """
 
 from __future__ import annotations
@@ -89,11 +93,22 @@ def run_on_fleet(
         pinning=options.pinning(args),
         base_port=args.base_port,
         log_dir=log_dir,
+        gateways=args.gateway_instances,
     )
     with fleet:
-        target = Target(url=None if oracle else fleet.url, engines=fleet.engines, oracle=oracle, fleet=fleet)
+        target = Target(
+            url=None if oracle else fleet.url,
+            engines=fleet.engines,
+            oracle=oracle,
+            fleet=fleet,
+            also_urls=() if oracle else tuple(fleet.gateway_urls[1:]),
+        )
         result = run_experiment(label, level, exp, target)
-    result.params["fleet"] = {"replicas": args.replicas, "engine": options.engine_options(args).argv(0, 0)}
+    result.params["fleet"] = {
+        "replicas": args.replicas,
+        "gateway_instances": len(fleet.gateway_urls),
+        "engine": options.engine_options(args).argv(0, 0),
+    }
     return result
 
 

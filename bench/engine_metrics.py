@@ -4,9 +4,12 @@
 per-replica load time series; the prefix-cache counters (`vllm:prefix_cache_queries_total`,
 `vllm:prefix_cache_hits_total`, in tokens) are read at the start of the measured window (after warm-up)
 and at the end, and the hit ratio is the delta of hits over the delta of queries, summed over engines.
-Given the gateway's URL, the same two scrapes read its rejection-latency histogram
-(`bench.gateway_rejections`) and its failure-containment counters (`bench.gateway_metrics`), and with
-`watch_breakers` the gateway is also read at every poll for its breaker states.
+Given the gateway's URL (or the URLs of several gateway instances), the same two scrapes read its
+rejection-latency histogram (`bench.gateway_rejections`), its failure-containment counters
+(`bench.gateway_metrics`) and its request counter, summed over the instances (the request counter is also
+kept per instance: `gateway_instances`); a window's gateway figures need every instance to answer both
+scrapes, else they are unavailable rather than undercounted. With `watch_breakers` the gateway is also
+read at every poll for its breaker states.
 Series with several label sets (one per model) are summed. An engine that does not answer is skipped for
 that sample.
 """
@@ -22,8 +25,21 @@ from typing import Any
 
 import httpx
 
-from bench.gateway_metrics import BreakerLog, Counters, parse_breakers, parse_counters, summarize_gateway
-from bench.gateway_rejections import Histograms, parse_rejection_histograms, summarize_rejections
+from bench.gateway_metrics import (
+    BreakerLog,
+    Counters,
+    parse_breakers,
+    parse_counters,
+    parse_requests,
+    sum_counters,
+    summarize_gateway,
+)
+from bench.gateway_rejections import (
+    Histograms,
+    parse_rejection_histograms,
+    sum_histograms,
+    summarize_rejections,
+)
 from bench.stats import max_mean_ratio
 from gateway.upstream.engine_metrics import ExpositionError, parse_exposition
 
@@ -109,21 +125,24 @@ class EngineSampler:
         self,
         engines: dict[str, str],
         interval_s: float = 0.5,
-        gateway_url: str | None = None,
+        gateway_urls: list[str] | tuple[str, ...] = (),
         watch_breakers: bool = False,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.engines = engines  # replica id (host:port) → base URL
         self.interval_s = interval_s
-        self.gateway_url = gateway_url.rstrip("/") if gateway_url else None
+        self.gateway_urls = [url.rstrip("/") for url in gateway_urls]
         self.start_rejections: Histograms | None = None
         self.end_rejections: Histograms | None = None
         self.start_gateway: Counters | None = None
         self.end_gateway: Counters | None = None
-        self.breakers = BreakerLog() if watch_breakers and self.gateway_url else None
+        self.start_requests: list[float | None] | None = None
+        self.end_requests: list[float | None] | None = None
+        self.breakers = BreakerLog() if watch_breakers and self.gateway_urls else None
         self.series = LoadSeries()
         self.start_counters: dict[str, EngineSnapshot] = {}
         self.end_counters: dict[str, EngineSnapshot] = {}
-        self._http = httpx.AsyncClient(timeout=httpx.Timeout(2.0))
+        self._http = httpx.AsyncClient(timeout=httpx.Timeout(2.0), transport=transport)
         self._task: asyncio.Task[None] | None = None
         self._run_start = time.perf_counter()
 
@@ -145,17 +164,21 @@ class EngineSampler:
 
     async def baseline(self) -> None:
         self.start_counters = await self.scrape()
-        text = await self._gateway_text()
-        if text is not None:
-            self.start_rejections, self.start_gateway = parse_rejection_histograms(text), parse_counters(text)
+        texts = await self._gateway_texts()
+        if texts is not None:
+            self.start_rejections, self.start_gateway, self.start_requests = _parse_gateways(texts)
 
-    async def _gateway_text(self) -> str | None:
-        """The gateway's /metrics now; None when there is no gateway or it did not answer (then the
-        window's figures are unavailable rather than counted from zero)."""
-        if self.gateway_url is None:
+    async def _gateway_texts(self) -> list[str] | None:
+        """Every gateway instance's /metrics now; None when there is no gateway or one did not answer
+        (then the window's figures are unavailable rather than counted from zero)."""
+        if not self.gateway_urls:
             return None
+        texts = await asyncio.gather(*(self._gateway_text(url) for url in self.gateway_urls))
+        return None if any(text is None for text in texts) else [t for t in texts if t is not None]
+
+    async def _gateway_text(self, url: str) -> str | None:
         try:
-            response = await self._http.get(self.gateway_url + "/metrics")
+            response = await self._http.get(url + "/metrics")
         except httpx.HTTPError:
             return None
         return response.text if response.status_code == 200 else None
@@ -168,9 +191,9 @@ class EngineSampler:
             self._task = None
         if self.engines:
             self.end_counters = await self.scrape()
-        text = await self._gateway_text()
-        if text is not None:
-            self.end_rejections, self.end_gateway = parse_rejection_histograms(text), parse_counters(text)
+        texts = await self._gateway_texts()
+        if texts is not None:
+            self.end_rejections, self.end_gateway, self.end_requests = _parse_gateways(texts)
         await self._http.aclose()
 
     async def _poll(self) -> None:
@@ -179,9 +202,9 @@ class EngineSampler:
             for replica, snap in (await self.scrape()).items():
                 self.series.points.append((t_s, replica, snap))
             if self.breakers is not None:
-                text = await self._gateway_text()
-                if text is not None:
-                    self.breakers.points.append((t_s, parse_breakers(text)))
+                texts = await self._gateway_texts()
+                if texts is not None:
+                    self.breakers.points.append((t_s, _breakers(texts)))
             await asyncio.sleep(self.interval_s)
 
     def summary(self, window_s: tuple[float, float]) -> dict[str, Any]:
@@ -203,4 +226,32 @@ class EngineSampler:
             "gateway": summarize_gateway(
                 self.start_gateway, self.end_gateway, self.breakers, window_s, self.interval_s
             ),
+            "gateway_instances": self.instance_requests(),
         }
+
+    def instance_requests(self) -> dict[str, int | None] | None:
+        """Requests each gateway instance counted over the measured window (its URL → Δ
+        `llm_gateway_requests_total`; None for an instance whose exposition did not parse)."""
+        if self.start_requests is None or self.end_requests is None:
+            return None
+        out: dict[str, int | None] = {}
+        for url, first, last in zip(self.gateway_urls, self.start_requests, self.end_requests, strict=True):
+            out[url] = None if first is None or last is None else round(max(0.0, last - first))
+        return out
+
+
+def _parse_gateways(texts: list[str]) -> tuple[Histograms, Counters, list[float | None]]:
+    """The instances' rejection histograms and containment counters, summed; their request counters."""
+    histograms = sum_histograms([parse_rejection_histograms(text) for text in texts])
+    counters = sum_counters([parse_counters(text) for text in texts])
+    return histograms, counters, [parse_requests(text) for text in texts]
+
+
+def _breakers(texts: list[str]) -> dict[str, float]:
+    """Breaker states of one instance (keyed by replica) or of several (keyed `replica@j`)."""
+    if len(texts) == 1:
+        return parse_breakers(texts[0])
+    states: dict[str, float] = {}
+    for instance, text in enumerate(texts):
+        states.update(parse_breakers(text, instance))
+    return states

@@ -9,6 +9,10 @@ engine profile's physics. Rejection latency is the gateway's own and stays in wa
 Faults (`bench.faults`): a poison fraction changes the requests (the same ones for every target); a
 fault schedule runs against the target's `fleet` from the first measured send, in wall seconds, and its
 log goes into the summary (`faults`), with the breakers of the gateway read at every poll.
+
+Several gateway instances (`Target.also_urls`): requests go to the instances in turn, one request each
+(`RoundRobinUrls`), as an L4 load balancer spreads connections; turns of one conversation stay in order
+(the runner's session lock) but may reach different instances. Every instance is scraped.
 """
 
 from __future__ import annotations
@@ -120,23 +124,44 @@ class Experiment:
         }
 
 
+class RoundRobinUrls:
+    """`pick(spec)` returns the URLs in turn, whatever the request (an L4 load balancer's rotation)."""
+
+    def __init__(self, urls: list[str]) -> None:
+        if not urls:
+            raise ValueError("round robin needs at least one URL")
+        self.urls = [url.rstrip("/") for url in urls]
+        self._next = 0
+
+    def pick(self, spec: RequestSpec) -> str:
+        url = self.urls[self._next]
+        self._next = (self._next + 1) % len(self.urls)
+        return url
+
+
 @dataclass(frozen=True, slots=True)
 class Target:
-    """Where requests go: a URL (gateway, engine or any OpenAI-compatible service), or the prefix
+    """Where requests go: a URL (gateway, engine or any OpenAI-compatible service) plus `also_urls`,
+    further instances of the same service (requests go round robin over `urls`), or the prefix
     oracle over `engines`; `engines` (replica id → URL) are also scraped for /metrics."""
 
     url: str | None
     engines: dict[str, str] = field(default_factory=dict)
     oracle: bool = False
     fleet: FleetControl | None = None
+    also_urls: tuple[str, ...] = ()
+
+    @property
+    def urls(self) -> list[str]:
+        """Every instance the load goes to (none for the oracle without a URL)."""
+        return [u for u in (self.url, *self.also_urls) if u is not None]
 
     def pick_url(self) -> PickUrl:
         if self.oracle:
             return PrefixOracle(list(self.engines.values())).pick
         if self.url is None:
             raise ValueError("a target needs a URL unless it is the oracle")
-        url = self.url.rstrip("/")
-        return lambda spec: url
+        return RoundRobinUrls(self.urls).pick
 
 
 async def _run(
@@ -145,7 +170,7 @@ async def _run(
     client: Client = RawSseClient(exp.client) if exp.client_kind == "raw" else BenchClient(exp.client)
     sampler = (
         EngineSampler(
-            target.engines, exp.sample_interval_s, gateway_url=target.url, watch_breakers=exp.with_faults
+            target.engines, exp.sample_interval_s, gateway_urls=target.urls, watch_breakers=exp.with_faults
         )
         if target.engines
         else None
@@ -190,7 +215,8 @@ def run_experiment(label: str, level: float | None, exp: Experiment, target: Tar
         if sampler.breakers is not None:
             sampler.breakers = BreakerLog([(t * k, states) for t, states in sampler.breakers.points])
         summary["engine"] = sampler.summary((window[0], window[1]))
-    params = {**exp.params(), "arrivals": describe(plan.arrivals), "target": target.url or "oracle"}
+    shown: str | list[str] = (target.urls if len(target.urls) > 1 else target.url) or "oracle"
+    params = {**exp.params(), "arrivals": describe(plan.arrivals), "target": shown}
     if isinstance(plan.arrivals, ClosedLoop):
         params["concurrency"] = plan.arrivals.concurrency
     return RunResult(label, level, exp.load.level_kind, samples, summary, params, series, time_scale=k)

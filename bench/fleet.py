@@ -1,8 +1,12 @@
 """A local fleet the benchmark starts and stops itself: N mock-engine replicas and (optionally) the gateway,
 each a child process on 127.0.0.1.
 
-- Ports are ephemeral (bound to 0, released, handed to the child) unless `base_port` is given: then the
-  gateway listens on `base_port` and engine i on `base_port + 1 + i`.
+- Several gateway instances (`gateways=K`, default 1): K gateway processes with the same config (each on
+  its own port) in front of the same engines, sharing no state (the config's own `state` section
+  decides, as in production). The load generator spreads requests over `gateway_urls`.
+- Ports are ephemeral (bound to 0, released, handed to the child) unless `base_port` is given: then
+  gateway instance j listens on `base_port + j` and engine i on `base_port + K + i` (one gateway: the
+  gateway on `base_port`, engine i on `base_port + 1 + i`).
 - Engines get the flags of `EngineOptions`: only those that are set are passed, so the launcher works
   with the fixed-delay core (`--first-token-delay-ms`, `--token-delay-ms`) and with the physics core
   (`--core physics --profile NAME --speed S`) alike.
@@ -11,7 +15,8 @@ each a child process on 127.0.0.1.
   `pool_overrides` then override the pool's keys (a mapping is merged into the pool's mapping key by
   key: `{"continuation": {"enabled": False}}` keeps the template's other continuation keys), and
   `extra_pools` are appended as given.
-- Pinning: with `Pinning(gateway_cpu=0, others_cpu=1)` the gateway runs under `taskset -c 0`, the engines
+- Pinning: with `Pinning(gateway_cpu=0, others_cpu=1)` the gateway (every instance) runs under
+  `taskset -c 0`, the engines
   under `taskset -c 1` (the caller pins itself, the client, with `pin_self`).
 - Fault schedules (`bench.fault_runner`) kill an engine (`kill_engine`: SIGKILL, as a crash) and start it
   again on the same port with the same command (`spawn_engine`; its log goes to `engine-<i>.<n>.log`).
@@ -153,22 +158,37 @@ class Fleet:
         base_port: int | None = None,
         log_dir: Path | None = None,
         stop_timeout_s: float = 5.0,
+        gateways: int = 1,
     ) -> None:
         if replicas < 1:
             raise ValueError(f"replicas must be >= 1, got {replicas}")
+        if gateways < 1:
+            raise ValueError(f"gateway instances must be >= 1, got {gateways}")
         self.engine = engine
         self.gateway = gateway
         self.pinning = pinning
         self.stop_timeout_s = stop_timeout_s
         self._log_dir = log_dir or Path(tempfile.mkdtemp(prefix="llm-gateway-bench-"))
         self._log_dir.mkdir(parents=True, exist_ok=True)
-        self.gateway_port = base_port if base_port is not None else free_port()
+        self.gateway_ports = [
+            base_port + j if base_port is not None else free_port() for j in range(gateways)
+        ]
+        self.gateway_port = self.gateway_ports[0]
         self.engine_ports = [
-            base_port + 1 + i if base_port is not None else free_port() for i in range(replicas)
+            base_port + gateways + i if base_port is not None else free_port() for i in range(replicas)
         ]
         self._procs: list[tuple[str, subprocess.Popen[bytes]]] = []
         self._restarts: dict[int, int] = {}
-        self.gateway_pid: int | None = None
+        self.gateway_pids: list[int] = []
+
+    @property
+    def gateway_pid(self) -> int | None:
+        """The first gateway instance's pid (the only one unless `gateways` > 1)."""
+        return self.gateway_pids[0] if self.gateway_pids else None
+
+    def gateway_name(self, instance: int) -> str:
+        """Process (and log) name of gateway instance `instance`: `gateway`, or `gateway-<j>` when several."""
+        return "gateway" if len(self.gateway_ports) == 1 else f"gateway-{instance}"
 
     @property
     def engine_pids(self) -> list[int]:
@@ -186,6 +206,11 @@ class Fleet:
     @property
     def gateway_url(self) -> str | None:
         return f"http://127.0.0.1:{self.gateway_port}" if self.gateway is not None else None
+
+    @property
+    def gateway_urls(self) -> list[str]:
+        """Every gateway instance's URL (empty without a gateway)."""
+        return [f"http://127.0.0.1:{p}" for p in self.gateway_ports] if self.gateway is not None else []
 
     @property
     def url(self) -> str:
@@ -211,15 +236,16 @@ class Fleet:
             self._wait_ready(f"engine-{i}", url + "/health")
         if self.gateway is None:
             return
-        config = gateway_config(self.gateway, self.engine.model, self.engine_urls, self.gateway_port)
-        config_path = self._log_dir / "gateway.yaml"
-        config_path.write_text(json.dumps(config, indent=2))  # JSON is YAML
-        argv = [sys.executable, "-m", "cli", "serve", "--config", str(config_path)]
-        proc = self._spawn(
-            "gateway", [*argv, "--log-level", self.gateway.log_level], self.pinning.gateway_cpu
-        )
-        self.gateway_pid = proc.pid
-        self._wait_ready("gateway", f"{self.gateway_url}/readyz")
+        for j, port in enumerate(self.gateway_ports):
+            name = self.gateway_name(j)
+            config = gateway_config(self.gateway, self.engine.model, self.engine_urls, port)
+            config_path = self._log_dir / f"{name}.yaml"
+            config_path.write_text(json.dumps(config, indent=2))  # JSON is YAML
+            argv = [sys.executable, "-m", "cli", "serve", "--config", str(config_path)]
+            proc = self._spawn(name, [*argv, "--log-level", self.gateway.log_level], self.pinning.gateway_cpu)
+            self.gateway_pids.append(proc.pid)
+        for j, url in enumerate(self.gateway_urls):
+            self._wait_ready(self.gateway_name(j), f"{url}/readyz")
 
     def _engine(self, replica: int) -> tuple[int, subprocess.Popen[bytes]]:
         name = f"engine-{replica}"
@@ -287,7 +313,7 @@ class Fleet:
         return "\n".join(text.splitlines()[-lines:])
 
     def stop(self) -> None:
-        """SIGTERM to every child (gateway first), then SIGKILL whatever is left after the timeout."""
+        """SIGTERM to every child (gateways first), then SIGKILL whatever is left after the timeout."""
         procs = list(reversed(self._procs))
         for _, proc in procs:
             if proc.poll() is None:
@@ -301,4 +327,4 @@ class Fleet:
                 proc.kill()
                 proc.wait()
         self._procs.clear()
-        self.gateway_pid = None
+        self.gateway_pids = []

@@ -7,6 +7,11 @@ with `poll` the sampler reads it every interval and counts the transitions into 
 (CLOSED → OPEN and a failed half-open probe, HALF_OPEN → OPEN, alike); an opening that closes again
 between two reads is missed, so the count is a lower bound at the sampling interval (an open breaker
 stays open for `breaker.open_s`, 5 s by default, far longer than the 0.5 s interval).
+
+Several gateway instances: each instance's /metrics is read and the counters are summed over instances
+(`sum_counters`); each instance's breakers are its own, so with more than one instance a breaker is keyed
+`replica@j` (instance j) and its openings are counted per instance. `llm_gateway_requests_total` (every
+outcome) is read per instance (`parse_requests`), to show how the load spread over the instances.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ COUNTERS: dict[str, tuple[str, ...]] = {
     "llm_gateway_rejections_total": ("reason",),
 }
 BREAKER_STATE = "llm_gateway_breaker_state"
+REQUESTS = "llm_gateway_requests_total"
 OPEN = 2.0
 
 Counters = dict[str, dict[str, float]]
@@ -53,6 +59,26 @@ def parse_counters(text: str) -> Counters:
     return counters
 
 
+def sum_counters(per_instance: list[Counters]) -> Counters:
+    """The counters of several gateway instances added up, per metric and label set."""
+    out: Counters = {}
+    for counters in per_instance:
+        for name, values in counters.items():
+            into = out.setdefault(name, {})
+            for key, value in values.items():
+                into[key] = into.get(key, 0.0) + value
+    return out
+
+
+def parse_requests(text: str) -> float | None:
+    """`llm_gateway_requests_total` summed over models and outcomes; None when the text does not parse."""
+    try:
+        samples = parse_exposition(text, (REQUESTS,))
+    except ExpositionError:
+        return None
+    return sum(sample.value for sample in samples.get(REQUESTS, ()))
+
+
 def counter_deltas(start: Counters, end: Counters) -> dict[str, dict[str, int]]:
     """`end − start` per label set (a label set absent at the start counts from 0; never negative)."""
     out: dict[str, dict[str, int]] = {}
@@ -71,13 +97,15 @@ def total(deltas: Mapping[str, Mapping[str, int]], name: str, prefix: str = "") 
     return sum(v for k, v in deltas.get(name, {}).items() if k.startswith(prefix))
 
 
-def parse_breakers(text: str) -> dict[str, float]:
-    """Replica id → breaker state (0 closed, 1 half-open, 2 open)."""
+def parse_breakers(text: str, instance: int | None = None) -> dict[str, float]:
+    """Replica id → breaker state (0 closed, 1 half-open, 2 open); with `instance` j the key is
+    `replica@j` (one gateway instance among several)."""
     try:
         samples = parse_exposition(text, (BREAKER_STATE,))
     except ExpositionError:
         return {}
-    return {s.labels.get("replica", ""): s.value for s in samples.get(BREAKER_STATE, ())}
+    suffix = "" if instance is None else f"@{instance}"
+    return {s.labels.get("replica", "") + suffix: s.value for s in samples.get(BREAKER_STATE, ())}
 
 
 @dataclass(slots=True)

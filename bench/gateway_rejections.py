@@ -11,6 +11,10 @@ Quantiles are read from the buckets as Prometheus' `histogram_quantile` does: li
 the bucket that holds the rank, 0 as the lower edge of the first bucket, and the upper edge of the last
 finite bucket when the rank falls in `+Inf`. They are therefore bucket-resolution estimates; the share
 of rejections within 5 ms is exact whenever 5 ms is a bucket edge (it is in the gateway's buckets).
+
+Several gateway instances: each instance is scraped and the cumulative buckets are added up per reason
+and edge (`sum_histograms`; every instance has the same edges) before the window is taken, so the
+figures are those of all the instances' rejections together.
 """
 
 from __future__ import annotations
@@ -40,6 +44,17 @@ def parse_rejection_histograms(text: str) -> Histograms:
             continue
         histograms.setdefault(reason, []).append((float(le), sample.value))
     return {reason: sorted(buckets) for reason, buckets in histograms.items()}
+
+
+def sum_histograms(per_instance: list[Histograms]) -> Histograms:
+    """Cumulative buckets of several instances added up per reason and upper edge."""
+    totals: dict[str, dict[float, float]] = {}
+    for histograms in per_instance:
+        for reason, buckets in histograms.items():
+            into = totals.setdefault(reason, {})
+            for le, count in buckets:
+                into[le] = into.get(le, 0.0) + count
+    return {reason: sorted(buckets.items()) for reason, buckets in totals.items()}
 
 
 def window(start: Histograms, end: Histograms) -> Histograms:

@@ -41,7 +41,17 @@ def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
         help="override a key of the pool, e.g. max_concurrency_per_replica=16 or continuation.enabled=false "
         "(dotted keys reach into a mapping; repeat)",
     )
-    g.add_argument("--base-port", type=int, default=None, help="gateway port; engines on the next ports")
+    g.add_argument(
+        "--gateway-instances",
+        type=int,
+        default=1,
+        metavar="N",
+        help="gateway processes with the same config over the same engines, sharing nothing (default 1); "
+        "requests go to them in turn, one each, as an L4 load balancer spreads them",
+    )
+    g.add_argument(
+        "--base-port", type=int, default=None, help="gateway port (N instances: P…P+N-1); engines on the next"
+    )
     g.add_argument("--pin-gateway", type=int, default=None, metavar="CPU", help="taskset the gateway")
     g.add_argument(
         "--pin-others", type=int, default=None, metavar="CPU", help="taskset the engines and the client"
@@ -209,6 +219,10 @@ def experiment(args: argparse.Namespace, local: bool) -> Experiment:
         if not isinstance(load_workload, TraceWorkload):
             raise ValueError("--arrival trace needs --trace FILE with at_s timestamps")
         trace_times = load_workload.arrival_times_s()
+    if args.gateway_instances < 1:
+        raise ValueError(f"--gateway-instances must be >= 1, got {args.gateway_instances}")
+    if args.gateway_instances > 1 and not local:
+        raise ValueError("--gateway-instances starts gateways of the local fleet (drop --url)")
     if args.fault and not local:
         raise ValueError("--fault needs the local fleet the benchmark starts (drop --url)")
     if args.client == "raw" and args.no_stream:

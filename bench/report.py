@@ -155,6 +155,17 @@ def _gateway_side(summary: dict[str, Any], reason: str) -> str:
     return f"; gateway-side × {entry['count']}: p50/p99 {p50}/{p99} ms, {share} within 5 ms"
 
 
+def instance_lines(results: Sequence[RunResult]) -> list[str]:
+    """Requests each gateway instance counted (its /metrics), for runs with several instances."""
+    lines = []
+    for r in results:
+        counts = (r.summary.get("engine") or {}).get("gateway_instances") or {}
+        if len(counts) > 1:
+            shown = ", ".join(f"{url.split('://', 1)[-1]} {_fmt(n)}" for url, n in counts.items())
+            lines.append(f"- {r.label} @ {_fmt(r.level, 2)}: {shown}")
+    return lines
+
+
 def render_markdown(title: str, meta: dict[str, Any], results: Sequence[RunResult]) -> str:
     params = meta.get("params", {})
     parts = [f"# {title}", ""]
@@ -169,6 +180,9 @@ def render_markdown(title: str, meta: dict[str, Any], results: Sequence[RunResul
     ]
     if warned:
         parts += ["Warnings:", "", *warned, ""]
+    instances = instance_lines(results)
+    if instances:
+        parts += ["Requests per gateway instance (measured window, its own counter):", "", *instances, ""]
     outcome = outcome_lines(results)
     if outcome:
         parts += ["Failed and rejected requests:", "", *outcome, ""]

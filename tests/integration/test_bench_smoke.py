@@ -1,5 +1,5 @@
-"""End to end, in seconds: `bench run` starts 2 fixed-delay mock engines and the gateway as processes,
-sends ~50 streamed requests, writes the report and stops everything."""
+"""End to end, in seconds: `bench run` starts 2 fixed-delay mock engines and the gateway (or two gateway
+instances) as processes, sends ~50 streamed requests, writes the report and stops everything."""
 
 from __future__ import annotations
 
@@ -41,6 +41,23 @@ def test_bench_run_through_the_gateway(tmp_path: Path, capsys: pytest.CaptureFix
     assert "| round-robin | 40.00 | 45 | 45 | 0 | 0 |" in (out / "report.md").read_text()
     assert len((out / "samples-00-round-robin.jsonl").read_text().splitlines()) == 50
     assert "| round-robin |" in capsys.readouterr().out
+
+
+def test_bench_run_through_two_gateway_instances(tmp_path: Path) -> None:
+    """`--gateway-instances 2`: two gateway processes over the same 2 engines; requests alternate between
+    them (each instance's own request counter shows half), and the report is written."""
+    out = tmp_path / "report"
+    argv = ["run", "--replicas", "2", *ENGINE_FLAGS, "--policy", "prefix-index", "--gateway-instances", "2"]
+    argv += ["--workload", "tiny", "--requests", "20", "--rate", "40", "--seed", "3"]
+    assert main([*argv, "--out", str(out), "--quiet", "--no-plots"]) == 0
+    run = json.loads((out / "report.json").read_text())["runs"][0]
+    assert (run["requests"], run["ok"], run["errors"]) == (20, 20, 0)
+    instances = run["engine"]["gateway_instances"]
+    assert len(instances) == 2 and list(instances.values()) == [10, 10], "round robin, one request each"
+    assert run["params"]["fleet"]["gateway_instances"] == 2 and len(run["params"]["target"]) == 2
+    assert sum(run["replicas"]["requests"].values()) == 20, "every answer named its replica"
+    assert "Requests per gateway instance" in (out / "report.md").read_text()
+    assert {"gateway-0.log", "gateway-1.log", "gateway-0.yaml"} <= set(os.listdir(out / "logs" / "00"))
 
 
 def test_fleet_stops_every_process_when_the_run_fails(tmp_path: Path) -> None:
