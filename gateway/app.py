@@ -171,7 +171,7 @@ def _build_ops_app(state: Components) -> FastAPI:
         data = [
             {"id": pool.model, "object": "model", "created": created, "owned_by": "llm-gateway"}
             for pool in state.registry.pools.values()
-            if pool.has_eligible_replica()
+            if pool.client_facing and pool.has_eligible_replica()
         ]
         return {"object": "list", "data": data}
 

@@ -28,6 +28,7 @@ import os
 import random
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import aiohttp
 import httpx
@@ -46,6 +47,8 @@ from gateway.metrics import GatewayMetrics
 from gateway.observability.observer import RequestObserver
 from gateway.observability.tracer import TracingUnavailable
 from gateway.proxy.admit import build_admission, tenant_directory
+from gateway.proxy.disagg_admit import add_pair_admissions
+from gateway.proxy.disagg_legs import BootstrapPorts
 from gateway.proxy.failure_attribution import PoolAttribution
 from gateway.proxy.handler import ProxyHandler
 from gateway.proxy.idempotency_redis import idempotency_store
@@ -155,6 +158,7 @@ class Components:
             metrics=metrics,
             credits=credits,
         )
+        add_pair_admissions(admission, s, registry=self.registry, gate=gate, clock=clock, metrics=metrics)
         self._on_close(self.preemption.aclose)
         self.session = build_proxy_session(s.upstream)
         self._on_close(self.session.close)
@@ -175,6 +179,7 @@ class Components:
             signals=signals,
             metrics=metrics,
             observer=observer,
+            **self._disaggregation(self.session),
         )
         idempotency = idempotency_store(backend, clock, s.idempotency)
         self.proxy = ProxyHandler(
@@ -212,6 +217,19 @@ class Components:
         observer.start()
         self._on_close(observer.aclose)
         return observer
+
+    def _disaggregation(self, session: aiohttp.ClientSession) -> dict[str, Any]:
+        """The serve path's extras for disaggregated pools (none without one): each SGLang pool's
+        bootstrap ports and the RNG of the bootstrap rooms."""
+        pools = [p for p in self.registry.pools.values() if p.prefill is not None]
+        if not pools:
+            return {}
+        bootstrap = {
+            p.model: BootstrapPorts(session, d.sglang.bootstrap_port, p.settings.health.timeout_s)
+            for p in pools
+            if (d := p.settings.disaggregation) is not None and d.protocol == "sglang"
+        }
+        return {"bootstrap": bootstrap, "rng": self._child_rng()}
 
     def _on_close(self, close: Callable[[], Awaitable[object]]) -> None:
         self._stack.push_async_callback(close)

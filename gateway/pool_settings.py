@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from admission.slo_wait import DEFAULT_QUEUE_WAIT_RATIO
+from gateway.disagg_settings import DisaggregationSettings, fill_pool_from_decode
 from gateway.errors import ErrorCode
 from gateway.upstream.discovery.settings import ReplicaSources
 from gateway.upstream.latency_settings import LatencyModelSettings
@@ -326,6 +327,8 @@ class PoolSettings(StrictModel):
     latency_model: LatencyModelSettings = Field(default_factory=LatencyModelSettings)
     """The per-replica latency model learned online and the batch cap it finds
     (gateway/upstream/latency_settings.py)."""
+    disaggregation: DisaggregationSettings | None = None  # prefill/decode sets: gateway/disagg_settings.py
+    _sets_replace_pool_keys = model_validator(mode="before")(fill_pool_from_decode)
 
     @property
     def continues_streams(self) -> bool:
@@ -333,7 +336,7 @@ class PoolSettings(StrictModel):
         enabled = self.continuation.enabled
         if enabled is None:
             enabled = self.engine in CONTINUING_ENGINES
-        return enabled and self.continuation.max_resumes > 0
+        return enabled and self.continuation.max_resumes > 0 and self.disaggregation is None
 
     @field_validator("policy")
     @classmethod

@@ -20,6 +20,7 @@ on it; the credits' refiller wakes the controllers when credits arrive.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from admission.config import AdmissionConfig
 from admission.controller import AdmissionController
@@ -37,7 +38,10 @@ from gateway.settings import AdmissionSettings, Settings
 from gateway.upstream.registry import Pool, ReplicaRegistry
 from gateway.upstream.slot import Slot
 from gateway.upstream.slot_credits import SlotCredits
-from router.types import RoutingRequest
+from router.types import Decision, RoutingRequest
+
+if TYPE_CHECKING:
+    from gateway.proxy.disagg_admit import PairAdmission
 
 
 class MetricsObserver:
@@ -112,15 +116,23 @@ class PoolAdmission:
         nothing is claimed and requests wait in admission like any capped request. Left to the HTTP
         client's own pool, they would wait inside it and its timeouts would be blamed on the replicas
         (connect failures trip breakers), turning a gateway-local limit into a fleet outage."""
+        decision = self.decide(routing)
+        return None if decision is None else self.take(decision, routing)
+
+    def decide(self, routing: RoutingRequest) -> Decision | None:
+        """`claim`'s routing half: the replica it would take, nothing claimed (a disaggregated pool
+        decides on both of its sets before it claims either: `gateway.proxy.disagg_admit`)."""
         if self._max_inflight is not None and self._registry.total_inflight() >= self._max_inflight:
             return None
         if self._credits is not None:
             self._credits.sync(self.pool)
         decision = self._router.decide(self.pool, routing)
-        if decision is None:
-            if self._credits is not None:
-                self._credits.wake()  # the refiller looks for credits while requests wait
-            return None
+        if decision is None and self._credits is not None:
+            self._credits.wake()  # the refiller looks for credits while requests wait
+        return decision
+
+    def take(self, decision: Decision, routing: RoutingRequest) -> Slot:
+        """`claim`'s claiming half: the slot on the replica `decision` chose."""
         replica = self.pool.replicas[decision.replica_id]
         uncached = routing.uncached_tokens(decision.matched_prefix_blocks)
         slot = self._registry.claim(replica, decision, routing.estimated_total_tokens, uncached)
@@ -150,10 +162,19 @@ class PoolAdmission:
 
 
 class Admission:
-    """Every pool's admission, by client-facing model name."""
+    """Every pool's admission, by client-facing model name; a disaggregated pool's requests are admitted
+    by its pair admission (`add_pair`), which claims on its two sets through their `PoolAdmission`s."""
 
     def __init__(self, pools: dict[str, PoolAdmission]) -> None:
         self._pools = pools
+        self._pairs: dict[str, PairAdmission] = {}
+
+    def add_pair(self, model: str, pair: PairAdmission) -> None:
+        self._pairs[model] = pair
+
+    def pair(self, model: str) -> PairAdmission:
+        """The pair admission of disaggregated `model`."""
+        return self._pairs[model]
 
     def pool(self, model: str) -> PoolAdmission:
         """The admission of `model`'s pool (a configured model: the handler checked it)."""
@@ -161,12 +182,15 @@ class Admission:
 
     def queue_depth(self, model: str) -> int:
         """Requests of `model`'s pool waiting for a replica slot."""
-        return self._pools[model].queue_depth()
+        pair = self._pairs.get(model)
+        return self._pools[model].queue_depth() if pair is None else pair.queue_depth()
 
     def reject_waiting(self, refused: AdmissionRefused) -> None:
         """Refuse everything still queued (shutdown)."""
         for pool in self._pools.values():
             pool.controller.reject_waiting(refused.reason, refused.retry_after_s, refused.message)
+        for pair in self._pairs.values():
+            pair.controller.reject_waiting(refused.reason, refused.retry_after_s, refused.message)
 
 
 def tenant_directory(settings: Settings) -> TenantDirectory:

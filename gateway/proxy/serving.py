@@ -26,6 +26,7 @@ and the access-log line. With tracing and access log off it is a shared no-op.
 from __future__ import annotations
 
 import asyncio
+import random
 from dataclasses import replace
 
 from admission.ticket import AdmissionRequest, SlotRole, Ticket
@@ -48,6 +49,8 @@ from gateway.proxy.admit import Admission, PoolAdmission
 from gateway.proxy.attempt import Attempt
 from gateway.proxy.context import RequestContext
 from gateway.proxy.continuation import Splice, StreamTranscript, continuation_body
+from gateway.proxy.disagg_legs import BootstrapPorts
+from gateway.proxy.disagg_serving import DisaggServer
 from gateway.proxy.failure_attribution import Charge, FailureCause, PoolAttribution, RequestFailures
 from gateway.proxy.preemption import Preemption
 from gateway.proxy.quarantine import QuarantineStore, fingerprint
@@ -79,7 +82,11 @@ class RequestServer:
         signals: AutoscaleSignals,
         metrics: GatewayMetrics,
         observer: RequestObserver,
+        bootstrap: dict[str, BootstrapPorts] | None = None,
+        rng: random.Random | None = None,
     ) -> None:
+        """`bootstrap` (SGLang disaggregated pools) and `rng` (their bootstrap rooms) serve
+        disaggregated pools (`gateway.proxy.disagg_serving`)."""
         self._observer = observer
         self._admission = admission
         self._upstream = upstream
@@ -90,6 +97,16 @@ class RequestServer:
         self._preemption = preemption
         self._signals = signals
         self._metrics = metrics
+        self._disagg = DisaggServer(
+            admission=admission,
+            upstream=upstream,
+            registry=registry,
+            retry_policies=retry_policies,
+            attribution=attribution,
+            bootstrap=bootstrap or {},
+            charge=self._charge,
+            rng=rng or random.Random(),
+        )
 
     def observe(self, scope: Scope, request_id: str) -> RequestRecord:
         """The record of a request that just arrived (its server span starts now when tracing)."""
@@ -106,6 +123,9 @@ class RequestServer:
     async def _serve(self, ctx: RequestContext, reply: Reply) -> None:
         model = ctx.model
         record = ctx.record
+        if ctx.pool.prefill is not None:  # a disaggregated pool: two legs, two slots
+            await self._disagg.serve(ctx, reply)
+            return
         self._refuse_if_quarantined(ctx)
         admission = self._admission.pool(model)
         self._signals.arrival(model)

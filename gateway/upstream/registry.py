@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 from admission.retry_after import no_replica_retry_after_s
 from core.clock import Clock
 from gateway.metrics import GatewayMetrics
-from gateway.settings import PoolSettings, Settings
+from gateway.settings import ConfigError, PoolSettings, Settings
 from gateway.upstream.breaker import (
     BREAKER_STATE_VALUE,
     BreakerPolicy,
@@ -42,6 +42,7 @@ from gateway.upstream.breaker import (
 )
 from gateway.upstream.discovery.membership import plan_membership
 from gateway.upstream.discovery.types import ReplicaSet
+from gateway.upstream.prefill_set import prefill_set_settings
 from gateway.upstream.replica import PASSIVE_BACKOFF_INITIAL_S, PASSIVE_BACKOFF_MAX_S, Replica
 from gateway.upstream.replica_cost import ReplicaCost
 from gateway.upstream.slot import Slot
@@ -115,6 +116,8 @@ class Pool:
     ) -> None:
         self.settings = settings
         self.policy = policy
+        self.prefill: Pool | None = None  # a disaggregated pool's prefill set (this one is its decode set)
+        self.client_facing = True  # False for a prefill set: never asked for by name
         self.key_settings = KeySettings.from_options(settings.policy_options)
         self._clock = clock
         self._on_panic_change = on_panic_change
@@ -219,19 +222,29 @@ class ReplicaRegistry:
         self._idle.set()
         self._release_listeners: list[Callable[[], None]] = []
         for pool_settings in settings.pools:
-            ctx = PolicyContext(
-                rng=random.Random(rng.random()),
-                options=pool_settings.policy_options,
-                profile=pool_settings.profile,
-            )
-            policy = build_policy(pool_settings.policy, ctx)
-            self.pools[pool_settings.model] = Pool(pool_settings, policy, clock, self._publish_panic)
-            metrics.pool_panic.labels(pool_settings.model).set(0)
+            pool = self._add_pool(pool_settings, rng)
+            if pool_settings.disaggregation is not None:
+                pool.prefill = self._add_pool(prefill_set_settings(pool_settings), rng)
+                pool.prefill.client_facing = False
         for replica in self.all_replicas():
             self._publish(replica)
 
+    def _add_pool(self, pool_settings: PoolSettings, rng: random.Random) -> Pool:
+        if pool_settings.model in self.pools:
+            raise ConfigError(f"pools: model {pool_settings.model!r} names two pools (or a prefill set)")
+        options, profile = pool_settings.policy_options, pool_settings.profile
+        ctx = PolicyContext(rng=random.Random(rng.random()), options=options, profile=profile)
+        policy = build_policy(pool_settings.policy, ctx)
+        pool = self.pools[pool_settings.model] = Pool(
+            pool_settings, policy, clock=self._clock, on_panic_change=self._publish_panic
+        )
+        self._metrics.pool_panic.labels(pool_settings.model).set(0)
+        return pool
+
     def pool(self, model: str) -> Pool | None:
-        return self.pools.get(model)
+        """The client-facing pool serving `model` (never a prefill set), or None."""
+        pool = self.pools.get(model)
+        return pool if pool is not None and pool.client_facing else None
 
     def all_replicas(self) -> Iterator[Replica]:
         for pool in self.pools.values():
