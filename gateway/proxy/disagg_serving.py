@@ -49,6 +49,7 @@ from gateway.errors import (
     UpstreamTTFTTimeout,
     from_refusal,
 )
+from gateway.metrics import GatewayMetrics
 from gateway.proxy.admit import Admission, PoolAdmission
 from gateway.proxy.attempt import Attempt
 from gateway.proxy.context import RequestContext
@@ -89,6 +90,7 @@ class DisaggServer:
         attribution: dict[str, PoolAttribution],
         bootstrap: dict[str, BootstrapPorts],
         charge: Charger,
+        metrics: GatewayMetrics,
         rng: random.Random,
     ) -> None:
         self._admission = admission
@@ -98,6 +100,7 @@ class DisaggServer:
         self._attribution = attribution
         self._bootstrap = bootstrap
         self._charge = charge
+        self._metrics = metrics
         self._rng = rng
 
     async def serve(self, ctx: RequestContext, reply: Reply) -> None:
@@ -183,7 +186,8 @@ class DisaggServer:
                 raise failure
             if not retry.spend(failure):
                 raise failure
-            reason = f"{role}_{failure_kind(failure)}"
+            reason = str(failure_kind(failure))  # which set: upstream_failures_total's model label
+            self._metrics.retries_total.labels(reason).inc()
             ctx.record.retried(reason)
             last_error = failure
             excluded[role].add(slot.replica.replica_id)

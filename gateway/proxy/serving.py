@@ -105,6 +105,7 @@ class RequestServer:
             attribution=attribution,
             bootstrap=bootstrap or {},
             charge=self._charge,
+            metrics=metrics,
             rng=rng or random.Random(),
         )
 

@@ -218,6 +218,7 @@ def test_a_dead_prefill_replica_is_charged_and_another_serves(protocol: Protocol
         )._value.get()
         assert charged >= 1, "the connect failure is the prefill replica's, counted under the prefill set"
         assert metrics.upstream_failures_total.labels(MODEL, "replica", "connect")._value.get() == 0
+        assert metrics.retries_total.labels("connect")._value.get() == charged
         dead = fleet.gateway.app.state.registry.pools[f"{MODEL}/prefill"].replicas[replica_id_for(dead_url)]
         assert dead.consecutive_connect_failures >= 1
         assert wait_until(fleet.idle)
@@ -246,6 +247,7 @@ def test_a_decode_failing_before_the_first_token_gets_a_new_prefill(protocol: Pr
         assert fleet.stats(good)["kv_transfers_received"] == 4
         metrics = fleet.gateway.app.state.metrics
         assert metrics.upstream_failures_total.labels(MODEL, "replica", "stream_broken")._value.get() >= 1
+        assert metrics.retries_total.labels("stream_broken")._value.get() >= 1
         for kind in ("connect", "stream_broken", "status_5xx"):
             assert (
                 metrics.upstream_failures_total.labels(f"{MODEL}/prefill", "replica", kind)._value.get() == 0
