@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
+
+if TYPE_CHECKING:
+    from mock_engine.generation import Generation
 
 
 def chunk_event(
@@ -97,3 +100,33 @@ def bad_request_body(message: str, param: str | None = None) -> bytes:
     """vLLM's answer to invalid input (400): `param` names the offending field, null when none does."""
     error = {"message": message, "type": "BadRequestError", "param": param, "code": 400}
     return orjson.dumps({"error": error})
+
+
+class OpenAIWire:
+    """The OpenAI chat/completions format of one generation (`streaming.Wire`)."""
+
+    def __init__(
+        self, response_id: str, model: str, gen: Generation, extra: dict[str, Any] | None = None
+    ) -> None:
+        self.response_id, self.model, self.gen, self.extra = response_id, model, gen, extra
+
+    def head(self) -> bytes:
+        """Chat streams send the empty role chunk at once, as vLLM does."""
+        return chunk_event(self.response_id, self.model, True, None, None) if self.gen.chat else b""
+
+    def token(self, text: str) -> bytes:
+        return chunk_event(self.response_id, self.model, self.gen.chat, text, None)
+
+    def tail(self, emitted: int) -> bytes:
+        gen = self.gen
+        tail = chunk_event(self.response_id, self.model, gen.chat, "", gen.finish_reason)
+        if gen.include_usage:
+            tail += usage_event(self.response_id, self.model, gen.chat, gen.prompt_tokens, emitted)
+        return tail + b"data: [DONE]\n\n"
+
+    def full(self, text: str, emitted: int) -> bytes:
+        gen = self.gen
+        usage = (gen.prompt_tokens, emitted)
+        return full_response(
+            self.response_id, self.model, gen.chat, text, gen.finish_reason, usage=usage, extra=self.extra
+        )

@@ -1,6 +1,8 @@
 """The mock engine's HTTP server: OpenAI-compatible endpoints over an `EngineCore` (plain ASGI).
 
-Endpoints: POST /v1/chat/completions, /v1/completions, /v1/embeddings, /tokenize, /detokenize;
+Endpoints: POST /v1/chat/completions, /v1/completions, /v1/embeddings, /tokenize, /detokenize; the pooling
+endpoints (`pooling_api.py`); the Anthropic Messages API (`anthropic_format.py`); the Responses API with
+its in-memory store (`responses_store.py`);
 GET /v1/models, /health, /metrics (vLLM names), /mock/stats (counters tests read);
 GET/POST/DELETE /mock/faults (fault settings: read, partial update, clear).
 The generation loop and the streamed format are in `streaming.py`; faults and their observable effects are
@@ -19,6 +21,7 @@ from typing import Any
 import orjson
 
 from mock_engine import openai_format as fmt
+from mock_engine.anthropic_format import anthropic_routes
 from mock_engine.asgi import (
     ClientGone,
     InjectedCrash,
@@ -38,7 +41,9 @@ from mock_engine.faults import FaultPlan, FaultSettings, FaultSettingsError
 from mock_engine.generation import Generation
 from mock_engine.listeners import ListenerGate
 from mock_engine.metrics_text import render_metrics
-from mock_engine.streaming import GenerationRun, RequestCounters
+from mock_engine.pooling_api import pooling_routes
+from mock_engine.responses_store import ResponsesApi
+from mock_engine.streaming import GenerationRun, RequestCounters, Wire
 from mock_engine.text import estimate_tokens, prompt_seed
 from mock_engine.validation import (
     RequestError,
@@ -96,6 +101,8 @@ class MockEngineApp:
         }
         if self.disagg is not None:
             self._routes[("POST", CLAIM_PATH)] = self.disagg.handle_claim
+        self.responses = ResponsesApi(self)
+        self._routes |= pooling_routes(self) | anthropic_routes(self) | self.responses.routes()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -104,7 +111,7 @@ class MockEngineApp:
         if scope["type"] != "http":
             return
         route = (scope["method"], scope["path"])
-        handler = self._routes.get(route)
+        handler = self._routes.get(route) or self.responses.match(*route)
         if handler is not None:
             await handler(scope, receive, send)
             return
@@ -156,7 +163,7 @@ class MockEngineApp:
                 return
 
     def _stats(self) -> tuple[bytes, str]:
-        stats: dict[str, Any] = asdict(self.counters)
+        stats: dict[str, Any] = asdict(self.counters) | {"responses_stored": len(self.responses.store)}
         if self.disagg is not None:
             stats |= self.disagg.stats()
         return orjson.dumps(stats), "application/json"
@@ -189,7 +196,7 @@ class MockEngineApp:
         settings = await self.faults.reset()
         await respond(send, 200, orjson.dumps(settings.as_dict()))
 
-    async def _read_json(self, receive: Receive, send: Send) -> dict[str, Any] | None:
+    async def read_json(self, receive: Receive, send: Send) -> dict[str, Any] | None:
         """The JSON object body, or None once answered 400 (or the client left)."""
         try:
             body = orjson.loads(await read_body(receive))
@@ -203,7 +210,7 @@ class MockEngineApp:
             return None
         return body
 
-    async def _fault_plan(self, send: Send, prompt: str | None = None) -> FaultPlan | None:
+    async def fault_plan(self, send: Send, prompt: str | None = None) -> FaultPlan | None:
         """This request's fault plan (`prompt`: a generation's prompt text, checked for poison), or None
         once answered with an injected error."""
         plan = self.faults.plan(prompt)
@@ -218,10 +225,10 @@ class MockEngineApp:
         await respond(send, plan.error_status, body, extra=headers)
         return None
 
-    async def _parse(self, receive: Receive, send: Send, check: Check) -> Any:
+    async def parse(self, receive: Receive, send: Send, check: Check) -> Any:
         """`check(body)` (which raises `RequestError` for bad input) once this request's fault plan lets it
         run, or None once answered (bad body, injected error). Bad input is answered before the fault draw."""
-        body = await self._read_json(receive, send)
+        body = await self.read_json(receive, send)
         if body is None:
             return None
         try:
@@ -230,11 +237,11 @@ class MockEngineApp:
         except RequestError as exc:
             await respond(send, 400, fmt.bad_request_body(str(exc), exc.param))
             return None
-        plan = await self._fault_plan(send)
+        plan = await self.fault_plan(send)
         return None if plan is None else value
 
     async def _generate(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body = await self._read_json(receive, send)
+        body = await self.read_json(receive, send)
         if body is None:
             return
         chat = scope["path"] == "/v1/chat/completions"
@@ -244,7 +251,7 @@ class MockEngineApp:
         except RequestError as exc:
             await respond(send, 400, fmt.bad_request_body(str(exc), exc.param))
             return
-        plan = await self._fault_plan(send, gen.prompt)
+        plan = await self.fault_plan(send, gen.prompt)
         if plan is None:
             return
         limit = self.config.max_context_tokens
@@ -261,6 +268,27 @@ class MockEngineApp:
             except LegError as exc:
                 await respond(send, exc.status, exc.body())
                 return
+        answer = None if leg.answer_params is None else {"kv_transfer_params": leg.answer_params}
+        await self.run_generation(
+            gen, plan, receive, send, stream=bool(body.get("stream")), leg=leg, answer=answer
+        )
+
+    async def run_generation(
+        self,
+        gen: Generation,
+        plan: FaultPlan,
+        receive: Receive,
+        send: Send,
+        *,
+        stream: bool,
+        leg: Leg | None = None,
+        answer: dict[str, Any] | None = None,
+        wire: Wire | None = None,
+    ) -> str:
+        """Run `gen` on the engine and answer it (streamed or whole) in `wire`'s format (default OpenAI,
+        with `answer` fields); counts it and aborts it in the engine when the client leaves. Returns the
+        outcome (`finished`, `crashed`, `aborted`)."""
+        leg = leg or Leg()
         c = self.counters
         c.started += 1
         c.active += 1
@@ -275,11 +303,12 @@ class MockEngineApp:
             receive=receive,
             watcher=watcher,
             shutting_down=lambda: self.faults.gate.shutting_down,
-            answer_fields=None if leg.answer_params is None else {"kv_transfer_params": leg.answer_params},
+            answer_fields=answer,
+            wire=wire,
         )
         outcome = "aborted"
         try:
-            outcome = await (run.stream(send) if body.get("stream") else run.complete(send))
+            outcome = await (run.stream(send) if stream else run.complete(send))
             if self.disagg is not None:
                 self.disagg.end(leg, outcome == "finished")
             if outcome == "finished":
@@ -298,9 +327,10 @@ class MockEngineApp:
             watcher.cancel()
             c.active -= 1
             self.driver.finish(gen.request_id)
+        return outcome
 
     async def _embeddings(self, scope: Scope, receive: Receive, send: Send) -> None:
-        inputs: list[str] | None = await self._parse(
+        inputs: list[str] | None = await self.parse(
             receive, send, lambda body: prompt_texts(body.get("input"), "input")
         )
         if inputs is None:
@@ -320,7 +350,7 @@ class MockEngineApp:
         await respond(send, 200, orjson.dumps(out))
 
     async def _tokenize(self, scope: Scope, receive: Receive, send: Send) -> None:
-        text: str | None = await self._parse(receive, send, tokenize_prompt)
+        text: str | None = await self.parse(receive, send, tokenize_prompt)
         if text is not None:
             tokens = [ord(ch) for ch in text[::4]]
             await respond(
@@ -328,7 +358,7 @@ class MockEngineApp:
             )
 
     async def _detokenize(self, scope: Scope, receive: Receive, send: Send) -> None:
-        tokens: list[int] | None = await self._parse(receive, send, detokenize_tokens)
+        tokens: list[int] | None = await self.parse(receive, send, detokenize_tokens)
         if tokens is not None:
             await respond(send, 200, orjson.dumps({"prompt": "".join(chr(t) for t in tokens)}))
 

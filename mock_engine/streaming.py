@@ -1,7 +1,9 @@
 """One generation request: OpenAI streamed (SSE) and non-streamed answers with its fault plan applied.
 
 Streams send the 200 headers and (chat) the role chunk at once, as vLLM does, then one chunk per token, a
-finish chunk, the usage chunk when `stream_options.include_usage` is set, and `[DONE]`. The plan's faults
+finish chunk, the usage chunk when `stream_options.include_usage` is set, and `[DONE]`. The bytes are a
+`Wire`'s: `openai_format.OpenAIWire` by default; the Anthropic Messages and Responses formats have theirs
+(`anthropic_format.py`, `responses_format.py`), over the same generation and faults. The plan's faults
 (see `faults.py`) act here: an extra wait before the request reaches the engine (slow first token), a
 seeded pause before each token (jitter), and after N tokens either silence until the client leaves (stall)
 or a TCP reset (crash). A client that disconnects raises `ClientGone`; the server then aborts the request in
@@ -14,7 +16,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from mock_engine import openai_format as fmt
 from mock_engine.asgi import ClientGone, InjectedCrash, Receive, Send, reset_connection, respond, send_body
@@ -26,6 +28,26 @@ from mock_engine.generation import Generation
 Outcome = Literal["finished", "crashed"]
 STALL_POLL_S = 0.1
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+
+
+class Wire(Protocol):
+    """The bytes of one request's answer in its API format."""
+
+    def head(self) -> bytes:
+        """Events sent with the stream's 200 headers, before any token (may be empty)."""
+        ...
+
+    def token(self, text: str) -> bytes:
+        """The event carrying one generated token."""
+        ...
+
+    def tail(self, emitted: int) -> bytes:
+        """The stream's last events, after `emitted` tokens (finish, usage, end marker)."""
+        ...
+
+    def full(self, text: str, emitted: int) -> bytes:
+        """The non-streamed answer (`text` in `emitted` tokens)."""
+        ...
 
 
 @dataclass(slots=True)
@@ -60,29 +82,29 @@ class GenerationRun:
         watcher: asyncio.Task[None],
         shutting_down: Callable[[], bool],
         answer_fields: dict[str, Any] | None = None,
+        wire: Wire | None = None,
     ) -> None:
-        """`answer_fields`: extra top-level fields of the non-streamed answer."""
+        """`answer_fields`: extra top-level fields of the non-streamed answer (OpenAI wire); `wire`: the
+        answer's format (default `OpenAIWire`)."""
         self.driver, self.gen, self.plan, self.model = driver, gen, plan, model
-        self.answer_fields = answer_fields
+        self.wire: Wire = wire or fmt.OpenAIWire(gen.response_id, model, gen, answer_fields)
         self.counters = counters
         self._receive, self._watcher, self._shutting_down = receive, watcher, shutting_down
 
     async def stream(self, send: Send) -> Outcome:
-        gen, model = self.gen, self.model
+        wire = self.wire
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-        if gen.chat:
-            await send_body(send, fmt.chunk_event(gen.response_id, model, gen.chat, None, None))
+        head = wire.head()
+        if head:
+            await send_body(send, head)
 
         async def emit(text: str) -> None:
-            await send_body(send, fmt.chunk_event(gen.response_id, model, gen.chat, text, None))
+            await send_body(send, wire.token(text))
 
         emitted, fault = await self._tokens(emit)
         if fault is not None:
             return await self._interrupt(fault)
-        tail = fmt.chunk_event(gen.response_id, model, gen.chat, "", gen.finish_reason)
-        if gen.include_usage:
-            tail += fmt.usage_event(gen.response_id, model, gen.chat, gen.prompt_tokens, emitted)
-        await send({"type": "http.response.body", "body": tail + b"data: [DONE]\n\n", "more_body": False})
+        await send({"type": "http.response.body", "body": wire.tail(emitted), "more_body": False})
         return "finished"
 
     async def complete(self, send: Send) -> Outcome:
@@ -94,17 +116,7 @@ class GenerationRun:
         emitted, fault = await self._tokens(collect)
         if fault is not None:
             return await self._interrupt(fault)
-        gen = self.gen
-        body = fmt.full_response(
-            gen.response_id,
-            self.model,
-            gen.chat,
-            "".join(parts),
-            gen.finish_reason,
-            usage=(gen.prompt_tokens, emitted),
-            extra=self.answer_fields,
-        )
-        await respond(send, 200, body)
+        await respond(send, 200, self.wire.full("".join(parts), emitted))
         return "finished"
 
     async def _tokens(self, emit: Callable[[str], Awaitable[None]]) -> tuple[int, Interruption | None]:
