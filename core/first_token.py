@@ -46,3 +46,34 @@ def chunk_has_content(chunk: Any) -> bool:
         return False
     choices = chunk.get("choices")
     return isinstance(choices, list) and any(choice_has_content(c) for c in choices)
+
+
+ANTHROPIC_DELTA_FIELDS = ("text", "thinking", "partial_json")
+"""The `delta` fields of an Anthropic `content_block_delta` event (`text_delta`, `thinking_delta`,
+`input_json_delta` — a tool call's arguments) any one of which, when non-empty, makes it content."""
+
+
+def anthropic_event_has_content(event: Any) -> bool:
+    """True when one decoded Anthropic Messages stream event carries content: a `content_block_delta`
+    whose delta has a non-empty text, thinking or tool-input fragment. Not `message_start`, not a
+    block's start or stop, not `message_delta` (stop reason and usage), not `ping`."""
+    if not isinstance(event, Mapping) or event.get("type") != "content_block_delta":
+        return False
+    delta = event.get("delta")
+    return isinstance(delta, Mapping) and any(delta.get(name) for name in ANTHROPIC_DELTA_FIELDS)
+
+
+def responses_event_has_content(event: Any) -> bool:
+    """True when one decoded Responses API stream event carries content: any `response.….delta` event
+    with a non-empty `delta` — output text, reasoning text and summaries, refusals, function-call and
+    other tool-call arguments (the same kinds as chat's definition above). Not `response.created`, not
+    an item's or part's added/done events, not `response.completed`."""
+    if not isinstance(event, Mapping):
+        return False
+    kind = event.get("type")
+    return (
+        isinstance(kind, str)
+        and kind.startswith("response.")
+        and kind.endswith(".delta")
+        and bool(event.get("delta"))
+    )

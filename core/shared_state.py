@@ -91,6 +91,8 @@ class RedisOperation(StrEnum):
     MEMBERSHIP_LEAVE = "membership_leave"
     QUARANTINE_ADD = "quarantine_add"
     QUARANTINE_SYNC = "quarantine_sync"
+    RESPONSE_STATE_GET = "response_state_get"
+    RESPONSE_STATE_PUT = "response_state_put"
 
 
 def make_redis_client(url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Redis:

@@ -29,6 +29,7 @@ from gateway.api.asgi_io import Receive, Scope, Send, header, send_response
 from gateway.api.openapi import OPENAPI_PATH, openapi_document
 from gateway.api.request_ids import request_id_of
 from gateway.api.request_parsing import Endpoint
+from gateway.api.response_calls import response_call
 from gateway.composition import Components
 from gateway.error_mapping import to_response
 from gateway.errors import BadRequest, Draining, GatewayError, MethodNotAllowed, RouteNotFound, Unauthorized
@@ -91,15 +92,15 @@ class GatewayApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
-            endpoint = _PROXY_ROUTES.get(scope["path"])
+            endpoint, allow = _proxy_route(scope["path"])
             if endpoint is not None and self.state.proxy is not None:
-                if scope["method"] == "POST":
+                if scope["method"] in allow:
                     await self.state.proxy(endpoint, scope, receive, send)
                 else:
                     refusal = MethodNotAllowed(
-                        f"method {scope['method']} not allowed on {scope['path']}", allow=("POST",)
+                        f"method {scope['method']} not allowed on {scope['path']}", allow=allow
                     )
-                    answer = to_response(refusal)
+                    answer = to_response(refusal, endpoint.surface)
                     headers = [
                         *answer.headers,
                         ("x-request-id", request_id_of(header(scope, b"x-request-id"))),
@@ -122,6 +123,18 @@ class GatewayApp:
                 await self.shutdown()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+def _proxy_route(path: str) -> tuple[Endpoint | None, tuple[str, ...]]:
+    """The proxied endpoint a path belongs to and the methods it answers: `POST` on the endpoints'
+    own paths, `GET`/`DELETE` on `/v1/responses/{id}` and `POST` on its `/cancel`; else (None, ())."""
+    endpoint = _PROXY_ROUTES.get(path)
+    if endpoint is not None:
+        return endpoint, ("POST",)
+    call = response_call(path)
+    if call is not None:
+        return Endpoint.RESPONSES, call.allow
+    return None, ()
 
 
 def _error_response(error: GatewayError, request: Request | None = None) -> Response:

@@ -55,6 +55,8 @@ from gateway.proxy.idempotency_redis import idempotency_store
 from gateway.proxy.preemption import Preemption
 from gateway.proxy.quarantine import MemoryQuarantine, QuarantineStore
 from gateway.proxy.quarantine_redis import QuarantineSync, RedisQuarantine
+from gateway.proxy.response_affinity import ResponseAffinity
+from gateway.proxy.response_state import response_state_store
 from gateway.proxy.retry_policy import RetryPolicy
 from gateway.proxy.route import Router
 from gateway.proxy.send import UpstreamClient
@@ -191,6 +193,7 @@ class Components:
             idempotency=idempotency,
             metrics=metrics,
             engine_keys=self._engine_keys(),
+            affinity=ResponseAffinity(response_state_store(backend, clock)),
         )
         signals.start()
         self._on_close(signals.stop)

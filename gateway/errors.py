@@ -37,6 +37,9 @@ class ErrorCode(StrEnum):
     REQUEST_QUARANTINED = "request_quarantined"
     REQUEST_TIMEOUT = "request_timeout"
     CONNECTION_LIMIT = "connection_limit"
+    ENDPOINT_NOT_SERVED = "endpoint_not_served"
+    RESPONSE_NOT_FOUND = "response_not_found"
+    RESPONSE_STATE_LOST = "response_state_lost"
 
 
 class GatewayError(Exception):
@@ -87,6 +90,33 @@ class MethodNotAllowed(GatewayError):
     def __init__(self, message: str, *, allow: tuple[str, ...]) -> None:
         super().__init__(message)
         self.allow = allow
+
+
+class EndpointNotServed(GatewayError):
+    """The pool's engine does not serve this endpoint (the pool's `endpoints` setting); the message
+    names the pool and what it serves."""
+
+    status = 404
+    code = ErrorCode.ENDPOINT_NOT_SERVED
+    error_type = "invalid_request_error"
+
+
+class ResponseNotFound(GatewayError):
+    """A `/v1/responses/{id}` call or a `previous_response_id` the gateway has no record of (never
+    produced through it, or its record expired: `gateway.proxy.response_state`)."""
+
+    status = 404
+    code = ErrorCode.RESPONSE_NOT_FOUND
+    error_type = "invalid_request_error"
+
+
+class ResponseStateLost(GatewayError):
+    """The replica that holds a stored response (engines keep it in memory) is gone or not routable:
+    the state is lost, and sending the request elsewhere would answer without it."""
+
+    status = 404
+    code = ErrorCode.RESPONSE_STATE_LOST
+    error_type = "invalid_request_error"
 
 
 class PayloadTooLarge(GatewayError):

@@ -169,6 +169,8 @@ DEFAULT_AVAILABILITY_EXCLUDED_OUTCOMES = (
     "method_not_allowed",
     "request_timeout",
     "request_quarantined",
+    "endpoint_not_served",
+    "response_not_found",
     # the tenant over its own quota: the contract working, not the fleet failing
     "rate_limited",
     # the client left: nothing to judge
@@ -273,6 +275,21 @@ EngineFlavour = Literal["vllm", "sglang", "tgi", "llamacpp", "openai"]
 CONTINUING_ENGINES = frozenset({"vllm", "sglang", "llamacpp"})
 """Flavours that continue a trailing assistant message (`continue_final_message`), so continuation is
 on by default for them."""
+ServedEndpoint = Literal[
+    "chat", "completions", "embeddings", "tokenize", "detokenize",
+    "rerank", "score", "pooling", "classify", "messages", "responses",
+]  # fmt: skip
+_OPENAI_BASE = frozenset({"chat", "completions", "embeddings", "tokenize", "detokenize"})
+ENDPOINTS_BY_ENGINE: dict[str, frozenset[str]] = {
+    "vllm": _OPENAI_BASE | {"rerank", "score", "pooling", "classify", "messages", "responses"},
+    "sglang": _OPENAI_BASE | {"rerank"},
+    "llamacpp": _OPENAI_BASE | {"rerank", "messages", "responses"},
+    "tgi": _OPENAI_BASE,
+    "openai": _OPENAI_BASE | {"responses"},
+}
+"""What each engine flavour serves by default (a pool's `endpoints` overrides it): vLLM every endpoint
+(Messages since 0.11, Responses with its in-memory store, the pooling endpoints when the model is a
+pooling one), SGLang and llama.cpp their rerank, llama.cpp Messages and Responses, TGI the OpenAI ones."""
 
 
 class ContinuationSettings(StrictModel):
@@ -327,6 +344,9 @@ class PoolSettings(StrictModel):
     latency_model: LatencyModelSettings = Field(default_factory=LatencyModelSettings)
     """The per-replica latency model learned online and the batch cap it finds
     (gateway/upstream/latency_settings.py)."""
+    endpoints: list[ServedEndpoint] | None = None
+    """The endpoints this pool's engine serves (`ENDPOINTS_BY_ENGINE` when None); a request for another
+    is a 404 `endpoint_not_served` naming the pool."""
     disaggregation: DisaggregationSettings | None = None  # prefill/decode sets: gateway/disagg_settings.py
     _sets_replace_pool_keys = model_validator(mode="before")(fill_pool_from_decode)
 
@@ -337,6 +357,13 @@ class PoolSettings(StrictModel):
         if enabled is None:
             enabled = self.engine in CONTINUING_ENGINES
         return enabled and self.continuation.max_resumes > 0 and self.disaggregation is None
+
+    @property
+    def served_endpoints(self) -> frozenset[str]:
+        """`endpoints`, or the engine flavour's default (`ENDPOINTS_BY_ENGINE`)."""
+        if self.endpoints is not None:
+            return frozenset(self.endpoints)
+        return ENDPOINTS_BY_ENGINE[self.engine]
 
     @field_validator("policy")
     @classmethod

@@ -143,6 +143,10 @@ def anthropic_routes(app: MockEngineApp) -> dict[tuple[str, str], Any]:
         except RequestError as exc:
             await respond(send, 400, error_body(str(exc)))
             return
+        too_long = app.over_context(gen)
+        if too_long is not None:
+            await respond(send, 400, error_body(too_long))
+            return
         plan = await app.fault_plan(send, gen.prompt)
         if plan is not None:
             wire = AnthropicWire(gen, app.config.model)

@@ -115,6 +115,10 @@ class ResponsesApi:
         except RequestError as exc:
             await respond(send, 400, fmt.bad_request_body(str(exc), exc.param))
             return
+        too_long = app.over_context(gen)
+        if too_long is not None:
+            await respond(send, 400, fmt.bad_request_body(too_long))
+            return
         plan = await app.fault_plan(send, gen.prompt)
         if plan is None:
             return

@@ -254,12 +254,9 @@ class MockEngineApp:
         plan = await self.fault_plan(send, gen.prompt)
         if plan is None:
             return
-        limit = self.config.max_context_tokens
-        if limit is not None and gen.prompt_tokens + gen.max_tokens > limit:
-            message = (
-                f"prompt ({gen.prompt_tokens} tokens) + max_tokens ({gen.max_tokens}) exceeds {limit} tokens"
-            )
-            await respond(send, 400, fmt.bad_request_body(message))
+        too_long = self.over_context(gen)
+        if too_long is not None:
+            await respond(send, 400, fmt.bad_request_body(too_long))
             return
         leg = Leg()
         if self.disagg is not None:
@@ -272,6 +269,15 @@ class MockEngineApp:
         await self.run_generation(
             gen, plan, receive, send, stream=bool(body.get("stream")), leg=leg, answer=answer
         )
+
+    def over_context(self, gen: Generation) -> str | None:
+        """Why `gen` exceeds the engine's context limit (a 400, as vLLM past max_model_len), or None."""
+        limit = self.config.max_context_tokens
+        if limit is not None and gen.prompt_tokens + gen.max_tokens > limit:
+            return (
+                f"prompt ({gen.prompt_tokens} tokens) + max_tokens ({gen.max_tokens}) exceeds {limit} tokens"
+            )
+        return None
 
     async def run_generation(
         self,

@@ -20,7 +20,9 @@ from importlib import metadata
 from typing import Any
 
 from gateway import errors
+from gateway.api.openapi_bodies import BODY_FIELDS, SUMMARIES, TOKEN_COUNT
 from gateway.api.request_parsing import Endpoint
+from gateway.api.surface import ApiSurface
 from gateway.errors import ErrorCode, GatewayError
 
 OPENAPI_PATH = "/openapi.json"
@@ -37,45 +39,17 @@ ROUTE_CODES = (ErrorCode.NOT_FOUND, ErrorCode.METHOD_NOT_ALLOWED)
 PASSTHROUGH = ErrorCode.UPSTREAM_STATUS
 """An engine's error status and body, passed through: any status (`default`), and a reason of every one."""
 RETRY_AFTER_STATUSES = (429, 503)
+_STREAM_TEXT = {
+    ApiSurface.OPENAI: " With `stream: true`, server-sent events ending in `data: [DONE]`; an error after the"
+    ' stream started is one final event `data: {{"error": {{...}}}}` with `code` one of {terminal}.',
+    ApiSurface.ANTHROPIC: " With `stream: true`, Anthropic's named events (`message_start` … `message_stop`);"
+    " an error after the stream started is one final `event: error` (`AnthropicErrorBody`).",
+    ApiSurface.RESPONSES: " With `stream: true`, `response.*` events ending in `response.completed`"
+    " (`.failed`, `.incomplete`); an error after the stream started is one final `event: error`,"
+    ' `{{"type": "error", "code", "message", "param"}}` with `code` one of {terminal}.',
+}
 Schema = dict[str, Any]
 
-_SUMMARIES = {
-    Endpoint.CHAT: "OpenAI chat completion, streamed (SSE) or not",
-    Endpoint.COMPLETIONS: "OpenAI text completion, streamed (SSE) or not",
-    Endpoint.EMBEDDINGS: "OpenAI embeddings",
-    Endpoint.TOKENIZE: "vLLM tokenize, passed to a replica of the model named in the body",
-    Endpoint.DETOKENIZE: "vLLM detokenize, passed to a replica of the model named in the body",
-}
-_PROMPT = {
-    "anyOf": [
-        {"type": "string"},
-        {"type": "array", "items": {"type": "string"}},
-        {"type": "array", "items": {"type": "integer"}},
-        {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}},
-    ]
-}
-_TOKEN_COUNT = {"type": ["integer", "null"], "minimum": 0}
-_BODY_FIELDS: dict[Endpoint, tuple[dict[str, Schema], list[str]]] = {
-    Endpoint.CHAT: (
-        {
-            "messages": {
-                "type": "array",
-                "minItems": 1,
-                "items": {
-                    "type": "object",
-                    "required": ["role"],
-                    "properties": {"role": {"type": "string"}},
-                    "additionalProperties": True,
-                },
-            }
-        },
-        ["messages"],
-    ),
-    Endpoint.COMPLETIONS: ({"prompt": _PROMPT}, ["prompt"]),
-    Endpoint.EMBEDDINGS: ({"input": _PROMPT}, ["input"]),
-    Endpoint.TOKENIZE: ({"prompt": {"type": "string"}}, ["prompt"]),
-    Endpoint.DETOKENIZE: ({"tokens": {"type": "array", "items": {"type": "integer"}}}, ["tokens"]),
-}
 _REQUEST_HEADERS: list[tuple[str, Schema, str]] = [
     ("x-request-id", {"type": "string"}, "Echoed and sent upstream; generated when absent."),
     (
@@ -151,7 +125,8 @@ def _error_response(status: int, codes: list[ErrorCode], *, route_level: bool = 
         )
     body: Schema = {"$ref": "#/components/schemas/ErrorBody"}
     if not route_level:
-        body = {"anyOf": [body, {"$ref": "#/components/schemas/EngineErrorBody"}]}
+        anthropic = {"$ref": "#/components/schemas/AnthropicErrorBody"}
+        body = {"anyOf": [body, anthropic, {"$ref": "#/components/schemas/EngineErrorBody"}]}
     return {
         "description": f"`{'`, `'.join(reasons)}`{passthrough}.",
         "headers": headers,
@@ -168,7 +143,7 @@ def _grouped(codes: dict[ErrorCode, int], wanted: set[ErrorCode]) -> dict[int, l
 
 
 def _request_body(endpoint: Endpoint) -> Schema:
-    fields, required = _BODY_FIELDS[endpoint]
+    fields, required = BODY_FIELDS[endpoint]
     stream: Schema = (
         {"type": ["boolean", "null"]}
         if endpoint.can_stream
@@ -177,8 +152,8 @@ def _request_body(endpoint: Endpoint) -> Schema:
     properties: dict[str, Schema] = {
         "model": {"type": "string", "minLength": 1, "description": "The pool's model name."},
         "stream": stream,
-        "max_tokens": _TOKEN_COUNT,
-        "max_completion_tokens": _TOKEN_COUNT,
+        "max_tokens": TOKEN_COUNT,
+        "max_completion_tokens": TOKEN_COUNT,
         "stream_options": {
             "type": ["object", "null"],
             "properties": {"include_usage": {"type": "boolean"}},
@@ -202,14 +177,13 @@ def _proxy_operation(endpoint: Endpoint, error_refs: dict[int, Schema]) -> Schem
     if endpoint.can_stream:
         content["text/event-stream"] = {"schema": {"$ref": "#/components/schemas/EventStream"}}
         terminal = ", ".join(f"`{code}`" for code in STREAM_TERMINAL_CODES)
-        description += (
-            " With `stream: true`, server-sent events ending in `data: [DONE]`; an error after the stream"
-            f' started is one final event `data: {{"error": {{...}}}}` with `code` one of {terminal}.'
-        )
+        description += _STREAM_TEXT[endpoint.surface].format(terminal=terminal)
+    if endpoint.surface is ApiSurface.ANTHROPIC:
+        description += " Errors have Anthropic's shape (`AnthropicErrorBody`), the reason in the header."
     headers = {name: _header(schema, text) for name, schema, text in _SUCCESS_HEADERS}
     return {
         "operationId": endpoint.name.lower(),
-        "summary": _SUMMARIES[endpoint],
+        "summary": SUMMARIES[endpoint],
         "parameters": [{"$ref": f"#/components/parameters/{name}"} for name, _, _ in _REQUEST_HEADERS],
         "requestBody": {
             "required": True,
@@ -320,6 +294,19 @@ def _components(codes: dict[ErrorCode, int]) -> Schema:
                             "code": {"type": "string", "enum": [str(code) for code in ErrorCode]},
                         },
                     }
+                },
+            },
+            "AnthropicErrorBody": {
+                "description": "The gateway's errors on the Anthropic Messages endpoints.",
+                "type": "object",
+                "required": ["type", "error"],
+                "properties": {
+                    "type": {"const": "error"},
+                    "error": {
+                        "type": "object",
+                        "required": ["type", "message"],
+                        "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
+                    },
                 },
             },
             "EngineErrorBody": {

@@ -1,10 +1,15 @@
-"""Parse an OpenAI request body just enough to route and account it; the body is forwarded unchanged.
+"""Parse a request body just enough to route and account it; the body is forwarded unchanged.
 
-Extracted: model, stream, max_tokens (`max_completion_tokens` or `max_tokens`), whether the client asked
-for streamed usage, and the canonical prompt text for routing keys (`router.keys.canonical_prompt_text`).
-Wrong types raise `BadRequest` naming the field. The only rewrites (`rewrite_body`) are the pool's
-upstream model name and, for streams, asking the engine for usage (`stream_options.include_usage`) so
-the gateway can account tokens.
+Extracted: model, stream, max_tokens (`max_completion_tokens` or `max_tokens`; `max_output_tokens` on
+the Responses API), whether the client asked for streamed usage, `previous_response_id` (Responses), and
+the canonical prompt text for routing keys (`router.keys.canonical_prompt_text`; for the Anthropic,
+Responses and pooling bodies the same rendering of their own fields, `_prompt_text`). Wrong types raise
+`BadRequest` naming the field. The only rewrites (`rewrite_body`) are the pool's upstream model name
+and, for chat/completions streams, asking the engine for usage (`stream_options.include_usage`) so the
+gateway can account tokens (the Anthropic and Responses streams always carry their usage).
+
+`/v1/responses/{id}` calls (retrieve, delete, cancel) have no body that names a model: they are parsed
+by `parse_response_call` once the response-state store has told which pool holds the id.
 """
 
 from __future__ import annotations
@@ -16,22 +21,66 @@ from typing import Any
 import orjson
 
 from core.tokens import estimate_tokens
+from gateway.api.surface import ApiSurface
 from gateway.errors import BadRequest
 from router.keys import canonical_prompt_text
 
 
 class Endpoint(StrEnum):
-    """Proxied endpoints; the value is the upstream path."""
+    """Proxied endpoints; the value is the client's path and the upstream path."""
 
     CHAT = "/v1/chat/completions"
     COMPLETIONS = "/v1/completions"
     EMBEDDINGS = "/v1/embeddings"
     TOKENIZE = "/tokenize"
     DETOKENIZE = "/detokenize"
+    RERANK = "/v1/rerank"
+    RERANK_UNVERSIONED = "/rerank"
+    SCORE = "/v1/score"
+    POOLING = "/pooling"
+    CLASSIFY = "/classify"
+    MESSAGES = "/v1/messages"
+    COUNT_TOKENS = "/v1/messages/count_tokens"
+    RESPONSES = "/v1/responses"
 
     @property
     def can_stream(self) -> bool:
-        return self in (Endpoint.CHAT, Endpoint.COMPLETIONS)
+        return self in _STREAMING
+
+    @property
+    def capability(self) -> str:
+        """The name a pool's `endpoints` setting uses for this endpoint (`rerank` for both rerank paths,
+        `messages` for `/v1/messages` and its `count_tokens`)."""
+        return _CAPABILITIES.get(self, self.name.lower())
+
+    @property
+    def surface(self) -> ApiSurface:
+        """The API family: how errors are rendered and stream events read (`gateway.api.surface`)."""
+        if self in (Endpoint.MESSAGES, Endpoint.COUNT_TOKENS):
+            return ApiSurface.ANTHROPIC
+        if self is Endpoint.RESPONSES:
+            return ApiSurface.RESPONSES
+        return ApiSurface.OPENAI
+
+
+_STREAMING = frozenset({Endpoint.CHAT, Endpoint.COMPLETIONS, Endpoint.MESSAGES, Endpoint.RESPONSES})
+_CAPABILITIES = {
+    Endpoint.CHAT: "chat",
+    Endpoint.RERANK_UNVERSIONED: "rerank",
+    Endpoint.COUNT_TOKENS: "messages",
+}
+_USAGE_INJECTED = frozenset({Endpoint.CHAT, Endpoint.COMPLETIONS})
+"""Streams whose usage the gateway asks for (`stream_options.include_usage`) and strips again."""
+_MAX_TOKENS_FIELDS = {Endpoint.RESPONSES: ("max_output_tokens",)}
+_REQUIRED_FIELDS = {
+    Endpoint.COMPLETIONS: ("prompt",),
+    Endpoint.EMBEDDINGS: ("input",),
+    Endpoint.RERANK: ("query", "documents"),
+    Endpoint.RERANK_UNVERSIONED: ("query", "documents"),
+    Endpoint.POOLING: ("input",),
+    Endpoint.CLASSIFY: ("input",),
+    Endpoint.RESPONSES: ("input",),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +94,16 @@ class ParsedRequest:
     client_wants_usage: bool
     prompt_text: str
     user: str | None
+    previous_response_id: str | None = None
+    """Responses API: the stored response this one continues (state affinity pins its replica)."""
+    method: str = "POST"
+    path: str | None = None
+    """The upstream path when it is not the endpoint's (a `/v1/responses/{id}` call)."""
+
+    @property
+    def upstream_path(self) -> str:
+        """The path sent upstream (with the query string of a `/v1/responses/{id}` call)."""
+        return self.path or self.endpoint.value
 
     @property
     def estimated_prompt_tokens(self) -> int:
@@ -53,7 +112,7 @@ class ParsedRequest:
 
 def _validate_prompt(endpoint: Endpoint, body: dict[str, Any]) -> None:
     """The prompt fields the endpoint needs are present and shaped right (the engine checks the rest)."""
-    if endpoint is Endpoint.CHAT:
+    if endpoint in (Endpoint.CHAT, Endpoint.MESSAGES, Endpoint.COUNT_TOKENS):
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise BadRequest("'messages' must be a non-empty array")
@@ -61,9 +120,16 @@ def _validate_prompt(endpoint: Endpoint, body: dict[str, Any]) -> None:
             if not isinstance(message, dict) or not isinstance(message.get("role"), str):
                 raise BadRequest(f"'messages[{i}]' must be an object with a string 'role'")
         return
-    required = {Endpoint.COMPLETIONS: "prompt", Endpoint.EMBEDDINGS: "input"}.get(endpoint)
-    if required is not None and body.get(required) is None:
-        raise BadRequest(f"'{required}' is required")
+    for required in _REQUIRED_FIELDS.get(endpoint, ()):
+        if body.get(required) is None:
+            raise BadRequest(f"'{required}' is required")
+    previous = body.get("previous_response_id")
+    if (
+        endpoint is Endpoint.RESPONSES
+        and previous is not None
+        and (not isinstance(previous, str) or not previous)
+    ):
+        raise BadRequest("'previous_response_id' must be a non-empty string")
 
 
 MAX_BODY_NESTING = 128
@@ -96,7 +162,7 @@ def _check_nesting(body: dict[str, Any]) -> None:
             content = message.get("content") if isinstance(message, dict) else None
             if isinstance(content, list | dict) and _depth_over(content, MAX_PROMPT_NESTING):
                 raise BadRequest(f"'messages[{i}].content' is nested deeper than {MAX_PROMPT_NESTING} levels")
-    for name in ("prompt", "input"):
+    for name in ("prompt", "input", "query", "documents", "text_1", "text_2", "system"):
         value = body.get(name)
         if isinstance(value, list | dict) and _depth_over(value, MAX_PROMPT_NESTING):
             raise BadRequest(f"'{name}' is nested deeper than {MAX_PROMPT_NESTING} levels")
@@ -141,22 +207,83 @@ def parse_request(endpoint: Endpoint, raw: bytes) -> ParsedRequest:
     if stream_options is not None and not isinstance(stream_options, dict):
         raise BadRequest("'stream_options' must be an object")
     user = body.get("user")
+    max_tokens_fields = _MAX_TOKENS_FIELDS.get(endpoint, ("max_completion_tokens", "max_tokens"))
+    max_tokens = _optional_int(body, *max_tokens_fields)
+    if max_tokens_fields != ("max_completion_tokens", "max_tokens"):
+        _optional_int(body, "max_completion_tokens", "max_tokens")  # still type-checked everywhere
+    previous = body.get("previous_response_id") if endpoint is Endpoint.RESPONSES else None
     return ParsedRequest(
         endpoint=endpoint,
         body=body,
         raw=raw,
         model=model,
         stream=stream,
-        max_tokens=_optional_int(body, "max_completion_tokens", "max_tokens"),
+        max_tokens=max_tokens,
         client_wants_usage=bool(stream_options and stream_options.get("include_usage")),
-        prompt_text=canonical_prompt_text(body),
+        prompt_text=_prompt_text(endpoint, body),
         user=user if isinstance(user, str) and user else None,
+        previous_response_id=previous,
+    )
+
+
+def _prompt_text(endpoint: Endpoint, body: dict[str, Any]) -> str:
+    """The canonical prompt text for routing keys: chat-like bodies render their messages (the system
+    prompt first, as a system message), the pooling bodies their texts in order."""
+    surface = endpoint.surface
+    if surface is ApiSurface.OPENAI and endpoint not in _POOLING_TEXTS:
+        return canonical_prompt_text(body)
+    if surface is ApiSurface.ANTHROPIC:
+        system = body.get("system")
+        head = [{"role": "system", "content": system}] if system else []
+        return canonical_prompt_text({"messages": [*head, *body["messages"]]})
+    if surface is ApiSurface.RESPONSES:
+        value = body.get("input")
+        instructions = body.get("instructions")
+        head = [{"role": "system", "content": instructions}] if isinstance(instructions, str) else []
+        if isinstance(value, str):
+            return canonical_prompt_text({"messages": [*head, {"role": "user", "content": value}]})
+        items = [i for i in value if isinstance(i, dict) and "role" in i] if isinstance(value, list) else []
+        return canonical_prompt_text({"messages": [*head, *items]})
+    texts = [body.get(name) for name in _POOLING_TEXTS[endpoint]]
+    return canonical_prompt_text({"input": [t for t in texts if isinstance(t, str)] + _strings(texts)})
+
+
+_POOLING_TEXTS = {
+    Endpoint.RERANK: ("query", "documents"),
+    Endpoint.RERANK_UNVERSIONED: ("query", "documents"),
+    Endpoint.SCORE: ("text_1", "text_2"),
+}
+
+
+def _strings(values: list[Any]) -> list[str]:
+    """The strings inside the list values of `values` (rerank documents, score text lists)."""
+    return [item for value in values if isinstance(value, list) for item in value if isinstance(item, str)]
+
+
+def parse_response_call(method: str, path: str, query: bytes, model: str) -> ParsedRequest:
+    """A `/v1/responses/{id}[/cancel]` call as a request of `model`'s pool (the pool that holds the
+    id): no body, nothing to generate, sent to `path` (+ the query string) on the pinned replica."""
+    upstream = path + ("?" + query.decode("latin-1") if query else "")
+    return ParsedRequest(
+        endpoint=Endpoint.RESPONSES,
+        body={},
+        raw=b"",
+        model=model,
+        stream=False,
+        max_tokens=0,
+        client_wants_usage=False,
+        prompt_text="",
+        user=None,
+        method=method,
+        path=upstream,
     )
 
 
 def rewrite_body(parsed: ParsedRequest, upstream_model: str | None) -> bytes:
     """The bytes to send upstream: the original body unless a rewrite is needed (module docstring)."""
-    needs_usage = parsed.stream and not parsed.client_wants_usage
+    if not parsed.raw:
+        return parsed.raw  # a bodiless `/v1/responses/{id}` call
+    needs_usage = parsed.stream and not parsed.client_wants_usage and parsed.endpoint in _USAGE_INJECTED
     if not needs_usage and (upstream_model is None or upstream_model == parsed.model):
         return parsed.raw
     body = dict(parsed.body)

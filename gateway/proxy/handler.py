@@ -7,8 +7,14 @@ return to zero; this handler then accounts the request (`gateway.proxy.account`)
 
 Order of the checks, and so of the answers: draining (503) → API key (401, before the body is read) →
 body size (413; a declared length before any of the body is read) → body deadline (408) → JSON and
-fields (400) → model (404) → priority class and timer headers (400) → idempotent replay → admission
-(429/503) → upstream. Each write to the client has a deadline too (`gateway.api.asgi_io.ClientIO`).
+fields (400) → model (404) → endpoint served by the pool (404 `endpoint_not_served`) → stored response
+(Responses API: 404 `response_not_found` / `response_state_lost`) → priority class and timer headers
+(400) → idempotent replay → admission (429/503) → upstream. Each write to the client has a deadline too
+(`gateway.api.asgi_io.ClientIO`).
+
+Errors are rendered for the endpoint's API surface (`gateway.api.surface`: Anthropic-shaped on
+`/v1/messages`). The tenant key is `Authorization: Bearer <key>`, or `x-api-key: <key>` (the Anthropic
+clients' header) when no `Authorization` is sent.
 """
 
 from __future__ import annotations
@@ -31,9 +37,18 @@ from gateway.api.asgi_io import (
     send_response,
 )
 from gateway.api.request_ids import request_id_of
-from gateway.api.request_parsing import Endpoint, parse_request
+from gateway.api.request_parsing import Endpoint, ParsedRequest, parse_request, parse_response_call
+from gateway.api.response_calls import response_call
+from gateway.api.surface import ApiSurface
 from gateway.error_mapping import to_response, to_sse_event
-from gateway.errors import Draining, GatewayError, InternalError, ModelNotFound, Unauthorized
+from gateway.errors import (
+    Draining,
+    EndpointNotServed,
+    GatewayError,
+    InternalError,
+    ModelNotFound,
+    Unauthorized,
+)
 from gateway.metrics import GatewayMetrics
 from gateway.proxy.account import OUTCOME_CLIENT_DISCONNECT, OUTCOME_SUCCESS, RequestAccounting
 from gateway.proxy.admit import Admission
@@ -48,6 +63,8 @@ from gateway.proxy.idempotency import (
 )
 from gateway.proxy.relay import finish_body
 from gateway.proxy.reply import Reply
+from gateway.proxy.response_affinity import ResponseAffinity
+from gateway.proxy.response_state import ResponseLocation
 from gateway.proxy.serving import RequestServer
 from gateway.settings import Settings
 from gateway.upstream.registry import Pool, ReplicaRegistry
@@ -71,6 +88,7 @@ class ProxyHandler:
         idempotency: IdempotencyStore,
         metrics: GatewayMetrics,
         engine_keys: dict[str, str] | None = None,
+        affinity: ResponseAffinity,
     ) -> None:
         self._settings = settings
         self._registry = registry
@@ -79,6 +97,7 @@ class ProxyHandler:
         self._server = server
         self._idempotency = idempotency
         self._engine_keys = engine_keys or {}
+        self._affinity = affinity
         self._metrics = metrics
         self._accounting = RequestAccounting(metrics)
         self.draining = False
@@ -114,6 +133,7 @@ class ProxyHandler:
         tenant: Tenant | None = None
         pool: Pool | None = None
         stream = False
+        surface = endpoint.surface
         task = asyncio.current_task()
         assert task is not None
         self._active[task] = reply
@@ -122,11 +142,9 @@ class ProxyHandler:
                 raise Draining("the gateway is shutting down")
             tenant = self._tenant(scope)
             raw = await client.read_body(server_settings.max_body_bytes, server_settings.body_timeout_s)
-            parsed = parse_request(endpoint, raw)
+            parsed, stored = await self._parse(endpoint, scope, raw)
             stream = parsed.stream
-            pool = self._registry.pool(parsed.model)
-            if pool is None:
-                raise ModelNotFound(f"the model {parsed.model!r} does not exist")
+            pool = self._pool(endpoint, scope, parsed)
             ctx = build_context(
                 request_id=reply.request_id,
                 started_s=reply.started_s,
@@ -138,9 +156,11 @@ class ProxyHandler:
                 engine_key=self._engine_keys.get(pool.model),
                 record=request_record,
             )
+            ctx = ctx if stored is None else self._affinity.pin(ctx, *stored)
             async with DisconnectWatcher(receive) as watcher:
                 reply.watcher = watcher
                 await self._serve(ctx, reply)
+            await self._affinity.remember(ctx, reply)
             if watcher.disconnected:
                 outcome = OUTCOME_CLIENT_DISCONNECT
         except ClientDisconnected:
@@ -150,15 +170,15 @@ class ProxyHandler:
                 raise
             task.uncancel()
             outcome = str(reply.abort_error.code)
-            await self._answer_error(reply, reply.abort_error)
+            await self._answer_error(reply, reply.abort_error, surface)
         except GatewayError as error:
             outcome = str(error.code)
-            await self._answer_error(reply, error)
+            await self._answer_error(reply, error, surface)
         except Exception as exc:
             logger.exception("unhandled error in request %s", reply.request_id)
             internal = InternalError(f"internal gateway error: {type(exc).__name__}")
             outcome = str(internal.code)
-            await self._answer_error(reply, internal)
+            await self._answer_error(reply, internal, surface)
         finally:
             del self._active[task]
             self._accounting.record(
@@ -171,10 +191,46 @@ class ProxyHandler:
             )
 
     def _tenant(self, scope: Scope) -> Tenant:
+        authorization = header(scope, b"authorization")
+        if authorization is None:
+            api_key = header(scope, b"x-api-key")
+            authorization = None if api_key is None else f"Bearer {api_key}"
         try:
-            return self._tenants.resolve(header(scope, b"authorization"))
+            return self._tenants.resolve(authorization)
         except AuthenticationFailed as exc:
             raise Unauthorized(exc.message) from None
+
+    def _pool(self, endpoint: Endpoint, scope: Scope, parsed: ParsedRequest) -> Pool:
+        """The pool of the request's model (404 `model_not_found`), when it serves the endpoint (404
+        `endpoint_not_served` naming the pool and what it serves)."""
+        pool = self._registry.pool(parsed.model)
+        if pool is None:
+            raise ModelNotFound(f"the model {parsed.model!r} does not exist")
+        served = pool.settings.served_endpoints
+        if endpoint.capability not in served:
+            raise EndpointNotServed(
+                f"pool {pool.model!r} does not serve {scope['path']} (its engine serves: "
+                f"{', '.join(sorted(served))})"
+            )
+        return pool
+
+    async def _parse(
+        self, endpoint: Endpoint, scope: Scope, raw: bytes
+    ) -> tuple[ParsedRequest, tuple[str, ResponseLocation] | None]:
+        """The parsed request and, when it needs a stored response (a `/v1/responses/{id}` call or a
+        `previous_response_id`), that response's id and location (404 when unknown)."""
+        call = response_call(scope["path"]) if endpoint is Endpoint.RESPONSES else None
+        if call is not None:
+            location = await self._affinity.locate(call.response_id)
+            parsed = parse_response_call(
+                scope["method"], scope["path"], scope.get("query_string", b""), location.model
+            )
+            return parsed, (call.response_id, location)
+        parsed = parse_request(endpoint, raw)
+        previous = parsed.previous_response_id
+        if previous is None:
+            return parsed, None
+        return parsed, (previous, await self._affinity.locate(previous))
 
     async def _serve(self, ctx: RequestContext, reply: Reply) -> None:
         """Serve, or replay / record a non-streamed request that carries an `Idempotency-Key`."""
@@ -201,7 +257,7 @@ class ProxyHandler:
         finally:
             await self._idempotency.complete(scoped, outcome)
 
-    async def _answer_error(self, reply: Reply, error: GatewayError) -> None:
+    async def _answer_error(self, reply: Reply, error: GatewayError, surface: ApiSurface) -> None:
         """Answer `error` (a contract response, or the terminal SSE event after the start); a client
         that left or stopped reading meanwhile simply does not get it."""
         self._metrics.rejections_total.labels(str(error.code)).inc()
@@ -209,9 +265,9 @@ class ProxyHandler:
             error.retry_after_s = draining_retry_after_s(self._settings.server.readiness_propagation_s)
         try:
             if reply.started:
-                await finish_body(reply, to_sse_event(error))
+                await finish_body(reply, to_sse_event(error, surface))
                 return
-            answer = to_response(error)
+            answer = to_response(error, surface)
             headers = [*answer.headers, ("x-request-id", reply.request_id)]
             if reply.decision is not None:
                 headers.append(("x-gateway-replica", reply.decision.replica_id))

@@ -6,7 +6,8 @@ stream), so a failure before it is still a clean error response; the empty role 
 once waits with them. Timers: until the first content event the first-token deadline runs (it started
 when the request was sent upstream); after it, the idle timeout is the upstream read timeout, and the
 optional total deadline bounds the whole stream. A stream that ends without `[DONE]` is a truncation and
-ends with a terminal error event, never silently — unless the pool continues broken streams
+ends with a terminal error event, never silently (the Anthropic and Responses streams end with their own
+terminal events, `gateway.proxy.sse.inspect_named_event`) — unless the pool continues broken streams
 (`gateway.proxy.continuation`): then one `StreamRelay` serves the request's tries, keeps what the client
 received, and relays a continuation through a `Splice`; each try has its own first-token deadline.
 """
@@ -19,6 +20,8 @@ import re
 import aiohttp
 import orjson
 
+from gateway.api.request_parsing import Endpoint
+from gateway.api.surface import ApiSurface
 from gateway.errors import (
     UpstreamIdleTimeout,
     UpstreamProtocolError,
@@ -30,7 +33,7 @@ from gateway.proxy.attempt import Attempt
 from gateway.proxy.context import RequestContext
 from gateway.proxy.continuation import Splice, StreamTranscript
 from gateway.proxy.reply import Reply
-from gateway.proxy.sse import SSESplitter, inspect_event
+from gateway.proxy.sse import SSESplitter, inspect_event, inspect_named_event, merged_usage, normalized_usage
 
 SSE_CONTENT_TYPE = "text/event-stream"
 _FINISH_REASON = re.compile(rb'"finish_reason"\s*:\s*"([A-Za-z_]{1,32})"')
@@ -55,7 +58,13 @@ async def relay(ctx: RequestContext, reply: Reply, attempt: Attempt, stream: Str
     if ctx.stream and is_sse:
         await stream.run(attempt)
     else:
-        await relay_full(reply, attempt, ctx.timers.nonstream_s - attempt.elapsed_s(), ctx.record)
+        await relay_full(
+            reply,
+            attempt,
+            ctx.timers.nonstream_s - attempt.elapsed_s(),
+            ctx.record,
+            response_ids=ctx.parsed.endpoint is Endpoint.RESPONSES,
+        )
 
 
 async def _start(reply: Reply, status: int, content_type: str, extra: list[tuple[str, str]]) -> None:
@@ -72,10 +81,16 @@ async def finish_body(reply: Reply, body: bytes = b"") -> None:
 
 
 async def relay_full(
-    reply: Reply, attempt: Attempt, nonstream_s: float, record: RequestRecord = NO_RECORD
+    reply: Reply,
+    attempt: Attempt,
+    nonstream_s: float,
+    record: RequestRecord = NO_RECORD,
+    *,
+    response_ids: bool = False,
 ) -> None:
     """Read the whole upstream body within `nonstream_s` (what is left of the attempt's bound), account
-    usage, send it as one response."""
+    usage, send it as one response. `response_ids`: a Responses API answer, whose `id` (a `response`
+    object's) is kept in `reply.response_id` for state affinity."""
     response = attempt.response
     assert response is not None
     try:
@@ -87,13 +102,16 @@ async def relay_full(
         ) from None
     except aiohttp.ClientError as exc:
         raise UpstreamProtocolError(f"the replica failed while sending the response: {exc!r}") from None
-    if b'"usage"' in body:
+    if b'"usage"' in body or response_ids:
         try:
             data = orjson.loads(body)
-            usage = data.get("usage") if isinstance(data, dict) else None
-            reply.usage = usage if isinstance(usage, dict) else None
         except orjson.JSONDecodeError:
-            pass
+            data = None
+        if isinstance(data, dict):
+            reply.usage = normalized_usage(data.get("usage"))
+            response_id = data.get("id")
+            if response_ids and data.get("object") == "response" and isinstance(response_id, str):
+                reply.response_id = response_id
     if record.collects_finish_reasons:
         _finish_reasons(body, record)
     reply.mark_first_output()  # the whole body: the client's first output
@@ -117,6 +135,7 @@ class StreamRelay:
         self._ttft_s = ctx.timers.ttft_s
         self._total_s = ctx.timers.total_s
         self._strip_usage = not ctx.parsed.client_wants_usage
+        self._surface = ctx.parsed.endpoint.surface
         self.transcript = transcript
         """What the client has received, kept when the pool continues broken streams (else None)."""
         self._splice: Splice | None = None
@@ -183,11 +202,16 @@ class StreamRelay:
             event = raw if splice is None else splice.rewrite(raw)
             if event is None:
                 continue
-            info = inspect_event(event, need_content=not self._got_first)
+            if self._surface is ApiSurface.OPENAI:
+                info = inspect_event(event, need_content=not self._got_first)
+            else:
+                info = inspect_named_event(event, not self._got_first, self._surface)
+                if info.response_id is not None:
+                    reply.response_id = info.response_id
             if self._finish_reasons and b'"finish_reason"' in event:
                 _finish_reasons(event, self._record)
             if info.usage is not None:
-                reply.usage = info.usage
+                reply.usage = info.usage if info.usage_only else merged_usage(reply.usage, info.usage)
             if info.is_done:
                 self._saw_done = True
             if info.usage_only and self._strip_usage:
@@ -204,12 +228,12 @@ class StreamRelay:
     async def _end(self, remainder: bytes) -> None:
         reply = self._reply
         if not self._saw_done and not reply.started:
-            raise UpstreamProtocolError("the replica ended the stream before any token or [DONE]")
+            raise UpstreamProtocolError("the replica ended the stream before any token or its end event")
         if not reply.started:
             await _start(reply, 200, SSE_CONTENT_TYPE, [("cache-control", "no-cache")])
             held = b"".join(self._held)
             if held:
                 await reply.send({"type": "http.response.body", "body": held, "more_body": True})
         if not self._saw_done:
-            raise UpstreamProtocolError("the replica ended the stream before [DONE]")
+            raise UpstreamProtocolError("the replica ended the stream before its end event ([DONE])")
         await finish_body(reply, remainder)

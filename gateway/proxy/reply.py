@@ -37,6 +37,8 @@ class Reply:
     usage: dict[str, Any] | None = None
     queue_wait_s: float = 0.0
     abort_error: GatewayError | None = None
+    response_id: str | None = None
+    """The stored response's id a Responses API answer carried (state affinity remembers its replica)."""
     """Set by a shutdown that ends the request: the handler answers with it."""
 
     def elapsed_s(self) -> float:

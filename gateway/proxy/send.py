@@ -81,9 +81,10 @@ class UpstreamClient:
             sock_connect=timers.connect_s,
             sock_read=timers.idle_s if ctx.stream else timers.nonstream_s,
         )
-        request = self._session.post(
-            attempt.slot.replica.url + ctx.parsed.endpoint.value,
-            data=ctx.upstream_body,
+        request = self._session.request(
+            ctx.parsed.method,
+            attempt.slot.replica.url + ctx.parsed.upstream_path,
+            data=ctx.upstream_body or None,
             headers=ctx.record.upstream_headers(ctx.upstream_headers),  # + the try's traceparent, if traced
             timeout=timeout,
         )

@@ -180,7 +180,7 @@ class RequestServer:
     ) -> None:
         retry = self._retry_policies[ctx.model]
         retry.budget.record_request()
-        excluded: set[str] = set()
+        excluded: set[str] = set(ctx.routing.exclude)  # a pinned request's exclusions hold on retries
         last_error: UpstreamError | None = None
         stale_retry_left = True
         number = resumes = 0

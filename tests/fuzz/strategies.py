@@ -91,6 +91,9 @@ BASE: dict[Endpoint, dict[str, Any]] = {
     Endpoint.TOKENIZE: {"model": MODEL, "prompt": "hello"},
     Endpoint.DETOKENIZE: {"model": MODEL, "tokens": [104, 105]},
 }
+FUZZED_ENDPOINTS = tuple(BASE)
+"""The endpoints this fuzz suite models (the oracle's rules): the OpenAI ones. The pooling, Anthropic and
+Responses endpoints are covered by their contract and end-to-end tests, not fuzzed yet."""
 _FIELDS = (
     "model",
     "stream",

@@ -39,6 +39,7 @@ SCHEMA_SETTINGS = settings(
     database=None,
     suppress_health_check=list(HealthCheck),
 )
+ANTHROPIC_PATHS = frozenset({"/v1/messages", "/v1/messages/count_tokens"})
 FIXED_HEADERS = {"x-gateway-ttft-timeout-ms": "5000", "x-gateway-idle-timeout-ms": "5000"}
 
 
@@ -71,6 +72,11 @@ def error_contract(ctx: Any, response: Any, case: Any) -> bool | None:
         return None
     reason = response.headers.get(REASON, [None])[0]
     assert reason in documented_reasons(status), f"{status} with reason {reason!r}"
+    if case.operation.path in ANTHROPIC_PATHS:  # the same errors in Anthropic's body shape
+        body = response.json()
+        assert body["type"] == "error" and isinstance(body["error"]["message"], str), body
+        assert isinstance(body["error"]["type"], str)
+        return True
     error = response.json()["error"]
     assert isinstance(error["message"], str) and isinstance(error["type"], str)
     assert error["code"] == (status if reason == UPSTREAM_STATUS else reason), error

@@ -124,6 +124,7 @@ def test_every_error_code_is_classified_deliberately() -> None:
         "queue_full", "queue_timeout", "no_replica", "draining", "state_unavailable", "connection_limit",
         "upstream_connect", "upstream_ttft_timeout", "upstream_idle_timeout", "upstream_total_timeout",
         "upstream_status", "upstream_protocol", "internal_error",
+        "response_state_lost",  # a replica holding stored responses left: the fleet lost them
     }  # fmt: skip
 
 

@@ -57,6 +57,14 @@ MINIMAL: dict[Endpoint, dict[str, Any]] = {
     Endpoint.EMBEDDINGS: {"model": "m", "input": "hi"},
     Endpoint.TOKENIZE: {"model": "m", "prompt": "hi"},
     Endpoint.DETOKENIZE: {"model": "m", "tokens": [104, 105]},
+    Endpoint.RERANK: {"model": "m", "query": "q", "documents": ["a", "b"]},
+    Endpoint.RERANK_UNVERSIONED: {"model": "m", "query": "q", "documents": ["a"]},
+    Endpoint.SCORE: {"model": "m", "text_1": "a", "text_2": ["b"]},
+    Endpoint.POOLING: {"model": "m", "input": "hi"},
+    Endpoint.CLASSIFY: {"model": "m", "input": "hi"},
+    Endpoint.MESSAGES: {"model": "m", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]},
+    Endpoint.COUNT_TOKENS: {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+    Endpoint.RESPONSES: {"model": "m", "input": "hi"},
 }
 DROP = object()
 

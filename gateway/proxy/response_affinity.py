@@ -1,0 +1,70 @@
+"""State affinity for the Responses API: a stored response is served only by the replica that holds it.
+
+Engines keep stored responses in memory, so a request with `previous_response_id` and every
+`/v1/responses/{id}` call must reach the replica that produced the id. The gateway remembers the replica
+of every response id it relays (`remember`, after the response: the id from the non-streamed body or the
+stream's `response.created` event) in the `ResponseState` (`gateway.proxy.response_state`; Redis when
+configured, so every instance agrees), and pins such requests to it (`pin`): routing may pick that one
+replica only (every other replica of the pool is excluded, retries included), admission and timers as
+for any request.
+
+Failures are explicit, never a silent answer from a replica without the state:
+- an id with no record (never relayed by the gateway, or its record expired) → 404 `response_not_found`;
+- a record whose replica has left the pool, or is not routable (down, draining, breaker open), or whose
+  pool is not the one asked → 404 `response_state_lost` (the reason header says which).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gateway.errors import ResponseNotFound, ResponseStateLost
+from gateway.proxy.context import RequestContext
+from gateway.proxy.reply import Reply
+from gateway.proxy.response_state import ResponseLocation, ResponseState
+from router.eligibility import is_routable
+
+
+class ResponseAffinity:
+    """Remembers where responses live and pins requests that need one (module docstring)."""
+
+    def __init__(self, state: ResponseState) -> None:
+        self._state = state
+
+    async def locate(self, response_id: str) -> ResponseLocation:
+        """The location of `response_id`, or 404 `response_not_found`."""
+        location = await self._state.get(response_id)
+        if location is None:
+            raise ResponseNotFound(
+                f"the gateway knows no stored response {response_id!r} (never produced through it, "
+                "or its record expired)"
+            )
+        return location
+
+    def pin(self, ctx: RequestContext, response_id: str, location: ResponseLocation) -> RequestContext:
+        """`ctx` routed only to the replica holding `response_id`, or 404 `response_state_lost`."""
+        pool = ctx.pool
+        if location.model != pool.model:
+            raise ResponseStateLost(
+                f"response {response_id!r} is held by pool {location.model!r}, not by pool {pool.model!r}"
+            )
+        views = {view.replica_id: view for view in pool.snapshot()}
+        view = views.get(location.replica_id)
+        if view is None:
+            raise ResponseStateLost(
+                f"response {response_id!r} was stored on replica {location.replica_id}, which has left "
+                f"pool {pool.model!r}: its state is lost"
+            )
+        if not is_routable(view):
+            raise ResponseStateLost(
+                f"response {response_id!r} is stored on replica {location.replica_id} of pool "
+                f"{pool.model!r}, which is not routable now (down, draining or circuit-open)"
+            )
+        others = frozenset(rid for rid in views if rid != location.replica_id)
+        return replace(ctx, routing=replace(ctx.routing, exclude=others))
+
+    async def remember(self, ctx: RequestContext, reply: Reply) -> None:
+        """Record the replica of the response id the reply carried (if any)."""
+        if reply.response_id is None or reply.decision is None:
+            return
+        await self._state.put(reply.response_id, ResponseLocation(ctx.model, reply.decision.replica_id))

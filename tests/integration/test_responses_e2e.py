@@ -1,0 +1,150 @@
+"""End to end with the official `openai` client's Responses API through a real gateway in front of three
+real mock engines, each with its own in-memory response store that answers 404 for an id it never
+stored: a chained conversation, retrieve, delete and cancel only work when the gateway sends them to the
+replica that holds the response (state affinity), and a replica gone is a clear 404, never a silent
+answer from another."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from gateway.upstream.discovery.types import ReplicaSet
+from tests.integration.conftest import MODEL, Fleet
+from tests.servers import wait_until
+
+REPLICA = "x-gateway-replica"
+REASON = "x-gateway-reject-reason"
+
+
+def _client(fleet: Fleet) -> openai.OpenAI:
+    return openai.OpenAI(base_url=fleet.gateway.url + "/v1", api_key="unused", max_retries=0, timeout=10)
+
+
+def _create(client: openai.OpenAI, **kwargs: object) -> tuple[str, str, str]:
+    """(response id, output text, the replica that served it)."""
+    raw = client.responses.with_raw_response.create(model=MODEL, max_output_tokens=4, **kwargs)  # type: ignore[call-overload]
+    response = raw.parse()
+    return response.id, response.output_text, raw.headers[REPLICA]
+
+
+def _set_draining(fleet: Fleet, replica_id: str, draining: bool) -> None:
+    registry = fleet.app.state.registry
+    (replica,) = registry.find(replica_id)
+
+    async def change() -> None:
+        registry.set_draining(replica, draining)
+
+    fleet.gateway.call(change())
+
+
+def _engine_stored(fleet: Fleet) -> list[int]:
+    return [httpx.get(e.url + "/mock/stats").json()["responses_stored"] for e in fleet.engines]
+
+
+def test_create_non_streamed(fleet: Fleet) -> None:
+    response = _client(fleet).responses.create(model=MODEL, input="hello there", max_output_tokens=5)
+    assert response.id.startswith("resp_") and response.object == "response"
+    assert response.status == "incomplete" and len(response.output_text.split()) == 5
+    assert response.usage is not None and response.usage.output_tokens == 5
+    output = fleet.app.state.metrics.tokens_total.labels("output")
+    assert wait_until(lambda: output._value.get() == 5), "usage accounted from the response object"
+
+
+def test_chained_conversations_stay_on_the_replica_that_holds_them(fleet: Fleet) -> None:
+    """Six conversations of three turns, interleaved: least-load spreads their first turns over the three
+    replicas; every later turn goes where its previous response is stored (elsewhere the engine would
+    answer 404)."""
+    client = _client(fleet)
+    chains = [[_create(client, input=f"conversation {i}")] for i in range(6)]
+    for _ in range(2):
+        for chain in chains:
+            previous_id = chain[-1][0]
+            chain.append(_create(client, input="and then?", previous_response_id=previous_id))
+    for chain in chains:
+        assert len({replica for _, _, replica in chain}) == 1, chain
+    assert len({chain[0][2] for chain in chains}) > 1, "the first turns were spread over replicas"
+    assert sum(_engine_stored(fleet)) == 18
+    assert wait_until(lambda: set(fleet.inflight().values()) == {0}), "in-flight back to zero"
+
+
+def test_retrieve_delete_and_cancel_reach_the_replica_that_holds_the_response(fleet: Fleet) -> None:
+    client = _client(fleet)
+    ids = [_create(client, input=f"keep {i}") for i in range(3)]
+    for response_id, text, replica in ids:
+        raw = client.responses.with_raw_response.retrieve(response_id)
+        assert raw.headers[REPLICA] == replica and raw.parse().output_text == text
+    first_id, _, replica = ids[0]
+    with pytest.raises(openai.BadRequestError) as raised:  # the holder's answer; another would say 404
+        client.responses.cancel(first_id)
+    assert "Cannot cancel a synchronous response" in str(raised.value)
+    client.responses.delete(first_id)
+    with pytest.raises(openai.NotFoundError) as gone:
+        client.responses.retrieve(first_id)
+    assert gone.value.response.headers[REASON] == "upstream_status", "the holder answered: deleted"
+    assert gone.value.response.headers[REPLICA] == replica
+
+
+def test_streamed_create_is_remembered_from_its_created_event(fleet: Fleet) -> None:
+    client = _client(fleet)
+    output = fleet.app.state.metrics.tokens_total.labels("output")
+    before = output._value.get()
+    events = list(client.responses.create(model=MODEL, input="stream it", max_output_tokens=4, stream=True))
+    kinds = [event.type for event in events]
+    assert kinds[0] == "response.created" and kinds[-1] == "response.incomplete"
+    assert kinds.count("response.output_text.delta") == 4
+    response_id = events[0].response.id  # type: ignore[union-attr]
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")  # type: ignore[union-attr]
+    assert wait_until(lambda: output._value.get() - before == 4), "usage from response.incomplete"
+    follow_id, _, _ = _create(client, input="more", previous_response_id=response_id)
+    assert client.responses.retrieve(response_id).output_text == text
+    assert follow_id != response_id
+
+
+def test_a_response_on_a_drained_replica_is_lost_with_a_clear_404(fleet: Fleet) -> None:
+    client = _client(fleet)
+    response_id, _, replica = _create(client, input="remember me")
+    _set_draining(fleet, replica, True)
+    for call in (
+        lambda: client.responses.create(model=MODEL, input="next", previous_response_id=response_id),
+        lambda: client.responses.retrieve(response_id),
+    ):
+        with pytest.raises(openai.NotFoundError) as raised:
+            call()
+        assert raised.value.response.headers[REASON] == "response_state_lost"
+        assert raised.value.code == "response_state_lost"
+        assert replica in raised.value.message and "not routable" in raised.value.message
+    _set_draining(fleet, replica, False)
+    assert client.responses.retrieve(response_id).id == response_id
+
+
+def test_a_response_on_a_removed_replica_is_lost_with_a_clear_404(fleet: Fleet) -> None:
+    client = _client(fleet)
+    response_id, _, replica = _create(client, input="remember me")
+    registry = fleet.app.state.registry
+    pool = registry.pool(MODEL)
+    assert pool is not None
+    keep = [r.url for r in pool.replicas.values() if r.replica_id != replica]
+
+    async def remove() -> None:
+        registry.apply_membership(pool, ReplicaSet.of(ready=keep))
+
+    fleet.gateway.call(remove())
+    assert wait_until(lambda: replica not in pool.replicas)
+    with pytest.raises(openai.NotFoundError) as raised:
+        client.responses.create(model=MODEL, input="next", previous_response_id=response_id)
+    assert raised.value.response.headers[REASON] == "response_state_lost"
+    assert "has left" in raised.value.message
+
+
+def test_an_id_the_gateway_never_relayed_is_not_found(fleet: Fleet) -> None:
+    client = _client(fleet)
+    for call in (
+        lambda: client.responses.retrieve("resp_never"),
+        lambda: client.responses.create(model=MODEL, input="x", previous_response_id="resp_never"),
+    ):
+        with pytest.raises(openai.NotFoundError) as raised:
+            call()
+        assert raised.value.response.headers[REASON] == "response_not_found"
+    assert wait_until(lambda: set(fleet.inflight().values()) == {0}), "in-flight back to zero"
