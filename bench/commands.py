@@ -18,6 +18,12 @@ Variants: `--variant LABEL:KEY=YAML;KEY=YAML` is an entry whose pool gets those 
 pool as configured. Faults (`--fault`, `--poison-fraction`; bench/faults.py) apply to every entry alike,
 on its own fresh fleet. `--preset faults` is a whole comparison (bench/compare_presets.py).
 
+Disaggregated fleets: `--disagg [LABEL=]P:D[@LINK]` (bench/disagg.py). In run, the fleet is P prefill +
+D decode engines behind a disaggregated pool (`--replicas` is ignored); in compare, every `--disagg` is
+an entry of its own on its own fresh fleet of P + D engines, beside aggregated entries of `--replicas`
+engines (`--variant agg:` is the plain pool), so "4 replicas vs 2 prefill + 2 decode" is one compare.
+Each run's summary carries `gpus`, the engines it ran on, and the report shows goodput per GPU.
+
 `--gateway-instances N` (both commands, local fleet): every gateway entry runs N gateway processes with
 the same config over the same engines, and the load goes to them in turn, one request each; `oracle` and
 `direct` have no gateway and ignore it.
@@ -86,8 +92,10 @@ def run_on_fleet(
 ) -> RunResult:
     """Start a fresh fleet, run one experiment on it, stop the fleet."""
     log_dir.mkdir(parents=True, exist_ok=True)
+    disagg = gateway.disagg if gateway is not None else None
+    replicas = disagg.replicas if disagg is not None else args.replicas
     fleet = Fleet(
-        args.replicas,
+        replicas,
         options.engine_options(args),
         gateway,
         pinning=options.pinning(args),
@@ -102,13 +110,16 @@ def run_on_fleet(
             oracle=oracle,
             fleet=fleet,
             also_urls=() if oracle else tuple(fleet.gateway_urls[1:]),
+            replica_ids=tuple(fleet.answering_engines),
         )
         result = run_experiment(label, level, exp, target)
     result.params["fleet"] = {
-        "replicas": args.replicas,
+        "replicas": replicas,
         "gateway_instances": len(fleet.gateway_urls),
         "engine": options.engine_options(args).argv(0, 0),
+        **({"disaggregation": disagg.describe()} if disagg is not None else {}),
     }
+    result.summary["gpus"] = replicas
     return result
 
 
@@ -131,6 +142,8 @@ def _entries(args: argparse.Namespace) -> list[tuple[str, GatewayOptions | None,
             raise ValueError(f"--variant {item!r} is not LABEL:KEY=YAML;KEY=YAML (or LABEL:)")
         overrides = [part.strip() for part in rest.split(";") if part.strip()]
         entries.append((label.strip(), options.gateway_options(args, variant=overrides), False))
+    for spec in options.disagg_specs(args):
+        entries.append((spec.label, options.gateway_options(args, disagg=spec), False))
     labels = [e[0] for e in entries]
     if len(set(labels)) != len(labels):
         raise ValueError(f"compared entries need distinct labels, got {', '.join(labels)}")
@@ -160,6 +173,10 @@ def _finish(
 def run_command(args: argparse.Namespace) -> int:
     local = args.url is None
     exp = options.experiment(args, local=local)
+    specs = options.disagg_specs(args)
+    if len(specs) > 1 or (specs and args.policy in CLIENT_SIDE):
+        raise ValueError("bench run takes one --disagg fleet, behind the gateway (compare several)")
+    disagg = specs[0] if specs else None
     out = Path(args.out) if args.out else output_dir("run", args.name or exp.workload.name)
     out.mkdir(parents=True, exist_ok=True)
     if args.dump_workload:
@@ -168,12 +185,16 @@ def run_command(args: argparse.Namespace) -> int:
     pin_self(args.pin_others)
     results = []
     for i, level in enumerate(options.levels(args)):
-        label = args.policy or ("target" if not local else "gateway")
+        label = args.policy or (disagg.label if disagg else "target" if not local else "gateway")
         if not local:
             engines = {u.split("://", 1)[-1].rstrip("/"): u.rstrip("/") for u in args.engine_metrics}
             results.append(run_experiment(label, level, exp, Target(args.url, engines)))
             continue
-        gateway = None if args.policy in CLIENT_SIDE else options.gateway_options(args, policy=args.policy)
+        gateway = (
+            None
+            if args.policy in CLIENT_SIDE
+            else options.gateway_options(args, policy=args.policy, disagg=disagg)
+        )
         oracle = args.policy == "oracle"
         results.append(
             run_on_fleet(
@@ -193,7 +214,8 @@ def compare_command(args: argparse.Namespace) -> int:
     entries = _entries(args)
     if len(entries) < 1:
         print(
-            "bench compare: give --policy NAME …, --config LABEL=PATH, --variant LABEL:KEY=YAML or --preset",
+            "bench compare: give --policy NAME …, --config LABEL=PATH, --variant LABEL:KEY=YAML, "
+            "--disagg P:D or --preset",
             file=sys.stderr,
         )
         return 2

@@ -150,6 +150,9 @@ class Target:
     oracle: bool = False
     fleet: FleetControl | None = None
     also_urls: tuple[str, ...] = ()
+    replica_ids: tuple[str, ...] = ()
+    """Engines that answer clients, for requests per replica (default: all of `engines`; a
+    disaggregated fleet's decode engines)."""
 
     @property
     def urls(self) -> list[str]:
@@ -203,7 +206,8 @@ def run_experiment(label: str, level: float | None, exp: Experiment, target: Tar
     with asyncio.Runner(loop_factory=_client_loop_factory()) as runner:
         samples, sampler, fault_log = runner.run(_run(label, exp, target, plan))
     measured = [s for s in samples if not s.warmup]
-    summary = summarize(measured, exp.slo, replica_ids=list(target.engines), time_scale=k)
+    replica_ids = list(target.replica_ids or target.engines)
+    summary = summarize(measured, exp.slo, replica_ids=replica_ids, time_scale=k)
     summary["answers"] = answers([scale_sample(s, k) for s in measured], exp.slo, exp.client.stream)
     if fault_log is not None:
         summary["faults"] = event_effects(fault_log, samples, exp.client.stream)

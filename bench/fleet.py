@@ -15,6 +15,9 @@ each a child process on 127.0.0.1.
   `pool_overrides` then override the pool's keys (a mapping is merged into the pool's mapping key by
   key: `{"continuation": {"enabled": False}}` keeps the template's other continuation keys), and
   `extra_pools` are appended as given.
+- Disaggregated (`GatewayOptions.disagg`, bench/disagg.py): the first P engines get `--role prefill`,
+  the other D `--role decode` (same core, profile and speed), and the pool gets `disaggregation:` with
+  the two sets instead of `replicas:`.
 - Pinning: with `Pinning(gateway_cpu=0, others_cpu=1)` the gateway (every instance) runs under
   `taskset -c 0`, the engines
   under `taskset -c 1` (the caller pins itself, the client, with `pin_self`).
@@ -44,6 +47,8 @@ from typing import Any
 
 import httpx
 import yaml
+
+from bench.disagg import DisaggSpec, disaggregate
 
 READY_TIMEOUT_S = 30.0
 _PR_SET_PDEATHSIG = 1
@@ -83,6 +88,8 @@ class GatewayOptions:
     pool_overrides: dict[str, Any] = field(default_factory=dict)
     extra_pools: tuple[dict[str, Any], ...] = ()
     log_level: str = "warning"
+    disagg: DisaggSpec | None = None
+    """A disaggregated fleet (bench/disagg.py): engine roles and the pool's `disaggregation` section."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +131,8 @@ def gateway_config(options: GatewayOptions, model: str, engine_urls: list[str], 
     if options.policy:
         target["policy"] = options.policy
     merge_into(target, options.pool_overrides)
+    if options.disagg is not None:
+        disaggregate(target, options.disagg, engine_urls)
     raw["pools"] = pools + [dict(p) for p in options.extra_pools]
     return raw
 
@@ -164,6 +173,10 @@ class Fleet:
             raise ValueError(f"replicas must be >= 1, got {replicas}")
         if gateways < 1:
             raise ValueError(f"gateway instances must be >= 1, got {gateways}")
+        self.disagg = gateway.disagg if gateway is not None else None
+        if self.disagg is not None and self.disagg.replicas != replicas:
+            shape = f"{self.disagg.prefill}:{self.disagg.decode}"
+            raise ValueError(f"a {shape} fleet has {self.disagg.replicas} engines, not {replicas}")
         self.engine = engine
         self.gateway = gateway
         self.pinning = pinning
@@ -204,6 +217,13 @@ class Fleet:
         return {f"127.0.0.1:{p}": f"http://127.0.0.1:{p}" for p in self.engine_ports}
 
     @property
+    def answering_engines(self) -> list[str]:
+        """Replica ids of the engines that answer clients (`x-gateway-replica`): all of them, or the
+        decode engines of a disaggregated fleet."""
+        first = self.disagg.prefill if self.disagg is not None else 0
+        return list(self.engines)[first:]
+
+    @property
     def gateway_url(self) -> str | None:
         return f"http://127.0.0.1:{self.gateway_port}" if self.gateway is not None else None
 
@@ -229,9 +249,8 @@ class Fleet:
         self.stop()
 
     def start(self) -> None:
-        for i, port in enumerate(self.engine_ports):
-            argv = [sys.executable, *self.engine.argv(port, i)]
-            self._spawn(f"engine-{i}", argv, self.pinning.others_cpu)
+        for i in range(len(self.engine_ports)):
+            self._spawn(f"engine-{i}", self._engine_argv(i), self.pinning.others_cpu)
         for i, url in enumerate(self.engine_urls):
             self._wait_ready(f"engine-{i}", url + "/health")
         if self.gateway is None:
@@ -246,6 +265,11 @@ class Fleet:
             self.gateway_pids.append(proc.pid)
         for j, url in enumerate(self.gateway_urls):
             self._wait_ready(self.gateway_name(j), f"{url}/readyz")
+
+    def _engine_argv(self, replica: int) -> list[str]:
+        """Engine `replica`'s command: the common flags, then its role's in a disaggregated fleet."""
+        roles = self.disagg.engine_args(replica) if self.disagg is not None else []
+        return [sys.executable, *self.engine.argv(self.engine_ports[replica], replica), *roles]
 
     def _engine(self, replica: int) -> tuple[int, subprocess.Popen[bytes]]:
         name = f"engine-{replica}"
@@ -271,9 +295,9 @@ class Fleet:
         self.kill_engine(replica)
         index, _ = self._engine(replica)
         self._restarts[replica] = self._restarts.get(replica, 0) + 1
-        argv = [sys.executable, *self.engine.argv(self.engine_ports[replica], replica)]
         name = f"engine-{replica}"
-        proc = self._spawn(name, argv, self.pinning.others_cpu, log_name=f"{name}.{self._restarts[replica]}")
+        log_name = f"{name}.{self._restarts[replica]}"
+        proc = self._spawn(name, self._engine_argv(replica), self.pinning.others_cpu, log_name=log_name)
         self._procs.pop()
         self._procs[index] = (name, proc)
         return proc.pid

@@ -11,6 +11,7 @@ import yaml
 
 from bench.arrivals import ARRIVAL_KINDS
 from bench.client import ClientOptions
+from bench.disagg import PROTOCOLS, DisaggSpec, check_link, parse_disagg
 from bench.execute import Experiment, LoadSpec
 from bench.faults import DEFAULT_POISON_MARKER, Poison, parse_schedule
 from bench.fleet import EngineOptions, GatewayOptions, Pinning, merge_into
@@ -51,6 +52,20 @@ def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--base-port", type=int, default=None, help="gateway port (N instances: P…P+N-1); engines on the next"
+    )
+    g.add_argument(
+        "--disagg",
+        action="append",
+        default=[],
+        metavar="[LABEL=]P:D[@LINK]",
+        help="a disaggregated fleet: P prefill + D decode engines, the pool with `disaggregation:` "
+        "(run: one; compare: each is an entry beside the aggregated ones, e.g. 2:2 or 1:3@tcp)",
+    )
+    g.add_argument("--disagg-protocol", choices=PROTOCOLS, default="vllm", help="prefill/decode protocol")
+    g.add_argument(
+        "--kv-link",
+        default=None,
+        help="the disaggregated engines' KV link: nvlink, rdma, tcp or GB/s (default: the engine's, rdma)",
     )
     g.add_argument("--pin-gateway", type=int, default=None, metavar="CPU", help="taskset the gateway")
     g.add_argument(
@@ -177,13 +192,23 @@ def gateway_options(
     policy: str | None = None,
     config: str | None = None,
     variant: list[str] | None = None,
+    disagg: DisaggSpec | None = None,
 ) -> GatewayOptions:
-    """The gateway of one entry: `--pool-set` overrides, then the entry's own (`--variant`)."""
+    """The gateway of one entry: `--pool-set` overrides, then the entry's own (`--variant`); `disagg`
+    makes the entry's fleet and pool disaggregated."""
     return GatewayOptions(
         config_path=config or args.gateway_config,
         policy=policy,
         pool_overrides=pool_overrides([*args.pool_set, *(variant or [])]),
+        disagg=disagg,
     )
+
+
+def disagg_specs(args: argparse.Namespace) -> list[DisaggSpec]:
+    """Every `--disagg` entry, with `--disagg-protocol` and `--kv-link` as defaults (bench/disagg.py)."""
+    if args.kv_link is not None:
+        check_link(args.kv_link)
+    return [parse_disagg(item, args.disagg_protocol, args.kv_link) for item in args.disagg]
 
 
 def pinning(args: argparse.Namespace) -> Pinning:
@@ -223,6 +248,8 @@ def experiment(args: argparse.Namespace, local: bool) -> Experiment:
         raise ValueError(f"--gateway-instances must be >= 1, got {args.gateway_instances}")
     if args.gateway_instances > 1 and not local:
         raise ValueError("--gateway-instances starts gateways of the local fleet (drop --url)")
+    if args.disagg and not local:
+        raise ValueError("--disagg starts a local disaggregated fleet (drop --url)")
     if args.fault and not local:
         raise ValueError("--fault needs the local fleet the benchmark starts (drop --url)")
     if args.client == "raw" and args.no_stream:

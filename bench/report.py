@@ -33,6 +33,7 @@ COLUMNS = (
     ("tok/s", "tps"),
     ("goodput req/s", "good_rps"),
     ("goodput tok/s", "good_tps"),
+    ("goodput req/s/GPU", "good_rps_gpu"),
     ("SLO met", "attainment"),
     ("cache hit", "hit"),
     ("max/mean req", "balance_requests"),
@@ -42,8 +43,10 @@ COLUMNS = (
 
 LEGEND = (
     "Latency columns are over successful requests (ms; simulated time when time_scale ≠ 1). Goodput and "
-    "SLO met count requests that met both the TTFT and the TPOT SLO. max/mean req: requests per replica "
-    "(x-gateway-replica); max/mean engine load: mean running + waiting sampled from each engine."
+    "SLO met count requests that met both the TTFT and the TPOT SLO; per GPU: over the engines of the run's "
+    "fleet (a disaggregated fleet: prefill + decode). max/mean req: requests per replica "
+    "(x-gateway-replica; a disaggregated fleet: its decode engines); max/mean engine load: mean running + "
+    "waiting sampled from each engine."
 )
 
 
@@ -97,6 +100,7 @@ def row(result: RunResult) -> dict[str, str]:
         "tps": _fmt(s["throughput"]["output_tokens_per_s"], 0),
         "good_rps": _fmt(s["goodput"]["requests_per_s"], 2),
         "good_tps": _fmt(s["goodput"]["output_tokens_per_s"], 0),
+        "good_rps_gpu": _fmt(s["goodput"]["requests_per_s"] / s["gpus"], 2) if s.get("gpus") else "–",
         "attainment": f"{s['goodput']['attainment_ratio']:.0%}",
         "hit": f"{hit:.0%}" if hit is not None else "–",
         "balance_requests": _fmt(s["replicas"]["max_mean_ratio"], 2),

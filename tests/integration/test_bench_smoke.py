@@ -60,6 +60,35 @@ def test_bench_run_through_two_gateway_instances(tmp_path: Path) -> None:
     assert {"gateway-0.log", "gateway-1.log", "gateway-0.yaml"} <= set(os.listdir(out / "logs" / "00"))
 
 
+def test_bench_compare_aggregated_and_disaggregated_fleets(tmp_path: Path) -> None:
+    """One compare, two fresh fleets of 2 physics `tiny` engines: 2 aggregated replicas, and 1 prefill + 1
+    decode (`--disagg 1:1`, vLLM protocol, tcp link) behind a disaggregated pool. Every request succeeds
+    through the pair (the decode engine refuses a request without the prefill's transfer parameters, so
+    an answer means both legs ran); the decode engine answered them all; both engines were scraped."""
+    out = tmp_path / "report"
+    argv = ["compare", "--replicas", "2", "--core", "physics", "--profile", "tiny", "--kv-link", "tcp"]
+    argv += ["--variant", "agg:", "--disagg", "1:1", "--workload", "tiny", "--requests", "20"]
+    argv += ["--warmup-requests", "2", "--rate", "40", "--seed", "3", "--sample-interval-s", "0.05"]
+    assert main([*argv, "--out", str(out), "--quiet", "--no-plots"]) == 0
+    runs = {run["label"]: run for run in json.loads((out / "report.json").read_text())["runs"]}
+    assert set(runs) == {"agg", "disagg-1p1d"}
+    for run in runs.values():
+        assert (run["requests"], run["ok"], run["errors"], run["gpus"]) == (18, 18, 0, 2)
+        assert len(run["engine"]["mean_load_per_replica"]) == 2, "every engine scraped"
+    agg, pair = runs["agg"], runs["disagg-1p1d"]
+    assert "disaggregation" not in agg["params"]["fleet"] and len(agg["replicas"]["requests"]) == 2
+    fleet = pair["params"]["fleet"]
+    assert fleet["disaggregation"] == {"prefill": 1, "decode": 1, "protocol": "vllm", "kv_link": "tcp"}
+    answered = pair["replicas"]["requests"]
+    assert list(answered.values()) == [18], "one engine, the decode one, answered every request"
+    assert set(answered) < set(pair["engine"]["mean_load_per_replica"])
+    logs = sorted(os.listdir(out / "logs"))
+    assert logs == ["00-agg", "01-disagg-1p1d"]
+    config = json.loads((out / "logs" / logs[1] / "gateway.yaml").read_text())
+    decode_urls = config["pools"][0]["disaggregation"]["decode"]["replicas"]["static"]
+    assert [url.removeprefix("http://") for url in decode_urls] == list(answered)
+
+
 def test_fleet_stops_every_process_when_the_run_fails(tmp_path: Path) -> None:
     pids: list[int] = []
     with (

@@ -87,7 +87,8 @@ def test_markdown_table_row() -> None:
     cells = [c.strip() for c in table[2].strip("|").split("|")]
     assert cells[:6] == ["prefix-affinity", "4.00", "6", "3", "2", "1"]
     assert cells[6] == "400 / 850 / 890"  # 200, 400, 900 ms
-    assert cells[13] == "33%" and cells[14] == "88%" and cells[15] == "1.33" and cells[16] == "1.10"
+    assert cells[13] == "–", "no GPU count outside a local fleet"
+    assert cells[14] == "33%" and cells[15] == "88%" and cells[16] == "1.33" and cells[17] == "1.10"
 
 
 def test_render_markdown_lists_classes_and_outcomes() -> None:
