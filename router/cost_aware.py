@@ -10,8 +10,11 @@ and read the token-aware load of `router.load`: for candidate i,
 
 **`sticky-prefix`** (picker type): candidates in preference order — most matched blocks first, ties in
 the order of the pool's consistent-hash ring walked from the request's prefix key (so the spill target
-of a prefix is always the same next replica, which warms up too) — and the first with
-`queued_i ≤ τ_i` takes it:
+of a prefix is always the same next replica, which warms up too) — and the first that admits it
+takes it: `queued_i ≤ τ_i` (its prefill backlog) and, unless `load_factor` is null, in-flight requests
+under the CHWBL bound ceil(load_factor × (Σ in-flight + 1) / n) over the candidates (default 1.5:
+prefill tokens say nothing of the decode batch, and a warm replica whose batch is full makes every
+new request wait for KV space however short its uncached prefill):
 
     τ_i = prefill_budget_tokens                                when set, else
           prefill_tokens_per_s × ttft_penalty_s                when the rate is set, else
@@ -45,8 +48,9 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from router.bounded import LoadBound
 from router.latency_model import PREFILL_TOKENS_SCALE, LatencyEstimate
-from router.load import queued_prefill_tokens, running_sequences
+from router.load import queued_prefill_tokens, running_sequences, waiting_requests
 from router.pickers import best_score_index
 from router.prefix_index import IndexMembership, PrefixIndex
 from router.profile import Pick
@@ -56,6 +60,7 @@ from router.types import Branch, ReplicaView, RoutingRequest
 
 DEFAULT_PREFILL_BUDGET_TOKENS = 8192
 DEFAULT_TTFT_PENALTY_S = 0.5
+DEFAULT_STICKY_LOAD_FACTOR = 1.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,9 +100,11 @@ class StickyPrefixPicker:
         budget: PrefillBudget,
         rng: random.Random,
         virtual_nodes_per_replica: int = DEFAULT_VIRTUAL_NODES_PER_REPLICA,
+        bound: LoadBound | None = None,
     ) -> None:
         self._index = index
         self._budget = budget
+        self._bound = bound
         self._rng = rng
         self._membership = IndexMembership(index)
         self._rings = RingCache(virtual_nodes_per_replica)
@@ -123,8 +130,11 @@ class StickyPrefixPicker:
         if not request.prefix_hashes or request.prefix_key is None:
             return self._least_queued(queued, matched, Branch.NO_KEY)
         order = self._preference(request.prefix_key, replicas, matched, pool)
+        limit = 0 if self._bound is None else self._bound.limit(request, replicas)
         for hops, index in enumerate(order):
-            if queued[index] <= self._budget.tokens_for(replicas[index]):
+            replica = replicas[index]
+            under_bound = self._bound is None or self._bound.admits(replica, limit)
+            if under_bound and queued[index] <= self._budget.tokens_for(replica):
                 first = Branch.STICKY if matched[index] else Branch.PREFIX_MISS
                 branch = Branch.SPILLOVER if hops else first
                 return Pick(index=index, branch=branch, hops=hops, matched_prefix_blocks=matched[index])
@@ -184,7 +194,8 @@ class PredictedLatencyPicker:
         for replica, estimate in zip(replicas, estimates, strict=True):
             blocks = self._index.matched_blocks(replica.replica_id, request.prefix_hashes)
             running = running_sequences(replica)
-            predicted = estimate.ttft_s(queued_prefill_tokens(replica, request, blocks), running)
+            queued = queued_prefill_tokens(replica, request, blocks)
+            predicted = estimate.ttft_s(queued, running, waiting_requests(replica))
             assert predicted is not None  # every estimate has a warm TTFT model here
             matched.append(blocks)
             ttft.append(predicted)
@@ -210,10 +221,11 @@ def _with_pool_prior(estimates: list[LatencyEstimate | None]) -> list[LatencyEst
     warm = [e for e in estimates if e is not None and e.ttft is not None]
     if not warm:
         return None
+    ttfts = [e.ttft for e in warm if e.ttft is not None]
     tpots = [e.tpot for e in warm if e.tpot is not None]
-    prior = LatencyEstimate(ttft=_mean_coefficients([e.ttft for e in warm if e.ttft is not None]))
-    if tpots:
-        prior = LatencyEstimate(ttft=prior.ttft, tpot=_mean_coefficients(tpots))
+    a = _column_means(ttfts)
+    b = _column_means(tpots) if tpots else None
+    prior = LatencyEstimate(ttft=(a[0], a[1], a[2], a[3]), tpot=None if b is None else (b[0], b[1], b[2]))
     filled = []
     for estimate in estimates:
         if estimate is None or estimate.ttft is None:
@@ -225,9 +237,8 @@ def _with_pool_prior(estimates: list[LatencyEstimate | None]) -> list[LatencyEst
     return filled
 
 
-def _mean_coefficients(rows: list[tuple[float, float, float]]) -> tuple[float, float, float]:
-    n = len(rows)
-    return (sum(r[0] for r in rows) / n, sum(r[1] for r in rows) / n, sum(r[2] for r in rows) / n)
+def _column_means(rows: Sequence[tuple[float, ...]]) -> list[float]:
+    return [sum(column) / len(rows) for column in zip(*rows, strict=True)]
 
 
 def prefill_tokens_metric(replica: ReplicaView) -> float:

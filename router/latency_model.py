@@ -2,17 +2,20 @@
 
 Two linear models, each fitted by recursive least squares (RLS) with exponential forgetting:
 
-    TTFT_s ≈ a0 + a1 · (queued_prefill_tokens / 1000) + a2 · (running / 10)
+    TTFT_s ≈ a0 + a1 · (queued_prefill_tokens / 1000) + a2 · (running / 10) + a3 · (waiting / 10)
     TPOT_s ≈ b0 + b1 · (running / 10) + b2 · kv_usage_ratio
 
 `queued_prefill_tokens` is the uncached prompt tokens dispatched to the replica that have not produced
 their first token yet, *including the request's own* (what it waits behind, and its own prefill);
-`running` is the sequences decoding on it. Why linear: in a continuous-batching engine a request's
-prefill waits behind the prefill tokens queued ahead of it (chunked at the engine's prefill rate, so
-TTFT grows by 1/prefill_rate per token), and every step also decodes the running batch, whose cost
-grows with the batch; a decode step reads the weights once plus every running sequence's KV
-(TPOT = weights/BW + Σ context · kv_bytes/BW), so TPOT is affine in the batch and in the KV in use.
-The feature scales (/1000, /10) only keep the normal equations well conditioned.
+`waiting` is how many requests those are (its own excluded); `running` is the sequences decoding on
+it. Why linear: in a continuous-batching engine a request's prefill waits behind the prefill tokens
+queued ahead of it (chunked at the engine's prefill rate, so TTFT grows by 1/prefill_rate per token),
+every step also decodes the running batch, whose cost grows with the batch, and when the KV cache is
+full a request waits for running ones to finish whatever its size — which the count of requests ahead
+carries and their tokens do not (with prefix hits they are few). A decode step reads the weights once
+plus every running sequence's KV (TPOT = weights/BW + Σ context · kv_bytes/BW), so TPOT is affine in
+the batch and in the KV in use. The feature scales (/1000, /10) only keep the normal equations well
+conditioned.
 
 RLS with forgetting factor λ (default 0.98, an effective memory of about 1/(1−λ) = 50 observations):
 
@@ -108,9 +111,16 @@ def _scaled_identity(n: int, value: float) -> list[list[float]]:
     return [[value if i == j else 0.0 for j in range(n)] for i in range(n)]
 
 
-def ttft_features(queued_prefill_tokens: float, running: float) -> tuple[float, float, float]:
-    """The TTFT model's inputs: (1, queued prefill tokens / 1000, running / 10)."""
-    return (1.0, queued_prefill_tokens / PREFILL_TOKENS_SCALE, running / RUNNING_SCALE)
+def ttft_features(
+    queued_prefill_tokens: float, running: float, waiting: float = 0.0
+) -> tuple[float, float, float, float]:
+    """The TTFT model's inputs: (1, queued prefill tokens / 1000, running / 10, waiting / 10)."""
+    return (
+        1.0,
+        queued_prefill_tokens / PREFILL_TOKENS_SCALE,
+        running / RUNNING_SCALE,
+        waiting / RUNNING_SCALE,
+    )
 
 
 def tpot_features(running: float, kv_usage_ratio: float) -> tuple[float, float, float]:
@@ -125,15 +135,15 @@ class LatencyEstimate:
     `ttft` / `tpot` are None while that model is cold (fewer than `warm_after` observations).
     """
 
-    ttft: tuple[float, float, float] | None = None
+    ttft: tuple[float, float, float, float] | None = None
     tpot: tuple[float, float, float] | None = None
 
-    def ttft_s(self, queued_prefill_tokens: float, running: float) -> float | None:
-        """Predicted TTFT for a request that finds `queued_prefill_tokens` (its own included) and
-        `running` sequences on the replica; None while cold."""
+    def ttft_s(self, queued_prefill_tokens: float, running: float, waiting: float = 0.0) -> float | None:
+        """Predicted TTFT for a request that finds `queued_prefill_tokens` (its own included) in
+        `waiting` requests ahead and `running` sequences on the replica; None while cold."""
         if self.ttft is None:
             return None
-        x = ttft_features(queued_prefill_tokens, running)
+        x = ttft_features(queued_prefill_tokens, running, waiting)
         return max(MIN_PREDICTION_S, sum(t * v for t, v in zip(self.ttft, x, strict=True)))
 
     def tpot_s(self, running: float, kv_usage_ratio: float) -> float | None:
@@ -185,7 +195,7 @@ class ReplicaLatencyModel:
         forgetting_factor: float = DEFAULT_FORGETTING_FACTOR,
         warm_after: int = DEFAULT_WARM_AFTER,
     ) -> None:
-        self.ttft = OnlineLinearModel(3, forgetting_factor)
+        self.ttft = OnlineLinearModel(4, forgetting_factor)
         self.tpot = OnlineLinearModel(3, forgetting_factor)
         self.ttft_error = ErrorTracker()
         self.tpot_error = ErrorTracker()
@@ -197,12 +207,14 @@ class ReplicaLatencyModel:
         """The current frozen estimate (rebuilt after each observation, so views share it)."""
         return self._estimate
 
-    def observe_ttft(self, queued_prefill_tokens: float, running: float, ttft_s: float) -> None:
+    def observe_ttft(
+        self, queued_prefill_tokens: float, running: float, ttft_s: float, waiting: float = 0.0
+    ) -> None:
         """Learn from one request's first token: what it found at dispatch, and its TTFT."""
-        predicted = self._estimate.ttft_s(queued_prefill_tokens, running)
+        predicted = self._estimate.ttft_s(queued_prefill_tokens, running, waiting)
         if predicted is not None:
             self.ttft_error.observe(predicted, ttft_s)
-        self.ttft.update(ttft_features(queued_prefill_tokens, running), ttft_s)
+        self.ttft.update(ttft_features(queued_prefill_tokens, running, waiting), ttft_s)
         self._refresh()
 
     def observe_tpot(self, running: float, kv_usage_ratio: float, tpot_s: float) -> None:
@@ -217,6 +229,6 @@ class ReplicaLatencyModel:
         ttft = self.ttft.coefficients if self.ttft.samples >= self._warm_after else None
         tpot = self.tpot.coefficients if self.tpot.samples >= self._warm_after else None
         self._estimate = LatencyEstimate(
-            ttft=None if ttft is None else (ttft[0], ttft[1], ttft[2]),
+            ttft=None if ttft is None else (ttft[0], ttft[1], ttft[2], ttft[3]),
             tpot=None if tpot is None else (tpot[0], tpot[1], tpot[2]),
         )

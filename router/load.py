@@ -42,6 +42,15 @@ def running_sequences(replica: ReplicaView) -> float:
     return running
 
 
+def waiting_requests(replica: ReplicaView) -> float:
+    """Requests on the replica without a first token: in-flight minus decoding, or the engine's fresh
+    `waiting` when larger."""
+    waiting = float(max(0, replica.inflight_requests - replica.decoding_requests))
+    if replica.engine is not None and not replica.engine.stale:
+        waiting = max(waiting, replica.engine.waiting)
+    return waiting
+
+
 def queued_prefill_tokens(replica: ReplicaView, request: RoutingRequest, matched_blocks: int | None) -> int:
     """The prefill tokens `request` would wait behind on `replica`, its own uncached tokens included:
     the replica's `prefill_tokens_inflight` + the request's prompt minus the `matched_blocks` it holds."""

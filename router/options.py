@@ -44,6 +44,10 @@ class OptionReader:
             raise ValueError(f"{self._where}: option {name!r} must be >= {minimum}, got {value!r}")
         return value
 
+    def names(self) -> frozenset[str]:
+        """The option names given (null values included)."""
+        return frozenset(self._options)
+
     def has(self, name: str) -> bool:
         """The option is given (null counts as absent)."""
         return self._options.get(name) is not None

@@ -35,8 +35,8 @@ Types (defaults in parentheses; the first value of a choice is its default):
       prefix-index     best score with the imbalance guard inside, records where prefixes went: the options
                        of imbalance-guard, index_capacity_blocks (16384, ≥ 1)
       sticky-prefix    sticky until saturated (router.cost_aware): prefill_budget_tokens (none, ≥ 1),
-                       prefill_tokens_per_s (none, > 0), ttft_penalty_s (0.5, > 0),
-                       index_capacity_blocks, virtual_nodes_per_replica
+                       prefill_tokens_per_s (none, > 0), ttft_penalty_s (0.5, > 0), load_factor
+                       (1.5, ≥ 1; null: no count bound), index_capacity_blocks, virtual_nodes_per_replica
       predicted-latency  the SLO-aware pick on the learned latency models, sticky-prefix while they are
                        cold: the options of sticky-prefix
 
@@ -60,6 +60,7 @@ from router.bounded import (
     RingKeySource,
 )
 from router.cost_aware import (
+    DEFAULT_STICKY_LOAD_FACTOR,
     DEFAULT_TTFT_PENALTY_S,
     PredictedLatencyPicker,
     PrefillBudget,
@@ -217,7 +218,13 @@ def _prefix_index(read: OptionReader, ctx: BuildContext) -> Picker:
 
 def _sticky(read: OptionReader, ctx: BuildContext) -> StickyPrefixPicker:
     ctx.prefix_index = PrefixIndex(read_index_capacity(read))
-    return StickyPrefixPicker(ctx.prefix_index, read_prefill_budget(read), ctx.rng, read_virtual_nodes(read))
+    factor: float | None = DEFAULT_STICKY_LOAD_FACTOR
+    if "load_factor" in read.names():
+        factor = read.optional_number("load_factor", minimum=1.0)  # null: no count bound
+    bound = None if factor is None else LoadBound(load_factor=factor)
+    return StickyPrefixPicker(
+        ctx.prefix_index, read_prefill_budget(read), ctx.rng, read_virtual_nodes(read), bound
+    )
 
 
 def _predicted_latency(read: OptionReader, ctx: BuildContext) -> Picker:
@@ -254,6 +261,7 @@ _STICKY_OPTIONS = frozenset(
         "ttft_penalty_s",
         "index_capacity_blocks",
         "virtual_nodes_per_replica",
+        "load_factor",
     }
 )
 

@@ -22,7 +22,7 @@ Each preset as its profile (score_i = Σ weight · scorer_i, every scorer in [0,
                       picker prefix-index {imbalance_abs_requests, imbalance_rel_ratio,
                       index_capacity_blocks}
     sticky-prefix     picker sticky-prefix {prefill_budget_tokens, prefill_tokens_per_s, ttft_penalty_s,
-                      index_capacity_blocks, virtual_nodes_per_replica}   (router.cost_aware)
+                      load_factor, index_capacity_blocks, virtual_nodes_per_replica}   (router.cost_aware)
     predicted-latency picker predicted-latency {the options of sticky-prefix}   (router.cost_aware)
 
 Options and defaults: prefix-affinity / session-affinity take `load_factor` (c of the CHWBL bound, 1.25,
@@ -147,7 +147,8 @@ def _cost_aware(picker: PickerType) -> Callable[[OptionReader], ProfileSpec]:
     """A cost-aware picker (router.cost_aware) with the options given; it needs no scorers."""
 
     def spec(read: OptionReader) -> ProfileSpec:
-        return {"picker": {"type": picker, **{k: read.raw(k) for k in _COST_AWARE_OPTIONS if read.has(k)}}}
+        given = read.names() & _COST_AWARE_OPTIONS
+        return {"picker": {"type": picker, **{k: read.raw(k) for k in sorted(given)}}}
 
     return spec
 
@@ -159,6 +160,7 @@ _COST_AWARE_OPTIONS = frozenset(
         "ttft_penalty_s",
         "index_capacity_blocks",
         "virtual_nodes_per_replica",
+        "load_factor",
     }
 )
 _RING_OPTIONS = frozenset({"load_factor", "load_unit", "virtual_nodes_per_replica"})

@@ -34,6 +34,7 @@ class DispatchSample:
     uncached_tokens: int
     queued_prefill_tokens: int
     running: float
+    waiting: float
 
 
 def engine_running(engine: EngineLoad | None) -> float:
@@ -57,6 +58,7 @@ class ReplicaCost:
         "learned_cap",
         "model",
         "prefill_tokens_inflight",
+        "prefilling_requests",
     )
 
     def __init__(
@@ -70,6 +72,7 @@ class ReplicaCost:
         self._tpot_slo_s = tpot_slo_s
         self._configured_cap = configured_cap
         self.prefill_tokens_inflight = 0
+        self.prefilling_requests = 0
         self.decoding_requests = 0
         self.learned_cap: int | None = None
         self.model: ReplicaLatencyModel | None = None
@@ -85,22 +88,31 @@ class ReplicaCost:
         """The decode batch: the gateway's count, or the engine's fresh `running` when larger."""
         return max(float(self.decoding_requests), engine_running(engine))
 
+    def waiting(self, engine: EngineLoad | None) -> float:
+        """Requests ahead without a first token: the gateway's count, or the engine's fresh `waiting`
+        when larger."""
+        engine_waiting = 0.0 if engine is None or engine.stale else engine.waiting
+        return max(float(self.prefilling_requests), engine_waiting)
+
     def dispatched(self, uncached_tokens: int, engine: EngineLoad | None) -> DispatchSample:
         """A request with `uncached_tokens` to prefill is sent here: count it, return what it found."""
         sample = DispatchSample(
             uncached_tokens=uncached_tokens,
             queued_prefill_tokens=self.prefill_tokens_inflight + uncached_tokens,
             running=self.running(engine),
+            waiting=self.waiting(engine),
         )
         self.prefill_tokens_inflight += uncached_tokens
+        self.prefilling_requests += 1
         return sample
 
     def first_token(self, sample: DispatchSample, ttft_s: float | None) -> None:
         """The request's first token: its prefill is done; learn from its TTFT when given."""
         self.prefill_tokens_inflight -= sample.uncached_tokens
+        self.prefilling_requests -= 1
         self.decoding_requests += 1
         if self.model is not None and ttft_s is not None:
-            self.model.observe_ttft(sample.queued_prefill_tokens, sample.running, ttft_s)
+            self.model.observe_ttft(sample.queued_prefill_tokens, sample.running, ttft_s, sample.waiting)
 
     def ended(self, sample: DispatchSample, *, decoding: bool) -> None:
         """The request left the replica, in prefill (`decoding` False) or while decoding."""
@@ -108,6 +120,7 @@ class ReplicaCost:
             self.decoding_requests -= 1
         else:
             self.prefill_tokens_inflight -= sample.uncached_tokens
+            self.prefilling_requests -= 1
 
     def learn_tpot(self, running: float, engine: EngineLoad | None, tpot_s: float) -> None:
         """Learn one TPOT sample and move the learned cap."""

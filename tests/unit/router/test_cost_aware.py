@@ -64,6 +64,18 @@ def test_sticky_prefix_holds_the_warm_replica_until_its_prefill_queue_passes_tau
     assert (spilled.replica_id, spilled.branch, spilled.hops) == (order[0], Branch.SPILLOVER, 1)
 
 
+def test_sticky_prefix_spills_past_the_count_bound_unless_it_is_off() -> None:
+    """In-flight 10 on the warm replica, 0 elsewhere: bound = ceil(1.5 × 11 / 4) = 5, so it spills; with
+    load_factor null only τ counts and it stays."""
+    request = shared(8192, "q")
+    owner = ring_order(request.prefix_key or 0)[0]
+    busy = fleet(**{owner: {"inflight_requests": 10}})
+    spilled = decided(policy("sticky-prefix").decide(request, busy))
+    assert spilled.replica_id != owner and spilled.branch is Branch.SPILLOVER
+    stays = decided(policy("sticky-prefix", load_factor=None).decide(request, busy))
+    assert stays.replica_id == owner
+
+
 def test_sticky_prefix_all_over_tau_takes_the_least_queued() -> None:
     sticky = policy("sticky-prefix", prefill_budget_tokens=100)
     loads = {rid: {"prefill_tokens_inflight": 1000 + i * 10} for i, rid in enumerate(IDS)}
@@ -81,7 +93,7 @@ def test_sticky_prefix_tau_from_rate_or_the_learned_model() -> None:
     assert decided(policy("sticky-prefix", **options).decide(request, under)).replica_id == owner
     over = fleet(**{owner: {"prefill_tokens_inflight": 4001 - request.estimated_prompt_tokens}})
     assert decided(policy("sticky-prefix", **options).decide(request, over)).replica_id != owner
-    learned = LatencyEstimate(ttft=(0.02, 0.125, 0.0))  # 0.125 s per 1,000 tokens: 8,000 tok/s
+    learned = LatencyEstimate(ttft=(0.02, 0.125, 0.0, 0.0))  # 0.125 s per 1,000 tokens: 8,000 tok/s
     by_model = policy("sticky-prefix", ttft_penalty_s=0.5)  # τ = 4,000
     fields = {"latency": learned, "prefill_tokens_inflight": 4001 - request.estimated_prompt_tokens}
     assert decided(by_model.decide(request, fleet(**{owner: fields}))).replica_id != owner
@@ -96,7 +108,7 @@ def test_requests_without_prefix_blocks_go_to_the_least_queued() -> None:
 
 
 # TTFT = 20 ms + 62.5 ms per 1,000 queued tokens (16,000 tok/s); TPOT = 10 ms + 4 ms per 10 running.
-MODEL = LatencyEstimate(ttft=(0.02, 0.0625, 0.0), tpot=(0.01, 0.004, 0.0))
+MODEL = LatencyEstimate(ttft=(0.02, 0.0625, 0.0, 0.0), tpot=(0.01, 0.004, 0.0))
 
 
 def test_predicted_latency_is_cold_until_a_model_is_warm_then_cold_replicas_borrow_the_mean() -> None:
@@ -160,4 +172,6 @@ def test_cost_aware_options_are_validated() -> None:
     with pytest.raises(ValueError, match="prefill_tokens_per_s"):
         policy("sticky-prefix", prefill_tokens_per_s=0)
     with pytest.raises(ValueError, match="unknown option"):
-        policy("sticky-prefix", load_factor=2)
+        policy("sticky-prefix", load_unit="tokens")
+    with pytest.raises(ValueError, match="load_factor"):
+        policy("sticky-prefix", load_factor=0.5)

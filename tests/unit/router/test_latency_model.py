@@ -25,14 +25,15 @@ def _ttft_law(queued_tokens: float, running: float) -> float:
 
 def test_recovers_a_noiseless_affine_law() -> None:
     rng = random.Random(1)
-    model = OnlineLinearModel(3, forgetting_factor=1.0)
+    model = OnlineLinearModel(4, forgetting_factor=1.0)
     for _ in range(200):
-        q, r = rng.uniform(0, 20_000), rng.uniform(0, 100)
-        model.update(ttft_features(q, r), _ttft_law(q, r))
-    a0, a1, a2 = model.coefficients
+        q, r, w = rng.uniform(0, 20_000), rng.uniform(0, 100), rng.uniform(0, 30)
+        model.update(ttft_features(q, r, w), _ttft_law(q, r) + 0.05 * w)
+    a0, a1, a2, a3 = model.coefficients
     assert a0 == pytest.approx(0.02, abs=1e-3)
     assert a1 == pytest.approx(1000 / 16_000, rel=1e-3)  # per 1,000 tokens
     assert a2 == pytest.approx(0.01, rel=1e-2)  # per 10 running
+    assert a3 == pytest.approx(0.5, rel=1e-2)  # per 10 waiting
 
 
 def test_forgetting_follows_a_changed_engine() -> None:
@@ -83,7 +84,7 @@ def test_non_finite_samples_are_ignored() -> None:
 
 
 def test_predictions_are_clamped_positive() -> None:
-    estimate = LatencyEstimate(ttft=(-1.0, 0.0, 0.0), tpot=(-1.0, 0.0, 0.0))
+    estimate = LatencyEstimate(ttft=(-1.0, 0.0, 0.0, 0.0), tpot=(-1.0, 0.0, 0.0))
     assert estimate.ttft_s(0, 0) == pytest.approx(0.001)
     assert estimate.tpot_s(0, 0) == pytest.approx(0.001)
 
