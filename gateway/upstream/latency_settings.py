@@ -4,8 +4,11 @@ Read by `gateway.upstream.replica_cost` (one model per replica, `router.latency_
 always learned when enabled (it costs a few dozen float operations per request); what uses it:
 - the `predicted-latency` policy (and `sticky-prefix`'s learned prefill rate);
 - the *learned cap*: with `adaptive_cap` on and the pool's `slo.tpot_s` set, each replica's cap is
-  the largest batch its TPOT model predicts within `slo.tpot_s` (`LatencyEstimate.max_batch_for_tpot`),
-  never below `min_cap_per_replica` and never above `max_concurrency_per_replica` when that is set.
+  found from its TPOT: once the measured TPOT has broken `slo.tpot_s`, a gradient limit on it
+  (`gateway.upstream.tpot_limit`: shrinks by slo/TPOT while broken, grows by √limit while held);
+  before that, the largest batch its TPOT model predicts within `slo.tpot_s`
+  (`LatencyEstimate.max_batch_for_tpot`) — never below `min_cap_per_replica` and never above
+  `max_concurrency_per_replica` when that is set.
   Requests above it wait in admission (the priority queues) instead of in the engine's own queue,
   where they would all slow each other down. While the TPOT model is cold (fewer than `warm_after`
   samples) or sees no cost in the batch, there is no learned cap. Exported as

@@ -15,7 +15,8 @@ queue's) against what the request found at dispatch — queued prefill tokens, i
 running batch (the gateway's count, or the engine's fresh `running` when larger); at the end, TPOT =
 (end − first token) / (output tokens − 1) against the mean of the batch at its first token and at its
 end, and the engine's KV use. The learned cap follows each TPOT sample
-(`gateway.upstream.latency_settings`).
+(`gateway.upstream.latency_settings`): the gradient limit of the measured TPOT
+(`gateway.upstream.tpot_limit`) once the objective has been broken, else the TPOT model's solved batch.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.upstream.latency_settings import LatencyModelSettings
+from gateway.upstream.tpot_limit import TpotConcurrencyLimit
 from router.latency_model import LatencyEstimate, ReplicaLatencyModel
 from router.types import EngineLoad
 
@@ -53,6 +55,7 @@ class ReplicaCost:
     __slots__ = (
         "_configured_cap",
         "_settings",
+        "_tpot_limit",
         "_tpot_slo_s",
         "decoding_requests",
         "learned_cap",
@@ -76,8 +79,13 @@ class ReplicaCost:
         self.decoding_requests = 0
         self.learned_cap: int | None = None
         self.model: ReplicaLatencyModel | None = None
+        self._tpot_limit: TpotConcurrencyLimit | None = None
         if self._settings.enabled:
             self.model = ReplicaLatencyModel(self._settings.forgetting_factor, self._settings.warm_after)
+            if self._settings.adaptive_cap and tpot_slo_s is not None:
+                self._tpot_limit = TpotConcurrencyLimit(
+                    tpot_slo_s, min_limit=self._settings.min_cap_per_replica, max_limit=configured_cap
+                )
 
     @property
     def estimate(self) -> LatencyEstimate | None:
@@ -122,16 +130,21 @@ class ReplicaCost:
             self.prefill_tokens_inflight -= sample.uncached_tokens
             self.prefilling_requests -= 1
 
-    def learn_tpot(self, running: float, engine: EngineLoad | None, tpot_s: float) -> None:
-        """Learn one TPOT sample and move the learned cap."""
+    def learn_tpot(self, running: float, engine: EngineLoad | None, tpot_s: float, inflight: int = 0) -> None:
+        """Learn one TPOT sample (with `inflight` requests on the replica now) and move the cap."""
         if self.model is None:
             return
         kv_usage = engine_kv_usage(engine)
         self.model.observe_tpot(running, kv_usage, tpot_s)
+        if self._tpot_limit is not None:
+            self._tpot_limit.observe(tpot_s, inflight)
         self._update_cap(kv_usage, engine)
 
     def _update_cap(self, kv_usage: float, engine: EngineLoad | None) -> None:
         if not self._settings.adaptive_cap or self._tpot_slo_s is None or self.model is None:
+            return
+        if self._tpot_limit is not None and self._tpot_limit.cap is not None:
+            self.learned_cap = self._tpot_limit.cap
             return
         batch = self.model.estimate.max_batch_for_tpot(self._tpot_slo_s, self.running(engine), kv_usage)
         if batch is None:

@@ -88,7 +88,7 @@ class Slot:
         cost = self.replica.cost
         tpot_s = (time.perf_counter() - self._first_token_s) / (output_tokens - 1)
         running = (self._running_at_first_token + cost.running(self.replica.engine)) / 2
-        cost.learn_tpot(running, self.replica.engine, tpot_s)
+        cost.learn_tpot(running, self.replica.engine, tpot_s, self.replica.inflight_requests)
         self._publish_model()
 
     def _publish_prefill(self) -> None:

@@ -1,0 +1,80 @@
+"""A replica's concurrency limit found from its observed TPOT: the adaptive concurrency-limit idea
+(Netflix's gradient limit, Envoy's adaptive concurrency filter) with the TPOT objective as the target.
+
+Why beside the TPOT model's cap (`router.latency_model.LatencyEstimate.max_batch_for_tpot`): that cap
+solves TPOT(batch) = objective on an affine law of the batch and the KV in use, which holds when decode
+work is what slows tokens down. Past the knee of a long-prompt workload, what slows them down is the
+prefill chunks interleaved with the decode steps (a step carrying 8,192 prefill tokens takes 0.5 s on an
+H100 13B), whose rate is the dispatch rate, not the batch: the affine law then sees no cost in the
+batch and finds no cap, while TPOT breaks the objective for everyone. A limit driven by the measured
+TPOT needs no model of why. Every `update_every` samples (default 8), with `tpot` the exponentially
+weighted mean of the samples (weight 0.2):
+
+    gradient  = clamp(tpot_slo_s / tpot, 0.5, 1)
+    no limit yet and tpot ≤ objective  → still none (nothing to limit)
+    no limit yet and tpot > objective  → limit = inflight × gradient       (starts from what runs now)
+    otherwise                          → limit = limit × gradient + (√limit if gradient = 1 else 0)
+
+clamped to [min_limit, max_limit] (max: the configured cap, when one is set). So a limit appears only
+once the objective is broken, shrinks by at most half per update while it is, and grows by √limit per
+update while the objective holds (the Netflix "queue size" headroom), which probes for more.
+"""
+
+from __future__ import annotations
+
+import math
+
+DEFAULT_UPDATE_EVERY = 8
+TPOT_WEIGHT = 0.2
+MIN_GRADIENT = 0.5
+
+
+class TpotConcurrencyLimit:
+    """The gradient limit of one replica (module docstring); `limit` is None until it is needed."""
+
+    __slots__ = ("_max", "_min", "_samples", "_slo_s", "_tpot_s", "_update_every", "limit")
+
+    def __init__(
+        self,
+        tpot_slo_s: float,
+        *,
+        min_limit: int,
+        max_limit: int | None = None,
+        update_every: int = DEFAULT_UPDATE_EVERY,
+    ) -> None:
+        if tpot_slo_s <= 0 or min_limit < 1 or update_every < 1:
+            raise ValueError("tpot_slo_s, min_limit and update_every must be positive")
+        self._slo_s = tpot_slo_s
+        self._min = min_limit
+        self._max = max_limit
+        self._update_every = update_every
+        self._samples = 0
+        self._tpot_s: float | None = None
+        self.limit: float | None = None
+
+    @property
+    def cap(self) -> int | None:
+        """The limit as a whole number of requests, None while there is none."""
+        return None if self.limit is None else max(self._min, math.floor(self.limit))
+
+    def observe(self, tpot_s: float, inflight: int) -> None:
+        """One finished request's TPOT, with `inflight` requests on the replica now."""
+        if not math.isfinite(tpot_s) or tpot_s <= 0:
+            return
+        if self._tpot_s is None:
+            self._tpot_s = tpot_s
+        else:
+            self._tpot_s += TPOT_WEIGHT * (tpot_s - self._tpot_s)
+        self._samples += 1
+        if self._samples % self._update_every:
+            return
+        gradient = min(1.0, max(MIN_GRADIENT, self._slo_s / self._tpot_s))
+        if self.limit is None:
+            if gradient >= 1.0:
+                return
+            new = max(inflight, self._min) * gradient
+        else:
+            new = self.limit * gradient + (math.sqrt(self.limit) if gradient >= 1.0 else 0.0)
+        if self._max is not None:
+            new = min(new, float(self._max))
+        self.limit = max(float(self._min), new)

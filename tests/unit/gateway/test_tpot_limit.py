@@ -1,0 +1,84 @@
+"""The gradient concurrency limit on a replica's measured TPOT (gateway/upstream/tpot_limit.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gateway.upstream.latency_settings import LatencyModelSettings
+from gateway.upstream.replica_cost import ReplicaCost
+from gateway.upstream.tpot_limit import TpotConcurrencyLimit
+
+SLO_S = 0.05
+
+
+def feed(limit: TpotConcurrencyLimit, tpot_s: float, inflight: int, samples: int = 8) -> None:
+    for _ in range(samples):
+        limit.observe(tpot_s, inflight)
+
+
+def test_no_limit_while_the_objective_holds() -> None:
+    limit = TpotConcurrencyLimit(SLO_S, min_limit=4)
+    feed(limit, 0.03, inflight=100, samples=64)
+    assert limit.cap is None
+
+
+def test_a_broken_objective_starts_the_limit_from_what_runs_now_scaled_by_the_gradient() -> None:
+    limit = TpotConcurrencyLimit(SLO_S, min_limit=4)
+    feed(limit, 0.0625, inflight=100)  # gradient 0.05 / 0.0625 = 0.8
+    assert limit.cap == 80
+    feed(limit, 0.0625, inflight=80)  # still broken: 80 × 0.8
+    assert limit.cap == 64
+
+
+def test_it_shrinks_at_most_by_half_and_never_below_the_floor() -> None:
+    limit = TpotConcurrencyLimit(SLO_S, min_limit=10)
+    feed(limit, 1.0, inflight=100)  # gradient clamped to 0.5
+    assert limit.cap == 50
+    for _ in range(10):
+        feed(limit, 1.0, inflight=50)
+    assert limit.cap == 10
+
+
+def test_while_the_objective_holds_it_grows_by_the_square_root_up_to_the_configured_cap() -> None:
+    limit = TpotConcurrencyLimit(SLO_S, min_limit=4, max_limit=70)
+    feed(limit, 0.1, inflight=128)  # → 64
+    assert limit.cap == 64
+    feed(limit, 0.001, inflight=64, samples=40)  # the mean falls below the objective within a few updates
+    assert limit.cap == 70
+    grown = TpotConcurrencyLimit(SLO_S, min_limit=4)
+    feed(grown, 0.1, inflight=128)
+    grown.limit = 64.0
+    grown._tpot_s = 0.01  # a held objective, exactly
+    feed(grown, 0.01, inflight=64)
+    assert grown.limit == pytest.approx(64 + math.sqrt(64))
+
+
+def test_updates_only_every_n_samples_and_ignores_bad_samples() -> None:
+    limit = TpotConcurrencyLimit(SLO_S, min_limit=4, update_every=8)
+    feed(limit, 0.1, inflight=100, samples=7)
+    assert limit.cap is None
+    limit.observe(math.nan, 100)
+    limit.observe(-1.0, 100)
+    assert limit.cap is None
+    limit.observe(0.1, 100)
+    assert limit.cap == 50
+
+
+def test_bad_construction_is_refused() -> None:
+    with pytest.raises(ValueError):
+        TpotConcurrencyLimit(0.0, min_limit=1)
+    with pytest.raises(ValueError):
+        TpotConcurrencyLimit(SLO_S, min_limit=0)
+
+
+def test_the_replica_cap_follows_the_gradient_limit_once_the_objective_breaks() -> None:
+    cost = ReplicaCost(LatencyModelSettings(warm_after=4), tpot_slo_s=SLO_S, configured_cap=None)
+    for _ in range(8):
+        cost.learn_tpot(running=90, engine=None, tpot_s=0.1, inflight=100)
+    assert cost.learned_cap == 50
+    off = ReplicaCost(LatencyModelSettings(adaptive_cap=False), tpot_slo_s=SLO_S)
+    for _ in range(8):
+        off.learn_tpot(running=90, engine=None, tpot_s=0.1, inflight=100)
+    assert off.learned_cap is None
