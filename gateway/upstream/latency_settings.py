@@ -5,10 +5,10 @@ always learned when enabled (it costs a few dozen float operations per request);
 - the `predicted-latency` policy (and `sticky-prefix`'s learned prefill rate);
 - the *learned cap*: with `adaptive_cap` on and the pool's `slo.tpot_s` set, each replica's cap is
   found from its TPOT: once the measured TPOT has broken `slo.tpot_s`, a gradient limit on it
-  (`gateway.upstream.tpot_limit`: shrinks by slo/TPOT while broken, grows by √limit while held);
-  before that, the largest batch its TPOT model predicts within `slo.tpot_s`
-  (`LatencyEstimate.max_batch_for_tpot`) — never below `min_cap_per_replica` and never above
-  `max_concurrency_per_replica` when that is set.
+  (`gateway.upstream.tpot_limit`: shrinks by slo/TPOT while broken, grows by √limit while held) —
+  never below `min_cap_per_replica` and never above `max_concurrency_per_replica` when that is set.
+  The TPOT model's own solved batch (`LatencyEstimate.max_batch_for_tpot`) is not used as a cap: it
+  capped replicas below the knee in the benchmark (docs/BENCHMARKS.md, issue 15).
   Requests above it wait in admission (the priority queues) instead of in the engine's own queue,
   where they would all slow each other down. While the TPOT model is cold (fewer than `warm_after`
   samples) or sees no cost in the batch, there is no learned cap. Exported as

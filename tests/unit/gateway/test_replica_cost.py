@@ -100,19 +100,32 @@ def cost_with_law(
     return cost
 
 
-def test_the_learned_cap_is_the_largest_batch_within_the_tpot_slo() -> None:
-    cost = cost_with_law(0.010, 0.0005)  # 50 ms at (0.050 − 0.010) / 0.0005 = 80 sequences
-    assert cost.learned_cap is not None and abs(cost.learned_cap - 80) <= 1
+def test_no_learned_cap_while_the_measured_tpot_holds_the_objective() -> None:
+    """The TPOT model's own solved batch (about 133 here) is not a cap: only a broken objective is."""
+    cost = cost_with_law(0.010, 0.0003)  # at most 40 ms over the batches seen
+    assert cost.learned_cap is None
+
+
+def breach(cost: ReplicaCost, tpot_s: float, inflight: int) -> None:
+    for _ in range(8):
+        cost.learn_tpot(running=inflight, engine=None, tpot_s=tpot_s, inflight=inflight)
 
 
 def test_the_learned_cap_is_bounded_by_the_configured_cap_and_the_floor() -> None:
-    assert cost_with_law(0.010, 0.0005, configured_cap=32).learned_cap == 32
-    assert cost_with_law(0.048, 0.0005, min_cap_per_replica=6).learned_cap == 6
+    capped = ReplicaCost(LatencyModelSettings(), tpot_slo_s=0.05, configured_cap=32)
+    breach(capped, 0.06, inflight=100)  # 100 × 0.05 / 0.06 = 83, above the configured 32
+    assert capped.learned_cap == 32
+    floored = ReplicaCost(LatencyModelSettings(min_cap_per_replica=6), tpot_slo_s=0.05)
+    breach(floored, 1.0, inflight=10)  # 10 × 0.5 = 5, below the floor
+    assert floored.learned_cap == 6
 
 
 def test_no_learned_cap_when_off_flat_or_without_a_tpot_slo() -> None:
     assert cost_with_law(0.010, 0.0005, adaptive_cap=False).learned_cap is None
     assert cost_with_law(0.010, 0.0).learned_cap is None
+    off = ReplicaCost(LatencyModelSettings(adaptive_cap=False), tpot_slo_s=0.05)
+    breach(off, 1.0, inflight=50)
+    assert off.learned_cap is None
     cost = ReplicaCost(LatencyModelSettings(warm_after=1), tpot_slo_s=None)
     cost.learn_tpot(10, None, 0.02)
     assert cost.learned_cap is None
