@@ -3,12 +3,18 @@
 Read by `gateway.upstream.replica_cost` (one model per replica, `router.latency_model`). The model is
 always learned when enabled (it costs a few dozen float operations per request); what uses it:
 - the `predicted-latency` policy (and `sticky-prefix`'s learned prefill rate);
-- the *learned cap*: with `adaptive_cap` on and the pool's `slo.tpot_s` set, each replica's cap is
+- the *learned cap* (off by default, see below): with `adaptive_cap` on and the pool's `slo.tpot_s`
+  set, each replica's cap is
   found from its TPOT: once the measured TPOT has broken `slo.tpot_s`, a gradient limit on it
   (`gateway.upstream.tpot_limit`: shrinks by slo/TPOT while broken, grows by √limit while held) —
   never below `min_cap_per_replica` and never above `max_concurrency_per_replica` when that is set.
   The TPOT model's own solved batch (`LatencyEstimate.max_batch_for_tpot`) is not used as a cap: it
   capped replicas below the knee in the benchmark (docs/BENCHMARKS.md, issue 15).
+  Why off by default: measured on the long-prompt regime at 2× the knee (docs/BENCHMARKS.md, issue 15),
+  the gradient limit cut SLO goodput from 16.9 to 6.9 req/s (62 % → 25 % of requests within the SLO):
+  its feedback arrives a whole generation late (a TPOT is known when a request ends, ~10 s there), so
+  it over- and under-shoots, and a capped replica takes requests from the queue whatever prefix they
+  hold (prefix-cache hits 80 % → 52 %).
   Requests above it wait in admission (the priority queues) instead of in the engine's own queue,
   where they would all slow each other down. While the TPOT model is cold (fewer than `warm_after`
   samples) or sees no cost in the batch, there is no learned cap. Exported as
@@ -32,5 +38,5 @@ class LatencyModelSettings(BaseModel):
     """RLS forgetting λ: an effective memory of about 1 / (1 − λ) observations (0.98 → 50)."""
     warm_after: int = Field(DEFAULT_WARM_AFTER, ge=1)
     """Observations before a model's predictions are used."""
-    adaptive_cap: bool = True
+    adaptive_cap: bool = False
     min_cap_per_replica: int = Field(8, ge=1)

@@ -90,6 +90,7 @@ def test_non_streamed_and_one_token_answers_teach_no_tpot() -> None:
 def cost_with_law(
     intercept_s: float, per_sequence_s: float, *, configured_cap: int | None = None, **settings: Any
 ) -> ReplicaCost:
+    settings = {"adaptive_cap": True, **settings}
     cost = ReplicaCost(
         LatencyModelSettings(warm_after=8, **settings), tpot_slo_s=0.05, configured_cap=configured_cap
     )
@@ -98,6 +99,12 @@ def cost_with_law(
         running = rng.uniform(1, 100)
         cost.learn_tpot(running, None, intercept_s + per_sequence_s * running)
     return cost
+
+
+def test_the_learned_cap_is_off_by_default() -> None:
+    cost = ReplicaCost(LatencyModelSettings(), tpot_slo_s=0.05)
+    breach(cost, 1.0, inflight=50)
+    assert cost.learned_cap is None
 
 
 def test_no_learned_cap_while_the_measured_tpot_holds_the_objective() -> None:
@@ -112,10 +119,10 @@ def breach(cost: ReplicaCost, tpot_s: float, inflight: int) -> None:
 
 
 def test_the_learned_cap_is_bounded_by_the_configured_cap_and_the_floor() -> None:
-    capped = ReplicaCost(LatencyModelSettings(), tpot_slo_s=0.05, configured_cap=32)
+    capped = ReplicaCost(LatencyModelSettings(adaptive_cap=True), tpot_slo_s=0.05, configured_cap=32)
     breach(capped, 0.06, inflight=100)  # 100 × 0.05 / 0.06 = 83, above the configured 32
     assert capped.learned_cap == 32
-    floored = ReplicaCost(LatencyModelSettings(min_cap_per_replica=6), tpot_slo_s=0.05)
+    floored = ReplicaCost(LatencyModelSettings(adaptive_cap=True, min_cap_per_replica=6), tpot_slo_s=0.05)
     breach(floored, 1.0, inflight=10)  # 10 × 0.5 = 5, below the floor
     assert floored.learned_cap == 6
 

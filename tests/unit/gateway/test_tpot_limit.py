@@ -74,7 +74,7 @@ def test_bad_construction_is_refused() -> None:
 
 
 def test_the_replica_cap_follows_the_gradient_limit_once_the_objective_breaks() -> None:
-    cost = ReplicaCost(LatencyModelSettings(warm_after=4), tpot_slo_s=SLO_S, configured_cap=None)
+    cost = ReplicaCost(LatencyModelSettings(warm_after=4, adaptive_cap=True), tpot_slo_s=SLO_S)
     for _ in range(8):
         cost.learn_tpot(running=90, engine=None, tpot_s=0.1, inflight=100)
     assert cost.learned_cap == 50
