@@ -91,23 +91,13 @@ def _learned_prefill_tokens_per_s(replica: ReplicaView) -> float | None:
     return PREFILL_TOKENS_SCALE / estimate.ttft[1]
 
 
-class StickyPrefixPicker:
-    """Sticky until saturated (module docstring); records the request's blocks where it goes."""
+class _IndexedPicker:
+    """A picker that keeps a prefix index: follows the pool's membership, chooses (`choose`), and
+    records the request's blocks on the chosen replica."""
 
-    def __init__(
-        self,
-        index: PrefixIndex,
-        budget: PrefillBudget,
-        rng: random.Random,
-        virtual_nodes_per_replica: int = DEFAULT_VIRTUAL_NODES_PER_REPLICA,
-        bound: LoadBound | None = None,
-    ) -> None:
+    def __init__(self, index: PrefixIndex) -> None:
         self._index = index
-        self._budget = budget
-        self._bound = bound
-        self._rng = rng
         self._membership = IndexMembership(index)
-        self._rings = RingCache(virtual_nodes_per_replica)
 
     def __call__(
         self,
@@ -120,6 +110,30 @@ class StickyPrefixPicker:
         pick = self.choose(request, replicas, pool)
         self._index.record(replicas[pick.index].replica_id, request.prefix_hashes)
         return pick
+
+    def choose(
+        self, request: RoutingRequest, replicas: list[ReplicaView], pool: Sequence[ReplicaView]
+    ) -> Pick:
+        """The choice, without recording it."""
+        raise NotImplementedError
+
+
+class StickyPrefixPicker(_IndexedPicker):
+    """Sticky until saturated (module docstring); records the request's blocks where it goes."""
+
+    def __init__(
+        self,
+        index: PrefixIndex,
+        budget: PrefillBudget,
+        rng: random.Random,
+        virtual_nodes_per_replica: int = DEFAULT_VIRTUAL_NODES_PER_REPLICA,
+        bound: LoadBound | None = None,
+    ) -> None:
+        super().__init__(index)
+        self._budget = budget
+        self._bound = bound
+        self._rng = rng
+        self._rings = RingCache(virtual_nodes_per_replica)
 
     def choose(
         self, request: RoutingRequest, replicas: list[ReplicaView], pool: Sequence[ReplicaView]
@@ -155,28 +169,15 @@ class StickyPrefixPicker:
         return Pick(index=index, branch=branch, matched_prefix_blocks=matched[index])
 
 
-class PredictedLatencyPicker:
+class PredictedLatencyPicker(_IndexedPicker):
     """The SLO-aware pick on the learned latency models (module docstring)."""
 
     def __init__(self, index: PrefixIndex, fallback: StickyPrefixPicker, rng: random.Random) -> None:
-        self._index = index
+        super().__init__(index)
         self._fallback = fallback
         self._rng = rng
-        self._membership = IndexMembership(index)
 
-    def __call__(
-        self,
-        request: RoutingRequest,
-        replicas: list[ReplicaView],
-        scores: list[float],
-        pool: Sequence[ReplicaView],
-    ) -> Pick:
-        self._membership.follow(pool)
-        pick = self._choose(request, replicas, pool)
-        self._index.record(replicas[pick.index].replica_id, request.prefix_hashes)
-        return pick
-
-    def _choose(
+    def choose(
         self, request: RoutingRequest, replicas: list[ReplicaView], pool: Sequence[ReplicaView]
     ) -> Pick:
         estimates = _with_pool_prior([replica.latency for replica in replicas])

@@ -254,7 +254,7 @@ SCORERS: dict[str, PluginType[Scorer]] = {
     ),
 }
 
-_STICKY_OPTIONS = frozenset(
+STICKY_OPTIONS = frozenset(  # the options of pickers (and presets) sticky-prefix and predicted-latency
     {
         "prefill_budget_tokens",
         "prefill_tokens_per_s",
@@ -274,8 +274,8 @@ PICKERS: dict[str, PluginType[Picker]] = {
         _RING_OPTIONS | _BOUND_OPTIONS, lambda read, ctx: _ring(read, ctx, read_bound(read))
     ),
     PickerType.PREFIX_INDEX: PluginType(_GUARD_OPTIONS | {"index_capacity_blocks"}, _prefix_index),
-    PickerType.STICKY_PREFIX: PluginType(_STICKY_OPTIONS, _sticky),
-    PickerType.PREDICTED_LATENCY: PluginType(_STICKY_OPTIONS, _predicted_latency),
+    PickerType.STICKY_PREFIX: PluginType(STICKY_OPTIONS, _sticky),
+    PickerType.PREDICTED_LATENCY: PluginType(STICKY_OPTIONS, _predicted_latency),
 }
 
 

@@ -45,6 +45,7 @@ from router.keys import KEY_OPTION_NAMES, KeySettings
 from router.load import LoadUnit
 from router.options import OptionReader
 from router.plugins import (
+    STICKY_OPTIONS,
     PickerType,
     ProfileSpec,
     ScorerType,
@@ -153,16 +154,7 @@ def _cost_aware(picker: PickerType) -> Callable[[OptionReader], ProfileSpec]:
     return spec
 
 
-_COST_AWARE_OPTIONS = frozenset(
-    {
-        "prefill_budget_tokens",
-        "prefill_tokens_per_s",
-        "ttft_penalty_s",
-        "index_capacity_blocks",
-        "virtual_nodes_per_replica",
-        "load_factor",
-    }
-)
+_COST_AWARE_OPTIONS = STICKY_OPTIONS
 _RING_OPTIONS = frozenset({"load_factor", "load_unit", "virtual_nodes_per_replica"})
 _PREFIX_INDEX_OPTIONS = frozenset(
     {"prefix_weight", "load_weight", "imbalance_abs_requests", "imbalance_rel_ratio", "index_capacity_blocks"}

@@ -11,23 +11,15 @@ A header that is not a positive integer is a 400 `bad_request`, as for the timer
 
 from __future__ import annotations
 
-from gateway.errors import BadRequest
 from gateway.pool_settings import SloSettings
+from gateway.proxy.timers import milliseconds_header_s
 
 SLO_TTFT_HEADER = "x-slo-ttft-ms"
 SLO_TPOT_HEADER = "x-slo-tpot-ms"
 
 
 def _objective_s(name: str, raw: str | None, default_s: float | None) -> float | None:
-    if raw is None:
-        return default_s
-    try:
-        value_ms = int(raw)
-    except ValueError:
-        value_ms = -1
-    if value_ms <= 0:
-        raise BadRequest(f"header {name} must be a positive integer number of milliseconds")
-    return value_ms / 1000.0
+    return default_s if raw is None else milliseconds_header_s(name, raw)
 
 
 def request_slo(

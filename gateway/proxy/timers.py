@@ -28,16 +28,22 @@ class RequestTimers:
     nonstream_s: float
 
 
-def _override_s(name: str, raw: str | None, default_s: float, ceiling_s: float) -> float:
-    if raw is None:
-        return default_s
+def milliseconds_header_s(name: str, raw: str) -> float:
+    """A header holding a positive integer number of milliseconds, in seconds; 400 `bad_request`
+    naming the header otherwise."""
     try:
         value_ms = int(raw)
     except ValueError:
         value_ms = -1
     if value_ms <= 0:
         raise BadRequest(f"header {name} must be a positive integer number of milliseconds")
-    return min(ceiling_s, max(MIN_OVERRIDE_S, value_ms / 1000.0))
+    return value_ms / 1000.0
+
+
+def _override_s(name: str, raw: str | None, default_s: float, ceiling_s: float) -> float:
+    if raw is None:
+        return default_s
+    return min(ceiling_s, max(MIN_OVERRIDE_S, milliseconds_header_s(name, raw)))
 
 
 def request_timers(
