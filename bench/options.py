@@ -194,14 +194,29 @@ def gateway_options(
     variant: list[str] | None = None,
     disagg: DisaggSpec | None = None,
 ) -> GatewayOptions:
-    """The gateway of one entry: `--pool-set` overrides, then the entry's own (`--variant`); `disagg`
-    makes the entry's fleet and pool disaggregated."""
+    """The gateway of one entry: the report's SLO in wall time, `--pool-set` overrides, then the entry's
+    own (`--variant`); `disagg` makes the entry's fleet and pool disaggregated.
+
+    The gateway reads its pool's `slo` in wall seconds, like every timer of its config, while the
+    report's `--slo-ttft-ms` / `--slo-tpot-ms` are simulated: at `--speed 0.5` a 2 s objective is 4 s of
+    wall time. Without a `--gateway-config` template, the pool's `slo` is therefore set to the report's
+    objectives ÷ the time scale (what the gateway's SLO-bounded queue waits and learned cap act on);
+    `--pool-set slo=…` still overrides it. A template keeps its own `slo`."""
+    config_path = config or args.gateway_config
+    overrides = {} if config_path else wall_slo(args)
+    merge_into(overrides, pool_overrides([*args.pool_set, *(variant or [])]))
     return GatewayOptions(
-        config_path=config or args.gateway_config,
+        config_path=config_path,
         policy=policy,
-        pool_overrides=pool_overrides([*args.pool_set, *(variant or [])]),
+        pool_overrides=overrides,
         disagg=disagg,
     )
+
+
+def wall_slo(args: argparse.Namespace) -> dict[str, Any]:
+    """`{slo: {ttft_s, tpot_s}}`: the report's objectives in the gateway's wall seconds."""
+    scale = time_scale(args, local=True)
+    return {"slo": {"ttft_s": args.slo_ttft_ms / 1000.0 / scale, "tpot_s": args.slo_tpot_ms / 1000.0 / scale}}
 
 
 def disagg_specs(args: argparse.Namespace) -> list[DisaggSpec]:

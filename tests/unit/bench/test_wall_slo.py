@@ -1,0 +1,43 @@
+"""The gateway of a local benchmark gets the report's SLO in its own wall seconds (bench/options.py)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from bench import commands
+from bench.compare_presets import PresetParser
+from bench.options import gateway_options
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = PresetParser()
+    commands.add_compare_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_the_pool_slo_is_the_reports_divided_by_the_time_scale() -> None:
+    args = _parse(["--speed", "0.5", "--slo-ttft-ms", "2000", "--slo-tpot-ms", "50"])
+    slo = gateway_options(args).pool_overrides["slo"]
+    assert slo == {"ttft_s": pytest.approx(4.0), "tpot_s": pytest.approx(0.1)}
+
+
+def test_at_full_speed_it_is_the_reports() -> None:
+    slo = gateway_options(_parse(["--slo-ttft-ms", "1500"])).pool_overrides["slo"]
+    assert slo["ttft_s"] == pytest.approx(1.5)
+
+
+def test_pool_set_and_variants_override_it() -> None:
+    args = _parse(["--speed", "0.5", "--pool-set", "slo={tpot_s: 0.2}"])
+    slo = gateway_options(args).pool_overrides["slo"]
+    assert slo == {"ttft_s": pytest.approx(4.0), "tpot_s": 0.2}
+    variant = gateway_options(args, variant=["slo.ttft_s=9"]).pool_overrides["slo"]
+    assert variant["ttft_s"] == 9
+
+
+def test_a_gateway_template_keeps_its_own_slo(tmp_path) -> None:
+    config = tmp_path / "gateway.yaml"
+    config.write_text("pools: []\n")
+    args = _parse(["--speed", "0.5", "--gateway-config", str(config)])
+    assert "slo" not in gateway_options(args).pool_overrides
