@@ -32,13 +32,10 @@ Prediction error is tracked as an exponentially weighted mean absolute percentag
 (weight 0.05 per sample), for warm models only; the gateway exports it as
 `llm_gateway_latency_model_error_ratio{replica,target}`.
 
-The learned batch cap (the seed's third barrier: the largest batch whose TPOT meets the SLO) solves the
-TPOT model for the batch, with the KV in use growing with the batch at today's KV per sequence:
-
-    TPOT(r) = b0 + (b1/10 + b2 · kv_per_seq) · r      →      r* = floor((tpot_slo − b0) / slope)
-
-(`kv_per_seq` = kv_usage_ratio / running now, 0 without a sample). No cap (None) while the TPOT model is
-cold, or when the slope is ≤ 0 or r* > 4,096 (the batch does not cost TPOT in what it has seen).
+The TPOT model is a prediction, not a cap: solved for the batch whose TPOT meets the objective it was
+tried as the replica's cap and capped replicas below the knee, because an affine law fitted over the
+narrow range of batches a replica runs extrapolates badly (docs/BENCHMARKS.md, issue 15). The cap,
+when one is wanted, follows the measured TPOT instead (`gateway.upstream.tpot_limit`).
 """
 
 from __future__ import annotations
@@ -55,8 +52,6 @@ PRIOR_VARIANCE = 1000.0
 MAX_COVARIANCE_TRACE = 1e6
 ERROR_WEIGHT = 0.05
 MIN_PREDICTION_S = 0.001
-MAX_LEARNED_BATCH = 4096
-"""A solved batch above this (beyond any engine's `max_num_seqs`) means the batch costs no TPOT."""
 
 
 class OnlineLinearModel:
@@ -152,19 +147,6 @@ class LatencyEstimate:
             return None
         x = tpot_features(running, kv_usage_ratio)
         return max(MIN_PREDICTION_S, sum(t * v for t, v in zip(self.tpot, x, strict=True)))
-
-    def max_batch_for_tpot(self, tpot_slo_s: float, running: float, kv_usage_ratio: float) -> int | None:
-        """The largest batch whose predicted TPOT meets `tpot_slo_s` (module docstring); None when the
-        TPOT model is cold or the batch does not cost TPOT in what it has seen."""
-        if self.tpot is None:
-            return None
-        intercept, per_running, per_kv = self.tpot
-        kv_per_seq = kv_usage_ratio / running if running > 0 else 0.0
-        slope = per_running / RUNNING_SCALE + per_kv * kv_per_seq
-        if slope <= 0:
-            return None
-        batch = max(0, math.floor((tpot_slo_s - intercept) / slope))
-        return None if batch > MAX_LEARNED_BATCH else batch
 
 
 class ErrorTracker:

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from router.types import ReplicaView, RoutingRequest
+from router.types import EngineLoad, ReplicaView, RoutingRequest
+
+NO_SAMPLE = EngineLoad()
+"""What a replica without a fresh engine sample counts as: nothing running, waiting or in the KV."""
 
 
 class LoadUnit(StrEnum):
@@ -25,30 +28,27 @@ def inflight_load(replica: ReplicaView, unit: LoadUnit = LoadUnit.REQUESTS) -> i
     return replica.inflight_tokens if unit is LoadUnit.TOKENS else replica.inflight_requests
 
 
+def fresh_sample(engine: EngineLoad | None) -> EngineLoad:
+    """The engine's sample when there is one and it is fresh, else `NO_SAMPLE` (all zero)."""
+    return NO_SAMPLE if engine is None or engine.stale else engine
+
+
 def request_load(replica: ReplicaView) -> float:
     """In-flight requests plus the engine's waiting queue when its sample is fresh."""
-    waiting = 0.0
-    if replica.engine is not None and not replica.engine.stale:
-        waiting = replica.engine.waiting
-    return replica.inflight_requests + waiting
+    return replica.inflight_requests + fresh_sample(replica.engine).waiting
 
 
 def running_sequences(replica: ReplicaView) -> float:
     """Sequences decoding on the replica: the gateway's own count of requests past their first token,
     or the engine's `running` when a fresh sample reports more (other gateway instances' traffic)."""
-    running = float(replica.decoding_requests)
-    if replica.engine is not None and not replica.engine.stale:
-        running = max(running, replica.engine.running)
-    return running
+    return max(float(replica.decoding_requests), fresh_sample(replica.engine).running)
 
 
 def waiting_requests(replica: ReplicaView) -> float:
     """Requests on the replica without a first token: in-flight minus decoding, or the engine's fresh
     `waiting` when larger."""
-    waiting = float(max(0, replica.inflight_requests - replica.decoding_requests))
-    if replica.engine is not None and not replica.engine.stale:
-        waiting = max(waiting, replica.engine.waiting)
-    return waiting
+    prefilling = max(0, replica.inflight_requests - replica.decoding_requests)
+    return max(float(prefilling), fresh_sample(replica.engine).waiting)
 
 
 def queued_prefill_tokens(replica: ReplicaView, request: RoutingRequest, matched_blocks: int | None) -> int:

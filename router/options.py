@@ -48,10 +48,6 @@ class OptionReader:
         """The option names given (null values included)."""
         return frozenset(self._options)
 
-    def has(self, name: str) -> bool:
-        """The option is given (null counts as absent)."""
-        return self._options.get(name) is not None
-
     def raw(self, name: str) -> Any:
         """The option's value as given (validated where it is built)."""
         return self._options.get(name)

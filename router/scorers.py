@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import StrEnum
 
-from router.load import LoadUnit, inflight_load, request_load
+from router.load import LoadUnit, fresh_sample, inflight_load, request_load
 from router.types import ReplicaView, RoutingRequest
 
 
@@ -86,8 +86,7 @@ def queue_scorer(normalise: Normalisation = Normalisation.MIN_MAX) -> InvertedMe
 
 def kv_usage(replica: ReplicaView) -> float:
     """The engine's KV-cache usage ratio; 0 without a fresh sample."""
-    engine = replica.engine
-    return 0.0 if engine is None or engine.stale else engine.kv_usage_ratio
+    return fresh_sample(replica.engine).kv_usage_ratio
 
 
 def kv_usage_scorer(normalise: Normalisation = Normalisation.MIN_MAX) -> InvertedMetricScorer:

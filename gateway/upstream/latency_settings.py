@@ -8,8 +8,8 @@ always learned when enabled (it costs a few dozen float operations per request);
   found from its TPOT: once the measured TPOT has broken `slo.tpot_s`, a gradient limit on it
   (`gateway.upstream.tpot_limit`: shrinks by slo/TPOT while broken, grows by √limit while held) —
   never below `min_cap_per_replica` and never above `max_concurrency_per_replica` when that is set.
-  The TPOT model's own solved batch (`LatencyEstimate.max_batch_for_tpot`) is not used as a cap: it
-  capped replicas below the knee in the benchmark (docs/BENCHMARKS.md, issue 15).
+  The TPOT model's own solved batch is not used as a cap: it capped replicas below the knee in the
+  benchmark (docs/BENCHMARKS.md, issue 15).
   Why off by default: measured on the long-prompt regime at 2× the knee (docs/BENCHMARKS.md, issue 15),
   the gradient limit cut SLO goodput from 16.9 to 6.9 req/s (62 % → 25 % of requests within the SLO):
   its feedback arrives a whole generation late (a TPOT is known when a request ends, ~10 s there), so

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from gateway.upstream.latency_settings import LatencyModelSettings
 from gateway.upstream.tpot_limit import TpotConcurrencyLimit
 from router.latency_model import LatencyEstimate, ReplicaLatencyModel
+from router.load import fresh_sample
 from router.types import EngineLoad
 
 
@@ -39,30 +40,10 @@ class DispatchSample:
     waiting: float
 
 
-def engine_running(engine: EngineLoad | None) -> float:
-    """The engine's fresh `running`, 0 without a fresh sample."""
-    return 0.0 if engine is None or engine.stale else engine.running
-
-
-def engine_kv_usage(engine: EngineLoad | None) -> float:
-    """The engine's fresh KV-cache usage ratio, 0 without a fresh sample."""
-    return 0.0 if engine is None or engine.stale else engine.kv_usage_ratio
-
-
 class ReplicaCost:
     """One replica's token-aware load, latency model and learned cap (module docstring)."""
 
-    __slots__ = (
-        "_configured_cap",
-        "_settings",
-        "_tpot_limit",
-        "_tpot_slo_s",
-        "decoding_requests",
-        "learned_cap",
-        "model",
-        "prefill_tokens_inflight",
-        "prefilling_requests",
-    )
+    __slots__ = ("_tpot_limit", "decoding_requests", "learned_cap", "model", "prefill_tokens_inflight")
 
     def __init__(
         self,
@@ -71,20 +52,17 @@ class ReplicaCost:
         tpot_slo_s: float | None = None,
         configured_cap: int | None = None,
     ) -> None:
-        self._settings = settings or LatencyModelSettings()
-        self._tpot_slo_s = tpot_slo_s
-        self._configured_cap = configured_cap
+        settings = settings or LatencyModelSettings()
         self.prefill_tokens_inflight = 0
-        self.prefilling_requests = 0
         self.decoding_requests = 0
         self.learned_cap: int | None = None
         self.model: ReplicaLatencyModel | None = None
         self._tpot_limit: TpotConcurrencyLimit | None = None
-        if self._settings.enabled:
-            self.model = ReplicaLatencyModel(self._settings.forgetting_factor, self._settings.warm_after)
-            if self._settings.adaptive_cap and tpot_slo_s is not None:
+        if settings.enabled:
+            self.model = ReplicaLatencyModel(settings.forgetting_factor, settings.warm_after)
+            if settings.adaptive_cap and tpot_slo_s is not None:
                 self._tpot_limit = TpotConcurrencyLimit(
-                    tpot_slo_s, min_limit=self._settings.min_cap_per_replica, max_limit=configured_cap
+                    tpot_slo_s, min_limit=settings.min_cap_per_replica, max_limit=configured_cap
                 )
 
     @property
@@ -94,30 +72,25 @@ class ReplicaCost:
 
     def running(self, engine: EngineLoad | None) -> float:
         """The decode batch: the gateway's count, or the engine's fresh `running` when larger."""
-        return max(float(self.decoding_requests), engine_running(engine))
+        return max(float(self.decoding_requests), fresh_sample(engine).running)
 
-    def waiting(self, engine: EngineLoad | None) -> float:
-        """Requests ahead without a first token: the gateway's count, or the engine's fresh `waiting`
-        when larger."""
-        engine_waiting = 0.0 if engine is None or engine.stale else engine.waiting
-        return max(float(self.prefilling_requests), engine_waiting)
-
-    def dispatched(self, uncached_tokens: int, engine: EngineLoad | None) -> DispatchSample:
-        """A request with `uncached_tokens` to prefill is sent here: count it, return what it found."""
+    def dispatched(self, uncached_tokens: int, engine: EngineLoad | None, *, inflight: int) -> DispatchSample:
+        """A request with `uncached_tokens` to prefill is sent here, where `inflight` requests already
+        run: count it, return what it found (requests ahead without a first token: `inflight` minus
+        the decoding ones, or the engine's fresh `waiting` when larger)."""
+        prefilling = max(0, inflight - self.decoding_requests)
         sample = DispatchSample(
             uncached_tokens=uncached_tokens,
             queued_prefill_tokens=self.prefill_tokens_inflight + uncached_tokens,
             running=self.running(engine),
-            waiting=self.waiting(engine),
+            waiting=max(float(prefilling), fresh_sample(engine).waiting),
         )
         self.prefill_tokens_inflight += uncached_tokens
-        self.prefilling_requests += 1
         return sample
 
     def first_token(self, sample: DispatchSample, ttft_s: float | None) -> None:
         """The request's first token: its prefill is done; learn from its TTFT when given."""
         self.prefill_tokens_inflight -= sample.uncached_tokens
-        self.prefilling_requests -= 1
         self.decoding_requests += 1
         if self.model is not None and ttft_s is not None:
             self.model.observe_ttft(sample.queued_prefill_tokens, sample.running, ttft_s, sample.waiting)
@@ -128,25 +101,13 @@ class ReplicaCost:
             self.decoding_requests -= 1
         else:
             self.prefill_tokens_inflight -= sample.uncached_tokens
-            self.prefilling_requests -= 1
 
     def learn_tpot(self, running: float, engine: EngineLoad | None, tpot_s: float, inflight: int = 0) -> None:
         """Learn one TPOT sample (with `inflight` requests on the replica now) and move the cap."""
         if self.model is None:
             return
-        kv_usage = engine_kv_usage(engine)
+        kv_usage = fresh_sample(engine).kv_usage_ratio
         self.model.observe_tpot(running, kv_usage, tpot_s)
         if self._tpot_limit is not None:
             self._tpot_limit.observe(tpot_s, inflight)
-        self._update_cap()
-
-    def _update_cap(self) -> None:
-        """The learned cap is the gradient limit's (None until the TPOT objective has been broken).
-
-        The TPOT model's solved batch (`LatencyEstimate.max_batch_for_tpot`) is not used as a cap: on
-        the long-prompt regime of docs/BENCHMARKS.md it capped replicas below the knee (16 req/s: 47
-        refusals and 91 % of the SLO met, against none and 100 % without it), because the affine law
-        fitted over a narrow range of batches extrapolates badly.
-        """
-        if self._tpot_limit is not None:
             self.learned_cap = self._tpot_limit.cap

@@ -56,9 +56,11 @@ class Slot:
         self._dispatched_s = time.perf_counter()
         self._first_token_s: float | None = None
         self._running_at_first_token = 0.0
+        self._sample = replica.cost.dispatched(
+            uncached_tokens, replica.engine, inflight=replica.inflight_requests
+        )
         replica.inflight_requests += 1
         replica.inflight_tokens += tokens
-        self._sample = replica.cost.dispatched(uncached_tokens, replica.engine)
         replica.breaker.on_dispatch()
         metrics.inflight.labels(replica.replica_id).inc()
         self._publish_prefill()
@@ -79,7 +81,8 @@ class Slot:
         cost.first_token(self._sample, now_s - self._dispatched_s if learn else None)
         self._running_at_first_token = cost.running(self.replica.engine)
         self._publish_prefill()
-        self._publish_model()
+        if learn and cost.model is not None:
+            self._publish_error("ttft", cost.model.ttft_error.value)
 
     def finished(self, output_tokens: int) -> None:
         """The response ended with `output_tokens`: learn its TPOT (streams with ≥ 2 tokens only)."""
@@ -89,21 +92,18 @@ class Slot:
         tpot_s = (time.perf_counter() - self._first_token_s) / (output_tokens - 1)
         running = (self._running_at_first_token + cost.running(self.replica.engine)) / 2
         cost.learn_tpot(running, self.replica.engine, tpot_s, self.replica.inflight_requests)
-        self._publish_model()
+        if cost.model is not None:
+            self._publish_error("tpot", cost.model.tpot_error.value)
+            self._metrics.learned_max_concurrency.labels(self.replica.replica_id).set(cost.learned_cap or 0)
 
     def _publish_prefill(self) -> None:
         tokens = self.replica.cost.prefill_tokens_inflight
         self._metrics.prefill_tokens_inflight.labels(self.replica.replica_id).set(tokens)
 
-    def _publish_model(self) -> None:
-        cost = self.replica.cost
-        replica_id = self.replica.replica_id
-        self._metrics.learned_max_concurrency.labels(replica_id).set(cost.learned_cap or 0)
-        if cost.model is None:
-            return
-        for target, tracker in (("ttft", cost.model.ttft_error), ("tpot", cost.model.tpot_error)):
-            if tracker.value is not None:
-                self._metrics.latency_model_error_ratio.labels(replica_id, target).set(tracker.value)
+    def _publish_error(self, target: str, value: float | None) -> None:
+        """The model's error for `target` (ttft | tpot), once it has one."""
+        if value is not None:
+            self._metrics.latency_model_error_ratio.labels(self.replica.replica_id, target).set(value)
 
     def release(self) -> None:
         """Give the place back (idempotent); the registry then tells its release listeners."""

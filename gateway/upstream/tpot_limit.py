@@ -1,14 +1,14 @@
 """A replica's concurrency limit found from its observed TPOT: the adaptive concurrency-limit idea
 (Netflix's gradient limit, Envoy's adaptive concurrency filter) with the TPOT objective as the target.
 
-Why beside the TPOT model's cap (`router.latency_model.LatencyEstimate.max_batch_for_tpot`): that cap
-solves TPOT(batch) = objective on an affine law of the batch and the KV in use, which holds when decode
-work is what slows tokens down. Past the knee of a long-prompt workload, what slows them down is the
-prefill chunks interleaved with the decode steps (a step carrying 8,192 prefill tokens takes 0.5 s on an
-H100 13B), whose rate is the dispatch rate, not the batch: the affine law then sees no cost in the
-batch and finds no cap, while TPOT breaks the objective for everyone. A limit driven by the measured
-TPOT needs no model of why. Every `update_every` samples (default 8), with `tpot` the exponentially
-weighted mean of the samples (weight 0.2):
+Why not the TPOT model's solved batch (`router.latency_model`): it solves TPOT(batch) = objective on
+an affine law of the batch and the KV in use, which holds when decode work is what slows tokens down
+(and even then it extrapolated badly below the knee). Past the knee of a long-prompt workload, what
+slows them down is the prefill chunks interleaved with the decode steps (a step carrying 8,192 prefill
+tokens takes 0.5 s on an H100 13B), whose rate is the dispatch rate, not the batch: the affine law then
+sees no cost in the batch and finds no cap, while TPOT breaks the objective for everyone. A limit driven
+by the measured TPOT needs no model of why. Every `update_every` samples (default 8), with `tpot` the
+exponentially weighted mean of the samples (weight 0.2):
 
     gradient  = clamp(tpot_slo_s / tpot, 0.5, 1)
     no limit yet and tpot ≤ objective  → still none (nothing to limit)

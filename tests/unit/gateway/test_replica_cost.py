@@ -151,8 +151,10 @@ def test_engine_running_refines_the_batch_when_fresh() -> None:
     cost.decoding_requests = 3
     assert cost.running(EngineLoad(running=10)) == 10
     assert cost.running(EngineLoad(running=10, stale=True)) == 3
-    sample = cost.dispatched(100, EngineLoad(running=10))
+    sample = cost.dispatched(100, EngineLoad(running=10), inflight=5)
     assert (sample.queued_prefill_tokens, sample.running) == (100, 10)
+    assert sample.waiting == 2  # 5 in flight, 3 of them decoding
+    assert cost.dispatched(0, EngineLoad(waiting=7), inflight=5).waiting == 7
 
 
 @pytest.mark.parametrize("bad", [{"forgetting_factor": 0.2}, {"warm_after": 0}, {"min_cap_per_replica": 0}])

@@ -89,33 +89,6 @@ def test_predictions_are_clamped_positive() -> None:
     assert estimate.tpot_s(0, 0) == pytest.approx(0.001)
 
 
-def test_max_batch_for_tpot_solves_the_affine_law() -> None:
-    """TPOT = 10 ms + 0.4 ms per sequence (4 ms per 10): 50 ms is met up to 100 sequences."""
-    estimate = LatencyEstimate(tpot=(0.010, 0.004, 0.0))
-    assert estimate.max_batch_for_tpot(0.050, running=20, kv_usage_ratio=0.3) == 100
-    # KV growing with the batch adds to the slope: 0.2 KV ratio over 20 sequences, 0.1 s per unit of KV
-    with_kv = LatencyEstimate(tpot=(0.010, 0.004, 0.1))
-    slope = 0.0004 + 0.1 * (0.2 / 20)
-    assert with_kv.max_batch_for_tpot(0.050, running=20, kv_usage_ratio=0.2) == math.floor(0.040 / slope)
-
-
-def test_max_batch_is_none_when_cold_or_flat() -> None:
-    assert LatencyEstimate().max_batch_for_tpot(0.05, 10, 0.1) is None
-    assert LatencyEstimate(tpot=(0.01, 0.0, 0.0)).max_batch_for_tpot(0.05, 0, 0.0) is None
-    assert LatencyEstimate(tpot=(0.06, 0.004, 0.0)).max_batch_for_tpot(0.05, 1, 0.0) == 0
-
-
-def test_learns_the_tpot_law_and_its_cap() -> None:
-    rng = random.Random(4)
-    model = ReplicaLatencyModel()
-    for _ in range(300):
-        r = rng.uniform(1, 120)
-        kv = r / 200
-        model.observe_tpot(r, kv, 0.008 + 0.0003 * r)
-    cap = model.estimate.max_batch_for_tpot(0.05, running=60, kv_usage_ratio=0.3)
-    assert cap is not None and abs(cap - 140) <= 2  # (0.050 − 0.008) / 0.0003 = 140
-
-
 def test_error_tracker_ignores_non_positive_actuals() -> None:
     tracker = ErrorTracker()
     tracker.observe(1.0, 0.0)
@@ -123,3 +96,13 @@ def test_error_tracker_ignores_non_positive_actuals() -> None:
     tracker.observe(1.5, 1.0)
     assert tracker.value == pytest.approx(0.5)
     assert tpot_features(10, 0.5) == (1.0, 1.0, 0.5)
+
+
+def test_learns_the_tpot_law() -> None:
+    rng = random.Random(4)
+    model = ReplicaLatencyModel()
+    for _ in range(300):
+        r = rng.uniform(1, 120)
+        model.observe_tpot(r, r / 200, 0.008 + 0.0003 * r)
+    assert model.estimate.tpot_s(60, 0.3) == pytest.approx(0.008 + 0.0003 * 60, rel=0.01)
+    assert model.tpot_error.value is not None and model.tpot_error.value < 0.01
