@@ -93,6 +93,7 @@ class RedisOperation(StrEnum):
     QUARANTINE_SYNC = "quarantine_sync"
     RESPONSE_STATE_GET = "response_state_get"
     RESPONSE_STATE_PUT = "response_state_put"
+    RESPONSE_STATE_DELETE = "response_state_delete"
 
 
 def make_redis_client(url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Redis:

@@ -71,6 +71,7 @@ async def _start(reply: Reply, status: int, content_type: str, extra: list[tuple
     headers = reply.response_headers(content_type) + extra
     await reply.send({"type": "http.response.start", "status": status, "headers": _encode_headers(headers)})
     reply.started = True
+    reply.status = status
 
 
 async def finish_body(reply: Reply, body: bytes = b"") -> None:

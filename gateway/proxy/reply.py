@@ -37,9 +37,12 @@ class Reply:
     usage: dict[str, Any] | None = None
     queue_wait_s: float = 0.0
     abort_error: GatewayError | None = None
+    """Set by a shutdown that ends the request: the handler answers with it."""
     response_id: str | None = None
     """The stored response's id a Responses API answer carried (state affinity remembers its replica)."""
-    """Set by a shutdown that ends the request: the handler answers with it."""
+    status: int | None = None
+    """The HTTP status the relayed response started with (None before it started, and for an idempotent
+    replay or an error answer, which the relay does not send)."""
 
     def elapsed_s(self) -> float:
         """Seconds since the request arrived."""

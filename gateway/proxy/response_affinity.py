@@ -6,7 +6,9 @@ of every response id it relays (`remember`, after the response: the id from the 
 stream's `response.created` event) in the `ResponseState` (`gateway.proxy.response_state`; Redis when
 configured, so every instance agrees), and pins such requests to it (`pin`): routing may pick that one
 replica only (every other replica of the pool is excluded, retries included), admission and timers as
-for any request.
+for any request. A `DELETE /v1/responses/{id}` the engine answered with a 2xx forgets the id
+(`remember` again: it runs once the response went out, and reads the relayed status), so a later call
+on it is the gateway's own 404 `response_not_found`, never forwarded; a refused or failed delete keeps it.
 
 Failures are explicit, never a silent answer from a replica without the state:
 - an id with no record (never relayed by the gateway, or its record expired) → 404 `response_not_found`;
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gateway.api.response_calls import response_call
 from gateway.errors import ResponseNotFound, ResponseStateLost
 from gateway.proxy.context import RequestContext
 from gateway.proxy.reply import Reply
@@ -64,7 +67,13 @@ class ResponseAffinity:
         return replace(ctx, routing=replace(ctx.routing, exclude=others))
 
     async def remember(self, ctx: RequestContext, reply: Reply) -> None:
-        """Record the replica of the response id the reply carried (if any)."""
+        """Record the replica of the response id the reply carried (if any); after a successful
+        `DELETE /v1/responses/{id}` (relayed status 2xx), forget that id instead."""
+        if ctx.parsed.method == "DELETE":
+            call = response_call(ctx.parsed.upstream_path.partition("?")[0])
+            if call is not None and reply.status is not None and 200 <= reply.status < 300:
+                await self._state.delete(call.response_id)
+            return
         if reply.response_id is None or reply.decision is None:
             return
         await self._state.put(reply.response_id, ResponseLocation(ctx.model, reply.decision.replica_id))

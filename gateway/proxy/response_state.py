@@ -13,6 +13,13 @@ and every `/v1/responses/{id}` call, must reach the replica that produced the id
   to a local `MemoryResponseState`, read when Redis is unreachable (`state.on_error` `fail_open`: the
   ids this instance relayed still route; others are unknown) — with `fail_closed` an unreachable Redis
   is a 503 `state_unavailable`.
+
+`delete` drops an id once its response was deleted on the engine (a successful
+`DELETE /v1/responses/{id}`), so the gateway answers a later call on it with `response_not_found`
+instead of forwarding it. It never fails: the engine already deleted the response and the client has
+its answer, so an unreachable Redis (either mode) only leaves the shared key to expire by its TTL;
+the local copy is dropped in any case, and a later call that still finds the key is forwarded and
+answered by the engine's own 404.
 """
 
 from __future__ import annotations
@@ -32,6 +39,11 @@ DEFAULT_MAX_ENTRIES = 100_000
 _PUT_LUA = """
 -- KEYS[1]: entry. ARGV: now|'' (unused), value, ttl_ms.
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1
+"""
+_DELETE_LUA = """
+-- KEYS[1]: entry. ARGV: now|'' (unused).
+redis.call('DEL', KEYS[1])
 return 1
 """
 _GET_LUA = """
@@ -55,6 +67,8 @@ class ResponseState(Protocol):
     async def get(self, response_id: str) -> ResponseLocation | None: ...
 
     async def put(self, response_id: str, location: ResponseLocation) -> None: ...
+
+    async def delete(self, response_id: str) -> None: ...
 
 
 class MemoryResponseState:
@@ -94,6 +108,12 @@ class MemoryResponseState:
         while len(self._entries) > self._max_entries:
             self._entries.popitem(last=False)
 
+    async def delete(self, response_id: str) -> None:
+        self.delete_now(response_id)
+
+    def delete_now(self, response_id: str) -> None:
+        self._entries.pop(response_id, None)
+
 
 class RedisResponseState:
     """The map in Redis, shared by every gateway instance (module docstring)."""
@@ -104,6 +124,7 @@ class RedisResponseState:
         self._ttl_ms = int(ttl_s * 1000)
         self._put = backend.register(_PUT_LUA)
         self._get = backend.register(_GET_LUA)
+        self._delete = backend.register(_DELETE_LUA)
 
     async def get(self, response_id: str) -> ResponseLocation | None:
         reply = await self._backend.run(
@@ -126,6 +147,12 @@ class RedisResponseState:
         value = orjson.dumps([location.model, location.replica_id]).decode()
         await self._backend.run(
             RedisOperation.RESPONSE_STATE_PUT, self._put, [self._key(response_id)], [value, self._ttl_ms]
+        )
+
+    async def delete(self, response_id: str) -> None:
+        self._local.delete_now(response_id)
+        await self._backend.run(
+            RedisOperation.RESPONSE_STATE_DELETE, self._delete, [self._key(response_id)], []
         )
 
     def _key(self, response_id: str) -> str:

@@ -79,11 +79,49 @@ def test_retrieve_delete_and_cancel_reach_the_replica_that_holds_the_response(fl
     with pytest.raises(openai.BadRequestError) as raised:  # the holder's answer; another would say 404
         client.responses.cancel(first_id)
     assert "Cannot cancel a synchronous response" in str(raised.value)
-    client.responses.delete(first_id)
-    with pytest.raises(openai.NotFoundError) as gone:
-        client.responses.retrieve(first_id)
-    assert gone.value.response.headers[REASON] == "upstream_status", "the holder answered: deleted"
-    assert gone.value.response.headers[REPLICA] == replica
+    deleted = client.responses.with_raw_response.delete(first_id)
+    assert deleted.headers[REPLICA] == replica and deleted.status_code == 200
+
+
+def test_a_deleted_response_is_forgotten_by_the_gateway(fleet: Fleet) -> None:
+    """After a successful delete the gateway itself answers 404 `response_not_found` for the id (no
+    replica touched: no `x-gateway-replica`, which a forwarded call would carry), for every call on it
+    and as a `previous_response_id`; the other responses keep their affinity."""
+    client = _client(fleet)
+    (gone_id, _, _), (kept_id, kept_text, kept_replica) = (_create(client, input=f"r {i}") for i in range(2))
+    client.responses.delete(gone_id)
+    for call in (
+        lambda: client.responses.retrieve(gone_id),
+        lambda: client.responses.delete(gone_id),
+        lambda: client.responses.cancel(gone_id),
+        lambda: client.responses.create(model=MODEL, input="x", previous_response_id=gone_id),
+    ):
+        with pytest.raises(openai.NotFoundError) as raised:
+            call()
+        headers = raised.value.response.headers
+        assert headers[REASON] == "response_not_found" and REPLICA not in headers
+        assert raised.value.code == "response_not_found" and gone_id in raised.value.message
+    assert _engine_stored(fleet).count(1) == 1, "only the kept response is stored"
+    kept = client.responses.with_raw_response.retrieve(kept_id)
+    assert kept.headers[REPLICA] == kept_replica and kept.parse().output_text == kept_text
+
+
+def test_a_delete_the_engine_refuses_keeps_the_affinity(fleet: Fleet) -> None:
+    """The holder lost the response behind the gateway's back (here: deleted on the engine directly, as
+    after an engine restart): the gateway's delete is the holder's 404, the gateway keeps the entry, and
+    later calls still reach the holder (its 404, passed through), never another replica."""
+    client = _client(fleet)
+    response_id, _, replica = _create(client, input="lost behind the gateway")
+    (engine,) = [e for e in fleet.engines if e.url.endswith(replica.rpartition(":")[2])]
+    assert httpx.delete(f"{engine.url}/v1/responses/{response_id}").status_code == 200
+    for call in (
+        lambda: client.responses.delete(response_id),
+        lambda: client.responses.retrieve(response_id),
+    ):
+        with pytest.raises(openai.NotFoundError) as raised:
+            call()
+        headers = raised.value.response.headers
+        assert headers[REASON] == "upstream_status" and headers[REPLICA] == replica
 
 
 def test_streamed_create_is_remembered_from_its_created_event(fleet: Fleet) -> None:

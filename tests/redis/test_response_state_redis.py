@@ -50,6 +50,54 @@ async def test_redis_down_reads_the_local_map_or_refuses(make_backend: BackendFa
         await fail_closed.get("resp_a")
 
 
+async def test_a_deleted_id_is_gone_for_every_instance(
+    make_backend: BackendFactory, raw_redis: Redis
+) -> None:
+    first = RedisResponseState(make_backend(), MemoryResponseState(FakeClock()))
+    second = RedisResponseState(make_backend(), MemoryResponseState(FakeClock()))
+    await first.put("resp_a", HERE)
+    await first.put("resp_b", HERE)
+    await second.delete("resp_a")
+    assert await first.get("resp_a") is None, "the shared key is gone, whatever the local copy held"
+    assert await second.get("resp_b") == HERE
+    assert [key async for key in raw_redis.scan_iter(match="*resp:resp_a")] == []
+
+
+async def test_a_delete_with_redis_down_never_fails_and_drops_the_local_copy(
+    make_backend: BackendFactory,
+) -> None:
+    down = f"redis://127.0.0.1:{free_port()}/0"
+    for mode in (FailureMode.FAIL_OPEN, FailureMode.FAIL_CLOSED):
+        local = MemoryResponseState(FakeClock())
+        state = RedisResponseState(make_backend(down, on_error=mode), local)
+        await state.put("resp_a", HERE)
+        await state.delete("resp_a")  # the engine deleted it already: no error to report
+        assert local.get_now("resp_a") is None, mode
+
+
+def test_a_response_deleted_through_one_instance_is_not_found_through_another(
+    mock_engines: Callable[..., ServerThread],
+    gateways: Callable[[dict[str, Any]], ServerThread],
+    key_prefix: str,
+) -> None:
+    engines = [mock_engines(model=MODEL) for _ in range(2)]
+    pool = {"model": MODEL, "replicas": {"static": [e.url for e in engines]}, "policy": "least-load"}
+    state = {"backend": "redis", "url": REDIS_URL, "key_prefix": key_prefix}
+    instances = [gateways(gateway_settings([pool], state=state)) for _ in range(2)]
+    first, second = (
+        openai.OpenAI(base_url=g.url + "/v1", api_key="x", max_retries=0, timeout=10) for g in instances
+    )
+    gone = first.responses.create(model=MODEL, input="delete me", max_output_tokens=3).id
+    kept = first.responses.create(model=MODEL, input="keep me", max_output_tokens=3).id
+    second.responses.delete(gone)
+    for client in (first, second):
+        with pytest.raises(openai.NotFoundError) as raised:
+            client.responses.retrieve(gone)
+        assert raised.value.response.headers["x-gateway-reject-reason"] == "response_not_found"
+        assert "x-gateway-replica" not in raised.value.response.headers
+        assert client.responses.retrieve(kept).id == kept
+
+
 def test_a_conversation_continues_through_another_gateway_instance(
     mock_engines: Callable[..., ServerThread],
     gateways: Callable[[dict[str, Any]], ServerThread],

@@ -151,3 +151,13 @@ async def test_the_memory_map_expires_and_is_bounded() -> None:
     for name in ("b", "c", "d"):
         await state.put(name, here)
     assert len(state) == 2 and await state.get("b") is None, "the oldest dropped first"
+
+
+async def test_the_memory_map_forgets_a_deleted_id() -> None:
+    state = MemoryResponseState(FakeClock())
+    here = ResponseLocation("m", "r1")
+    await state.put("a", here)
+    await state.put("b", here)
+    await state.delete("a")
+    await state.delete("never")  # an unknown id: nothing to do
+    assert await state.get("a") is None and await state.get("b") == here and len(state) == 1
