@@ -26,7 +26,13 @@ Each run's summary carries `gpus`, the engines it ran on, and the report shows g
 
 `--gateway-instances N` (both commands, local fleet): every gateway entry runs N gateway processes with
 the same config over the same engines, and the load goes to them in turn, one request each; `oracle` and
-`direct` have no gateway and ignore it.
+`direct` have no gateway and ignore it. `--gateway-set KEY=YAML` sets a top-level key of every entry's
+gateway config (`state.backend=redis`: the instances share state through the Redis at the config's
+`state.url`, under a fresh key prefix per fleet). In a variant, `@KEY=YAML` sets a top-level key for
+that entry only and `@instances=N` its number of gateways, so "1 instance vs 3 without sharing vs 3
+sharing the prefix index" is one compare:
+`--variant 'one:@instances=1' --variant 'three:@instances=3;@state.share_prefix_index=false'
+--variant 'shared:@instances=3'` with `--gateway-set state.backend=redis`.
 """
 
 from __future__ import annotations
@@ -67,7 +73,8 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="LABEL:KEY=YAML;…",
-        help="a config: the pool with these overrides, e.g. 'no-cont:continuation.enabled=false' (repeat)",
+        help="a config: the pool with these overrides, e.g. 'no-cont:continuation.enabled=false'; "
+        "'@KEY=YAML' sets a top-level gateway key, '@instances=N' the entry's gateway processes (repeat)",
     )
     parser.add_argument(
         "--preset",

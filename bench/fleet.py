@@ -1,9 +1,12 @@
 """A local fleet the benchmark starts and stops itself: N mock-engine replicas and (optionally) the gateway,
 each a child process on 127.0.0.1.
 
-- Several gateway instances (`gateways=K`, default 1): K gateway processes with the same config (each on
-  its own port) in front of the same engines, sharing no state (the config's own `state` section
-  decides, as in production). The load generator spreads requests over `gateway_urls`.
+- Several gateway instances (`gateways=K`, default 1, or the entry's `GatewayOptions.instances`): K
+  gateway processes with the same config (each on its own port) in front of the same engines, sharing
+  what the config's own `state` section shares, as in production (`settings_overrides` can set it:
+  `state: {backend: redis}`). With Redis state each fleet's gateways get a fresh `key_prefix` unless the
+  config names one, so no entry sees the state of the one before. The load generator spreads requests
+  over `gateway_urls`.
 - Ports are ephemeral (bound to 0, released, handed to the child) unless `base_port` is given: then
   gateway instance j listens on `base_port + j` and engine i on `base_port + K + i` (one gateway: the
   gateway on `base_port`, engine i on `base_port + 1 + i`).
@@ -41,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,6 +94,11 @@ class GatewayOptions:
     log_level: str = "warning"
     disagg: DisaggSpec | None = None
     """A disaggregated fleet (bench/disagg.py): engine roles and the pool's `disaggregation` section."""
+    settings_overrides: dict[str, Any] = field(default_factory=dict)
+    """Top-level keys of the gateway config (`--gateway-set`, a variant's `@KEY=YAML`), merged like
+    `pool_overrides`: `{"state": {"backend": "redis"}}`."""
+    instances: int | None = None
+    """Gateway processes of this entry (a variant's `@instances=N`); None: the fleet's `gateways`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,14 +118,25 @@ def pin_self(cpu: int | None) -> None:
         os.sched_setaffinity(0, {cpu})
 
 
-def gateway_config(options: GatewayOptions, model: str, engine_urls: list[str], port: int) -> dict[str, Any]:
-    """The gateway's config: the template (or a minimal one) aimed at `engine_urls` on `port`."""
+def gateway_config(
+    options: GatewayOptions,
+    model: str,
+    engine_urls: list[str],
+    port: int,
+    state_key_prefix: str | None = None,
+) -> dict[str, Any]:
+    """The gateway's config: the template (or a minimal one) with `settings_overrides`, aimed at
+    `engine_urls` on `port`; with Redis state and no `key_prefix` of its own, `state_key_prefix`."""
     raw: dict[str, Any] = {}
     if options.config_path:
         loaded = yaml.safe_load(Path(options.config_path).read_text()) or {}
         if not isinstance(loaded, dict):
             raise ValueError(f"{options.config_path}: top level must be a mapping")
         raw = loaded
+    merge_into(raw, options.settings_overrides)
+    state = raw.get("state")
+    if isinstance(state, dict) and state.get("backend") == "redis" and state_key_prefix is not None:
+        raw["state"] = {"key_prefix": state_key_prefix, **state}
     server = dict(raw.get("server") or {})
     server.update({"host": "127.0.0.1", "port": port})
     server.setdefault("drain_timeout_s", 1)
@@ -171,6 +191,8 @@ class Fleet:
     ) -> None:
         if replicas < 1:
             raise ValueError(f"replicas must be >= 1, got {replicas}")
+        if gateway is not None and gateway.instances is not None:
+            gateways = gateway.instances
         if gateways < 1:
             raise ValueError(f"gateway instances must be >= 1, got {gateways}")
         self.disagg = gateway.disagg if gateway is not None else None
@@ -193,6 +215,9 @@ class Fleet:
         self._procs: list[tuple[str, subprocess.Popen[bytes]]] = []
         self._restarts: dict[int, int] = {}
         self.gateway_pids: list[int] = []
+        self.state_key_prefix = f"llm-gateway-bench:{uuid.uuid4().hex[:12]}:"
+        """Redis keys of this fleet's gateways (Redis state only): a fresh fleet shares nothing with
+        the previous entry's (its prefix index, slot leases, membership)."""
 
     @property
     def gateway_pid(self) -> int | None:
@@ -257,7 +282,9 @@ class Fleet:
             return
         for j, port in enumerate(self.gateway_ports):
             name = self.gateway_name(j)
-            config = gateway_config(self.gateway, self.engine.model, self.engine_urls, port)
+            config = gateway_config(
+                self.gateway, self.engine.model, self.engine_urls, port, self.state_key_prefix
+            )
             config_path = self._log_dir / f"{name}.yaml"
             config_path.write_text(json.dumps(config, indent=2))  # JSON is YAML
             argv = [sys.executable, "-m", "cli", "serve", "--config", str(config_path)]

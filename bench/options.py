@@ -43,6 +43,13 @@ def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
         "(dotted keys reach into a mapping; repeat)",
     )
     g.add_argument(
+        "--gateway-set",
+        action="append",
+        default=[],
+        metavar="KEY=YAML",
+        help="override a top-level key of the gateway config, e.g. state.backend=redis (dotted; repeat)",
+    )
+    g.add_argument(
         "--gateway-instances",
         type=int,
         default=1,
@@ -195,7 +202,10 @@ def gateway_options(
     disagg: DisaggSpec | None = None,
 ) -> GatewayOptions:
     """The gateway of one entry: the report's SLO in wall time, `--pool-set` overrides, then the entry's
-    own (`--variant`); `disagg` makes the entry's fleet and pool disaggregated.
+    own (`--variant`); `disagg` makes the entry's fleet and pool disaggregated. A variant item starting
+    with `@` is a top-level gateway key instead (`@state.share_prefix_index=false`, on top of
+    `--gateway-set`), except `@instances=N`: the entry's gateway processes (instead of
+    `--gateway-instances`).
 
     The gateway reads its pool's `slo` in wall seconds, like every timer of its config, while the
     report's `--slo-ttft-ms` / `--slo-tpot-ms` are simulated: at `--speed 0.5` a 2 s objective is 4 s of
@@ -204,13 +214,29 @@ def gateway_options(
     `--pool-set slo=…` still overrides it. A template keeps its own `slo`."""
     config_path = config or args.gateway_config
     overrides = {} if config_path else wall_slo(args)
-    merge_into(overrides, pool_overrides([*args.pool_set, *(variant or [])]))
+    pool_items = [item for item in variant or [] if not item.startswith("@")]
+    merge_into(overrides, pool_overrides([*args.pool_set, *pool_items]))
+    gateway_items = [item[1:] for item in variant or [] if item.startswith("@")]
+    instances = [item for item in gateway_items if item.partition("=")[0].strip() == "instances"]
+    settings = pool_overrides(
+        [*args.gateway_set, *(i for i in gateway_items if i not in instances)], "--gateway-set"
+    )
     return GatewayOptions(
         config_path=config_path,
         policy=policy,
         pool_overrides=overrides,
         disagg=disagg,
+        settings_overrides=settings,
+        instances=_instances(instances[-1]) if instances else None,
     )
+
+
+def _instances(item: str) -> int:
+    """A variant's `@instances=N` (N >= 1)."""
+    value = yaml.safe_load(item.partition("=")[2])
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"--variant @{item!r}: instances must be an integer >= 1")
+    return value
 
 
 def wall_slo(args: argparse.Namespace) -> dict[str, Any]:

@@ -93,6 +93,7 @@ class RedisOperation(StrEnum):
     QUARANTINE_SYNC = "quarantine_sync"
     RESPONSE_STATE_GET = "response_state_get"
     RESPONSE_STATE_PUT = "response_state_put"
+    PREFIX_INDEX_SYNC = "prefix_index_sync"
     RESPONSE_STATE_DELETE = "response_state_delete"
 
 

@@ -8,6 +8,7 @@ Built by `start()`, in this order, each registered for closing as it is built:
     state backend (Redis, or none with memory state)
     tenant gate (rate limits + bulkheads, on memory or Redis stores) · tenant directory
     slot credits (Redis only: the per-replica cap shared by every instance)
+    prefix-index sharing (Redis only: each pool's index records exchanged, `gateway.prefix_sharing`)
     router (decide + its metrics) · admission (a controller per pool, dispatching through the router)
     upstream session + client · control client (health checks, scrapes)
     request observer (tracer + span exporter, access log writer: `gateway.observability`)
@@ -46,6 +47,7 @@ from gateway.instance_membership import GatewayMembership, RedisMembership
 from gateway.metrics import GatewayMetrics
 from gateway.observability.observer import RequestObserver
 from gateway.observability.tracer import TracingUnavailable
+from gateway.prefix_sharing import share_prefix_indexes
 from gateway.proxy.admit import build_admission, tenant_directory
 from gateway.proxy.disagg_admit import add_pair_admissions
 from gateway.proxy.disagg_legs import BootstrapPorts
@@ -151,6 +153,9 @@ class Components:
         credits = self._slot_credits(backend)
         if credits is not None:
             self._on_close(credits.aclose)
+        self._on_close(
+            share_prefix_indexes(backend, s.state.share_prefix_index, self.registry.pools, metrics)
+        )
         admission = build_admission(
             s,
             registry=self.registry,

@@ -113,6 +113,11 @@ class StateSettings(StrictModel):
     autoscaling signal's traffic share (`gateway.instance_membership`)."""
     replica_credit_linger_s: float = Field(1.0, gt=0)
     """How long an idle replica slot credit stays with this gateway before it goes back to Redis."""
+    share_prefix_index: bool = True
+    """With `backend: redis`: every pool whose policy keeps a prefix index (`prefix-index`, `sticky-prefix`,
+    `predicted-latency`, a custom profile with such a picker) exchanges its routing records (replica id
+    and block hashes, never text) with the other instances, so each routes on the whole fleet's traffic
+    (`gateway.prefix_sharing`). false: each instance sees only its own. Ignored with memory state."""
 
 
 class IdempotencySettings(StrictModel):

@@ -41,7 +41,8 @@ Types (defaults in parentheses; the first value of a choice is its default):
                        cold: the options of sticky-prefix
 
 A profile owns at most one prefix index: picker `prefix-index` creates it and scorer `prefix-match` reads
-the same one. Only the picker draws from the seeded `random.Random`; building draws nothing.
+the same one; the profile exposes it as `prefix_index` (shared across instances by the gateway). Only
+the picker draws from the seeded `random.Random`; building draws nothing.
 """
 
 from __future__ import annotations
@@ -344,7 +345,7 @@ def build_profile(name: str, spec: ProfileSpec, rng: random.Random, where: str =
         _filter(entry, f"{where}.filters.{i}", ctx)
         for i, entry in enumerate(_entries(spec, SpecKey.FILTERS, where))
     ]
-    return Profile(name, picker=picker, scorers=scorers, filters=filters)
+    return Profile(name, picker=picker, scorers=scorers, filters=filters, prefix_index=ctx.prefix_index)
 
 
 def plugin_types() -> dict[str, list[str]]:

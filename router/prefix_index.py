@@ -14,14 +14,21 @@ Imbalance guard (as SGLang's cache-aware router), over load = in-flight + fresh 
     imbalanced ⇔ max - min > abs_margin_requests  and  max > rel_margin_ratio * min
 When imbalanced the picker routes by least load (branch `imbalance`); otherwise it takes the best combined
 score (prefix + load scorers) and reports `prefix_match` (matched > 0) or `prefix_miss`.
+
+Several gateway instances: each instance's index sees only its own decisions. `record` also hands each
+record (replica id, block hashes: hashes only, never text) to an optional listener, and `merge` applies
+a record learned from another instance without handing it on, so `gateway.prefix_sharing` can exchange
+records through Redis while this module stays pure and synchronous. A policy that keeps an index exposes
+it through `IndexedPolicy` (`policy_prefix_index`); the others keep nothing to share.
 """
 
 from __future__ import annotations
 
 import random
 from collections import OrderedDict
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from router.load import request_load
 from router.pickers import best_score_index
@@ -32,6 +39,9 @@ DEFAULT_CAPACITY_BLOCKS_PER_REPLICA = 16_384
 DEFAULT_MAX_REPLICAS = 1_024
 DEFAULT_IMBALANCE_ABS_REQUESTS = 16.0
 DEFAULT_IMBALANCE_REL_RATIO = 1.5
+
+RecordListener = Callable[[str, Sequence[int]], None]
+"""Called with (replica id, block hashes) after each local `record`; it must not block (no I/O)."""
 
 
 class PrefixIndex:
@@ -47,9 +57,24 @@ class PrefixIndex:
         self.capacity_blocks_per_replica = capacity_blocks_per_replica
         self.max_replicas = max_replicas
         self._lrus: OrderedDict[str, OrderedDict[int, None]] = OrderedDict()
+        self._listener: RecordListener | None = None
+
+    def listen(self, listener: RecordListener | None) -> None:
+        """Hand every later local `record` to `listener` too (None: stop); one listener at a time."""
+        self._listener = listener
 
     def record(self, replica_id: str, prefix_hashes: Sequence[int]) -> None:
-        """Note that `prefix_hashes` were sent to `replica_id`, evicting the least recent beyond bounds."""
+        """Note that `prefix_hashes` were sent to `replica_id`, evicting the least recent beyond bounds;
+        then hand the record to the listener, if any."""
+        if not prefix_hashes:
+            return
+        self.merge(replica_id, prefix_hashes)
+        if self._listener is not None:
+            self._listener(replica_id, prefix_hashes)
+
+    def merge(self, replica_id: str, prefix_hashes: Sequence[int]) -> None:
+        """Apply a record made elsewhere (another gateway instance) as `record` does, without handing it
+        to the listener; the same bounds hold."""
         if not prefix_hashes:
             return
         lru = self._lrus.pop(replica_id, None)
@@ -89,6 +114,19 @@ class PrefixIndex:
     def replica_ids(self) -> tuple[str, ...]:
         """Replicas with entries, least recently recorded first."""
         return tuple(self._lrus)
+
+
+@runtime_checkable
+class IndexedPolicy(Protocol):
+    """A policy that keeps a prefix index (None when its profile has no index-keeping picker)."""
+
+    @property
+    def prefix_index(self) -> PrefixIndex | None: ...
+
+
+def policy_prefix_index(policy: object) -> PrefixIndex | None:
+    """The prefix index `policy` keeps, or None when it keeps none."""
+    return policy.prefix_index if isinstance(policy, IndexedPolicy) else None
 
 
 class PrefixMatchScorer:

@@ -17,10 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from router.eligibility import eligible_replicas
 from router.types import Branch, Decision, ReplicaView, RoutingRequest
+
+if TYPE_CHECKING:
+    from router.prefix_index import PrefixIndex
 
 
 class Filter(Protocol):
@@ -84,7 +87,8 @@ class WeightedScorer:
 
 
 class Profile:
-    """Composes filters, weighted scorers and a picker into a `Policy`."""
+    """Composes filters, weighted scorers and a picker into a `Policy`. `prefix_index` is the index its
+    picker keeps, if any (`router.prefix_index.IndexedPolicy`: how the gateway shares it)."""
 
     def __init__(
         self,
@@ -92,8 +96,10 @@ class Profile:
         picker: Picker,
         scorers: Sequence[WeightedScorer] = (),
         filters: Sequence[Filter] = (),
+        prefix_index: PrefixIndex | None = None,
     ) -> None:
         self.name = name
+        self.prefix_index = prefix_index
         self._picker = picker
         self._scorers = tuple(scorers)
         self._filters = tuple(filters)
