@@ -70,7 +70,6 @@ READ_BATCHES_PER_SYNC = 128
 STREAM_MAX_BATCHES = 1024
 STREAM_TTL_S = 600.0
 REPLAY_S = 30.0
-_HASH_MASK = (1 << 64) - 1
 
 _SYNC_LUA = (
     LUA_PRELUDE
@@ -117,9 +116,10 @@ def encode_batch(records: Sequence[IndexRecord]) -> str:
     hash is not an unsigned 64-bit integer."""
     rows = []
     for record in records:
-        if any(h & _HASH_MASK != h for h in record.block_hashes):
-            raise ValueError(f"block hash outside unsigned 64 bits in a record for {record.replica_id}")
-        packed = struct.pack(f">{len(record.block_hashes)}Q", *record.block_hashes)
+        try:
+            packed = struct.pack(f">{len(record.block_hashes)}Q", *record.block_hashes)
+        except struct.error:
+            raise ValueError(f"a block hash for {record.replica_id} is not an unsigned 64 bits") from None
         rows.append([record.pool, record.replica_id, base64.b64encode(packed).decode("ascii")])
     return json.dumps(rows, separators=(",", ":"))
 
