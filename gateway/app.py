@@ -174,19 +174,14 @@ def _build_ops_app(state: Components) -> FastAPI:
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, object]:
-        """The models of pools with an eligible replica; with tenants configured, the same API key
+        """What the fleet serves now (`ModelCatalog.listing`: pools with an eligible replica, their
+        declared names and discovered adapters, aliases); with tenants configured, the same API key
         check as the inference routes (401 `unauthorized`). Every tenant may use every pool."""
         try:
             state.tenants.resolve(request.headers.get("authorization"))
         except AuthenticationFailed as exc:
             raise Unauthorized(exc.message) from None
-        created = int(state.started_s)
-        data = [
-            {"id": pool.model, "object": "model", "created": created, "owned_by": "llm-gateway"}
-            for pool in state.registry.pools.values()
-            if pool.client_facing and pool.has_eligible_replica()
-        ]
-        return {"object": "list", "data": data}
+        return {"object": "list", "data": state.catalog.listing(int(state.started_s))}
 
     @app.get("/healthz")
     @app.get("/health")

@@ -13,7 +13,8 @@ Built by `start()`, in this order, each registered for closing as it is built:
     upstream session + client · control client (health checks, scrapes)
     request observer (tracer + span exporter, access log writer: `gateway.observability`)
     retry policies · idempotency store · autoscaling signals · request server · proxy handler
-    health checker · gateway-instance membership (Redis) · discovery runners · engine scrapers
+    health checker · gateway-instance membership (Redis) · discovery runners · engine scrapers and
+    model discovery (`gateway.upstream.pool_watchers`)
 
 `aclose()` closes them in reverse order: background loops first (scrapers, discovery, membership,
 health, the autoscaling signal), then the observer (queued spans exported, access-log lines written:
@@ -66,11 +67,11 @@ from gateway.proxy.serving import RequestServer
 from gateway.settings import ConfigError, Settings
 from gateway.upstream.discovery.factory import DiscoveryRunner, build_discovery
 from gateway.upstream.discovery.types import ReplicaSet
-from gateway.upstream.engine_metrics import adapter_for
 from gateway.upstream.health import HealthChecker
 from gateway.upstream.http_client import build_control_client, build_proxy_session
+from gateway.upstream.model_catalog import ModelCatalog
+from gateway.upstream.pool_watchers import pool_watchers
 from gateway.upstream.registry import Pool, ReplicaRegistry
-from gateway.upstream.scraper import EngineScraper, ScrapeMetrics
 from gateway.upstream.slot_credits import SlotCredits
 
 
@@ -93,6 +94,8 @@ class Components:
         self._rng = rng or random.Random(settings.seed)
         self.metrics = GatewayMetrics()
         self.registry = ReplicaRegistry(settings, self.metrics, self.clock, self._child_rng())
+        self.catalog = ModelCatalog(self.registry, settings.model_aliases)
+        """Model names → pools (aliases, declared and discovered names); the proxy and `/v1/models`."""
         self.tenants = tenant_directory(settings)
         """API keys → tenants; the proxy routes and `/v1/models` authenticate with it."""
         self.started_s = time.time()
@@ -191,7 +194,7 @@ class Components:
         idempotency = idempotency_store(backend, clock, s.idempotency)
         self.proxy = ProxyHandler(
             settings=s,
-            registry=self.registry,
+            catalog=self.catalog,
             tenants=self.tenants,
             admission=admission,
             server=server,
@@ -207,11 +210,11 @@ class Components:
         self._on_close(health.stop)
         self._start_membership(backend, signals)
         self._start_discovery()
-        for pool in self.registry.pools.values():
-            scraper = self._scraper(pool, self.control_client)
-            if scraper is not None:
-                scraper.start()
-                self._on_close(scraper.stop)
+        for watcher in pool_watchers(
+            self.registry, self.control_client, self.metrics, self.clock, self._child_rng, self._engine_keys()
+        ):
+            watcher.start()
+            self._on_close(watcher.stop)
 
     def _observer(self) -> RequestObserver:
         """Spans and access log per request (`gateway.observability`), flushed at close; an exporter whose
@@ -374,26 +377,3 @@ class Components:
             runner = DiscoveryRunner(build_discovery(pool.settings.replicas, on_change), pool.model)
             runner.start()
             self._on_close(runner.stop)
-
-    def _scraper(self, pool: Pool, control_client: httpx.AsyncClient) -> EngineScraper | None:
-        """An engine /metrics scraper for `pool`, unless disabled or the flavour exports nothing."""
-        adapter = adapter_for(pool.settings.engine)
-        if adapter is None or not pool.settings.scrape.enabled:
-            return None
-        m = self.metrics
-        return EngineScraper(
-            pool.settings.scrape,
-            adapter,
-            pool.replicas.values,
-            control_client,
-            model=pool.settings.upstream_model or pool.model,
-            metrics=ScrapeMetrics(
-                errors=m.scrape_errors_total,
-                running=m.replica_engine_running,
-                waiting=m.replica_engine_waiting,
-                kv_usage_ratio=m.replica_kv_usage_ratio,
-                prefix_cache_hit_ratio=m.replica_prefix_cache_hit_ratio,
-            ),
-            clock=self.clock.now_s,
-            rng=self._child_rng(),
-        )

@@ -129,6 +129,30 @@ class GatewayMetrics:
             ["replica"],
             registry=r,
         )
+        self.replica_lora_adapters = Gauge(
+            f"{PREFIX}_replica_lora_adapters",
+            "LoRA adapters the engine reports with running / waiting requests (vllm:lora_requests_info)",
+            ["replica", "state"],
+            registry=r,
+        )
+        self.replica_models = Gauge(
+            f"{PREFIX}_replica_models",
+            "Client-facing model names the replica serves, from its /v1/models (models.discover)",
+            ["replica"],
+            registry=r,
+        )
+        self.model_discovery_errors_total = Counter(
+            f"{PREFIX}_model_discovery_errors_total",
+            "Failed reads of a replica's /v1/models (its last known list is kept)",
+            ["replica"],
+            registry=r,
+        )
+        self.fallbacks_total = Counter(
+            f"{PREFIX}_fallbacks_total",
+            "Requests a pool refused and passed to its fallback pool, by refusal",
+            ["model", "fallback", "reason"],
+            registry=r,
+        )
         self.scrape_errors_total = Counter(
             f"{PREFIX}_scrape_errors_total",
             "Failed or stale engine /metrics scrapes, by reason",

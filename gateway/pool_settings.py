@@ -6,25 +6,22 @@ by `gateway.settings`; every model forbids unknown keys.
 from __future__ import annotations
 
 import random
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from admission.slo_wait import DEFAULT_QUEUE_WAIT_RATIO
 from gateway.disagg_settings import DisaggregationSettings, fill_pool_from_decode
+from gateway.engine_flavours import CONTINUING_ENGINES, ENDPOINTS_BY_ENGINE, EngineFlavour, ServedEndpoint
 from gateway.errors import ErrorCode
+from gateway.model_settings import ServedModelSettings
+from gateway.strict_model import StrictModel
 from gateway.upstream.discovery.settings import ReplicaSources
 from gateway.upstream.latency_settings import LatencyModelSettings
 from gateway.upstream.scraper import ScrapeSettings
 from router.keys import KeySettings
 from router.plugins import build_profile
 from router.presets import CUSTOM_POLICY, PolicyContext, build_policy, known_policies
-
-
-class StrictModel(BaseModel):
-    """Frozen, and unknown keys are errors: a typo never silently falls back to a default."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class TimeoutSettings(StrictModel):
@@ -271,27 +268,6 @@ class CostSettings(StrictModel):
     gpus_per_replica: int = Field(1, ge=1)
 
 
-EngineFlavour = Literal["vllm", "sglang", "tgi", "llamacpp", "openai"]
-CONTINUING_ENGINES = frozenset({"vllm", "sglang", "llamacpp"})
-"""Flavours that continue a trailing assistant message (`continue_final_message`), so continuation is
-on by default for them."""
-ServedEndpoint = Literal[
-    "chat", "completions", "embeddings", "tokenize", "detokenize",
-    "rerank", "score", "pooling", "classify", "messages", "responses",
-]  # fmt: skip
-_OPENAI_BASE = frozenset({"chat", "completions", "embeddings", "tokenize", "detokenize"})
-ENDPOINTS_BY_ENGINE: dict[str, frozenset[str]] = {
-    "vllm": _OPENAI_BASE | {"rerank", "score", "pooling", "classify", "messages", "responses"},
-    "sglang": _OPENAI_BASE | {"rerank"},
-    "llamacpp": _OPENAI_BASE | {"rerank", "messages", "responses"},
-    "tgi": _OPENAI_BASE,
-    "openai": _OPENAI_BASE | {"responses"},
-}
-"""What each engine flavour serves by default (a pool's `endpoints` overrides it): vLLM every endpoint
-(Messages since 0.11, Responses with its in-memory store, the pooling endpoints when the model is a
-pooling one), SGLang and llama.cpp their rerank, llama.cpp Messages and Responses, TGI the OpenAI ones."""
-
-
 class ContinuationSettings(StrictModel):
     """Mid-stream continuation (`gateway.proxy.continuation`): a stream whose replica breaks after the
     first byte goes on from another replica, at most `max_resumes` times per request, each a retry
@@ -348,6 +324,11 @@ class PoolSettings(StrictModel):
     """The endpoints this pool's engine serves (`ENDPOINTS_BY_ENGINE` when None); a request for another
     is a 404 `endpoint_not_served` naming the pool."""
     disaggregation: DisaggregationSettings | None = None  # prefill/decode sets: gateway/disagg_settings.py
+    models: ServedModelSettings = Field(default_factory=ServedModelSettings)
+    """Other models and LoRA adapters the replicas serve, declared or discovered (model_settings.py)."""
+    fallback: list[str] = Field(default_factory=list)
+    """Client-facing models of other pools tried in order when this pool refuses a request with
+    `no_replica` or `queue_full` before a byte was sent (gateway/proxy/fallback.py)."""
     _sets_replace_pool_keys = model_validator(mode="before")(fill_pool_from_decode)
 
     @property

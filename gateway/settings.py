@@ -20,19 +20,20 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from gateway.engine_flavours import EngineFlavour
+from gateway.model_names import check_model_names
 from gateway.observability.settings import AccessLogSettings, TracingSettings
 from gateway.pool_settings import (
     AutoscaleSignalSettings,
     BreakerSettings,
-    EngineFlavour,
     HealthCheckSettings,
     PoolSettings,
     RetrySettings,
     SloSettings,
-    StrictModel,
     TimeoutSettings,
 )
 from gateway.proxy.idempotency import DEFAULT_LEASE_S, DEFAULT_MAX_STORED_BYTES, DEFAULT_TTL_S
+from gateway.strict_model import StrictModel
 
 __all__ = [
     "AccessLogSettings",
@@ -217,14 +218,14 @@ class Settings(StrictModel):
     tracing: TracingSettings = Field(default_factory=TracingSettings)
     access_log: AccessLogSettings = Field(default_factory=AccessLogSettings)
     seed: int | None = None
+    model_aliases: dict[str, str] = Field(default_factory=dict)
+    """Client-facing names that stand for a served one (`{alias: model}`): a request for the alias is
+    served as a request for the model (its pool, queue, prefix key; the body's model rewritten). The
+    target is a pool's `model` or one of its `models.names`; an alias may not shadow a served name."""
 
     @model_validator(mode="after")
     def _unique_models(self) -> Settings:
-        seen: set[str] = set()
-        for pool in self.pools:
-            if pool.model in seen:
-                raise ValueError(f"model {pool.model!r} is configured by more than one pool")
-            seen.add(pool.model)
+        check_model_names(self.pools, self.model_aliases)
         names = [tenant.name for tenant in self.tenants]
         if len(set(names)) != len(names):
             raise ValueError("tenants: names must be unique")

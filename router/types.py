@@ -52,6 +52,8 @@ class EngineLoad:
     prefix_cache_hit_ratio: float | None = None
     age_s: float = 0.0
     stale: bool = False
+    running_adapters: frozenset[str] = frozenset()
+    """LoRA adapters with requests running on the engine now (vLLM); empty when unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,13 @@ class ReplicaView:
     prefill_tokens_inflight: int = 0
     decoding_requests: int = 0
     latency: LatencyEstimate | None = None
+    models: frozenset[str] | None = None
+    """The client-facing model names this replica serves (its pool's model, declared names, the LoRA
+    adapters it lists); None: every name of its pool."""
+
+    def serves(self, model: str) -> bool:
+        """True when a request for `model` may run here (`models` None: any name of the pool)."""
+        return self.models is None or model in self.models
 
     @property
     def has_free_slot(self) -> bool:

@@ -85,7 +85,7 @@ class TracedRecord(LoggedRecord):
         super().bind(ctx)
         parsed, pool = ctx.parsed, ctx.pool
         self._operation = genai.operation_name(parsed.endpoint)
-        self._upstream_model = pool.settings.upstream_model or pool.model
+        self._upstream_model = ctx.upstream_model or pool.settings.upstream_model or pool.model
         self._provider = str(pool.settings.engine)
         span = self._span
         if not span.is_recording():

@@ -62,7 +62,15 @@ class MetricsObserver:
 
 
 class PoolAdmission:
-    """One pool's admission: its controller and the route-and-claim step it dispatches with."""
+    """One pool's admission: its controllers and the route-and-claim step they dispatch with.
+
+    A controller (and so a queue) per model name the pool serves, created on a name's first request:
+    the pool's model, and each declared name or LoRA adapter (`gateway.model_settings`). An adapter
+    may live on a few replicas only, and a controller's pump stops at the first waiter no replica
+    takes (it assumes every waiter could use the same slots); one queue per name keeps requests for
+    an adapter whose replicas are full from holding up the base model's on the others. The cost: the
+    classes and fair share order requests within a name, not across names, and `max_queue_depth`
+    holds per name."""
 
     def __init__(
         self,
@@ -82,25 +90,48 @@ class PoolAdmission:
         self._router = router
         self._credits = credits
         self._max_inflight = max_inflight
-        self.controller: AdmissionController[Slot] = AdmissionController(
-            self.try_dispatch,
-            gate,
-            clock=clock,
-            config=config,
-            observer=MetricsObserver(metrics, pool.model),
-            full_by_own_caps=self.full_by_own_caps,
-        )
+        self._gate = gate
+        self._clock = clock
+        self._config = config
+        self._metrics = metrics
+        self._controllers: dict[str, AdmissionController[Slot]] = {}
+        self.controller = self.controller_for(pool.model)
+
+    def controller_for(self, model: str) -> AdmissionController[Slot]:
+        """The controller (queue) of requests for `model`, one of this pool's names (class docstring)."""
+        controller = self._controllers.get(model)
+        if controller is None:
+            controller = self._controllers[model] = AdmissionController(
+                self.try_dispatch,
+                self._gate,
+                clock=self._clock,
+                config=self._config,
+                observer=MetricsObserver(self._metrics, model),
+                full_by_own_caps=self.full_by_own_caps,
+            )
+        return controller
 
     async def admit(self, request: AdmissionRequest) -> Ticket[Slot]:
         """A ticket holding a slot, or the refusal as the gateway error that answers it."""
+        model = self.pool.model if request.routing is None else request.routing.model
         try:
-            return await self.controller.admit(request)
+            return await self.controller_for(model).admit(request)
         except AdmissionRefused as refused:
             raise from_refusal(refused) from None
 
+    def on_release(self) -> None:
+        """A slot may have freed up: every name's pump is scheduled."""
+        for controller in list(self._controllers.values()):
+            controller.on_release()
+
+    def reject_waiting(self, refused: AdmissionRefused) -> None:
+        """Refuse every request still queued, of every name."""
+        for controller in self._controllers.values():
+            controller.reject_waiting(refused.reason, refused.retry_after_s, refused.message)
+
     def queue_depth(self) -> int:
-        """Requests of this pool waiting for a replica slot."""
-        return len(self.controller)
+        """Requests of this pool waiting for a replica slot (every name)."""
+        return sum(len(controller) for controller in self._controllers.values())
 
     def full_by_own_caps(self) -> bool:
         """False while the process's upstream connection limit, which every pool shares, is what
@@ -144,21 +175,25 @@ class PoolAdmission:
         """Admission's hook: a slot now, None to wait, `no_replica` when nothing is up at all."""
         assert request.routing is not None
         slot = self.claim(request.routing)
-        if slot is None and not self.pool.has_eligible_replica():
-            raise self.no_replica()
+        if slot is None and not self.pool.has_eligible_replica(request.routing.model):
+            raise self.no_replica(request.routing.model)
         return slot
 
     def claim_excluding(self, routing: RoutingRequest, excluded: frozenset[str]) -> Slot | None:
         """A slot for a retry: routing again with the replicas that failed this request excluded."""
         return self.claim(replace(routing, exclude=excluded))
 
-    def no_replica(self) -> AdmissionRefused:
-        """The `no_replica` refusal (503), with the soonest timer that can bring a replica back."""
-        return AdmissionRefused(
-            RejectReason.NO_REPLICA,
-            self.pool.retry_after_s(),
-            f"no eligible replica for model {self.pool.model!r} (all down, draining or circuit-open)",
-        )
+    def no_replica(self, model: str | None = None) -> AdmissionRefused:
+        """The `no_replica` refusal (503), with the soonest timer that can bring a replica (serving
+        `model`, when given) back."""
+        if model is None or model == self.pool.model:
+            why = f"no eligible replica for model {self.pool.model!r} (all down, draining or circuit-open)"
+        else:
+            why = (
+                f"no eligible replica of pool {self.pool.model!r} serves {model!r} (none lists it, or "
+                "all that do are down, draining or circuit-open)"
+            )
+        return AdmissionRefused(RejectReason.NO_REPLICA, self.pool.retry_after_s(model), why)
 
 
 class Admission:
@@ -188,7 +223,7 @@ class Admission:
     def reject_waiting(self, refused: AdmissionRefused) -> None:
         """Refuse everything still queued (shutdown)."""
         for pool in self._pools.values():
-            pool.controller.reject_waiting(refused.reason, refused.retry_after_s, refused.message)
+            pool.reject_waiting(refused)
         for pair in self._pairs.values():
             pair.controller.reject_waiting(refused.reason, refused.retry_after_s, refused.message)
 
@@ -259,10 +294,8 @@ def build_admission(
             credits=credits,
             max_inflight=settings.upstream.max_connections,
         )
-        registry.add_release_listener(admission.controller.on_release)
+        registry.add_release_listener(admission.on_release)
         if credits is not None:
-            credits.attach(
-                pool, waiting=admission.controller.__len__, on_credit=admission.controller.on_release
-            )
+            credits.attach(pool, waiting=admission.queue_depth, on_credit=admission.on_release)
         pools[pool.model] = admission
     return Admission(pools)

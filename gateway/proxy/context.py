@@ -23,6 +23,7 @@ from gateway.api.request_parsing import ParsedRequest, rewrite_body
 from gateway.observability.request_record import NO_RECORD, RequestRecord
 from gateway.proxy.slo_headers import SLO_TPOT_HEADER, SLO_TTFT_HEADER, request_slo
 from gateway.proxy.timers import IDLE_HEADER, TTFT_HEADER, RequestTimers, request_timers
+from gateway.upstream.model_catalog import ServedModel
 from gateway.upstream.registry import Pool
 from router.keys import build_routing_request, session_key_of
 from router.types import RoutingRequest
@@ -52,6 +53,11 @@ class RequestContext:
     timers: RequestTimers
     idempotency_key: str | None
     authorization: str | None
+    served_model: str = ""
+    """The name the request is served under: the client's, or its alias's target (a pool's model, a
+    declared name or a LoRA adapter); what routing, the prefix key and the per-name queue use."""
+    upstream_model: str = ""
+    """The model name the engine is sent (`gateway.upstream.model_catalog.ServedModel.upstream_name`)."""
     record: RequestRecord = NO_RECORD
     """The request's access-log facts and spans (`gateway.observability`); a no-op when both are off."""
 
@@ -76,19 +82,21 @@ def build_context(
     started_s: float,
     scope: Scope,
     parsed: ParsedRequest,
-    pool: Pool,
+    served: ServedModel,
     tenant: Tenant,
     priority: str,
     engine_key: str | None = None,
     record: RequestRecord = NO_RECORD,
 ) -> RequestContext:
     """Fix the request's routing key, upstream bytes and timers (400 on a bad timer header); `record`
-    (the request's observability record, started at arrival) is bound to the context."""
+    (the request's observability record, started at arrival) is bound to the context. `served` is the
+    pool and name the request's model resolved to (`gateway.upstream.model_catalog`)."""
+    pool = served.pool
     slo_ttft_s, slo_tpot_s = request_slo(
         pool.settings.slo, header(scope, SLO_TTFT_HEADER.encode()), header(scope, SLO_TPOT_HEADER.encode())
     )
     routing = build_routing_request(
-        parsed.model,
+        served.name,
         parsed.prompt_text,
         pool.key_settings,
         session_key=session_key_of(header(scope, b"x-session-id"), parsed.user),
@@ -108,11 +116,13 @@ def build_context(
         tenant=tenant,
         priority=priority,
         routing=routing,
-        upstream_body=rewrite_body(parsed, pool.settings.upstream_model),
+        upstream_body=rewrite_body(parsed, served.upstream_name),
         upstream_headers=forwarded_headers(scope["headers"], request_id, engine_key),
         timers=timers,
         idempotency_key=header(scope, b"idempotency-key"),
         authorization=header(scope, b"authorization"),
+        served_model=served.name,
+        upstream_model=served.upstream_name,
         record=record,
     )
     record.bind(ctx)

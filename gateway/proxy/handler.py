@@ -7,10 +7,11 @@ return to zero; this handler then accounts the request (`gateway.proxy.account`)
 
 Order of the checks, and so of the answers: draining (503) → API key (401, before the body is read) →
 body size (413; a declared length before any of the body is read) → body deadline (408) → JSON and
-fields (400) → model (404) → endpoint served by the pool (404 `endpoint_not_served`) → stored response
-(Responses API: 404 `response_not_found` / `response_state_lost`) → priority class and timer headers
-(400) → idempotent replay → admission (429/503) → upstream. Each write to the client has a deadline too
-(`gateway.api.asgi_io.ClientIO`).
+fields (400) → model (404; aliases resolved, `gateway.upstream.model_catalog`) → endpoint served by the
+pool (404 `endpoint_not_served`) → stored response (Responses API: 404 `response_not_found` /
+`response_state_lost`) → priority class and timer headers (400) → idempotent replay → admission
+(429/503; a refusal may pass to the pool's fallback, `gateway.proxy.fallback`) → upstream. Each write
+to the client has a deadline too (`gateway.api.asgi_io.ClientIO`).
 
 Errors are rendered for the endpoint's API surface (`gateway.api.surface`: Anthropic-shaped on
 `/v1/messages`). The tenant key is `Authorization: Bearer <key>`, or `x-api-key: <key>` (the Anthropic
@@ -50,9 +51,11 @@ from gateway.errors import (
     Unauthorized,
 )
 from gateway.metrics import GatewayMetrics
+from gateway.observability.request_record import RequestRecord
 from gateway.proxy.account import OUTCOME_CLIENT_DISCONNECT, OUTCOME_SUCCESS, RequestAccounting
 from gateway.proxy.admit import Admission
 from gateway.proxy.context import RequestContext, build_context
+from gateway.proxy.fallback import Fallback
 from gateway.proxy.idempotency import (
     IdempotencyStore,
     ResponseRecorder,
@@ -67,7 +70,7 @@ from gateway.proxy.response_affinity import ResponseAffinity
 from gateway.proxy.response_state import ResponseLocation
 from gateway.proxy.serving import RequestServer
 from gateway.settings import Settings
-from gateway.upstream.registry import Pool, ReplicaRegistry
+from gateway.upstream.model_catalog import ModelCatalog, ServedModel
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +84,7 @@ class ProxyHandler:
         self,
         *,
         settings: Settings,
-        registry: ReplicaRegistry,
+        catalog: ModelCatalog,
         tenants: TenantDirectory,
         admission: Admission,
         server: RequestServer,
@@ -91,7 +94,8 @@ class ProxyHandler:
         affinity: ResponseAffinity,
     ) -> None:
         self._settings = settings
-        self._registry = registry
+        self._catalog = catalog
+        self._fallback = Fallback(metrics)
         self._tenants = tenants
         self._admission = admission
         self._server = server
@@ -131,7 +135,6 @@ class ProxyHandler:
         request_record = self._server.observe(scope, reply.request_id)  # spans, access log (or a no-op)
         outcome = OUTCOME_SUCCESS
         tenant: Tenant | None = None
-        pool: Pool | None = None
         stream = False
         surface = endpoint.surface
         task = asyncio.current_task()
@@ -144,24 +147,7 @@ class ProxyHandler:
             raw = await client.read_body(server_settings.max_body_bytes, server_settings.body_timeout_s)
             parsed, stored = await self._parse(endpoint, scope, raw)
             stream = parsed.stream
-            pool = self._pool(endpoint, scope, parsed)
-            ctx = build_context(
-                request_id=reply.request_id,
-                started_s=reply.started_s,
-                scope=scope,
-                parsed=parsed,
-                pool=pool,
-                tenant=tenant,
-                priority=self._tenants.resolve_priority(tenant, header(scope, PRIORITY_HEADER)),
-                engine_key=self._engine_keys.get(pool.model),
-                record=request_record,
-            )
-            ctx = ctx if stored is None else self._affinity.pin(ctx, *stored)
-            async with DisconnectWatcher(receive) as watcher:
-                reply.watcher = watcher
-                await self._serve(ctx, reply)
-            await self._affinity.remember(ctx, reply)
-            if watcher.disconnected:
+            if await self._handle(endpoint, scope, receive, reply, tenant, parsed, stored, request_record):
                 outcome = OUTCOME_CLIENT_DISCONNECT
         except ClientDisconnected:
             outcome = OUTCOME_CLIENT_DISCONNECT
@@ -181,6 +167,7 @@ class ProxyHandler:
             await self._answer_error(reply, internal, surface)
         finally:
             del self._active[task]
+            pool = None if reply.pool is None else self._catalog.pool(reply.pool)
             self._accounting.record(
                 reply,
                 outcome,
@@ -189,6 +176,45 @@ class ProxyHandler:
                 stream=stream,
                 request_record=request_record,
             )
+
+    async def _handle(  # noqa: PLR0917 - the request's parts, known by now
+        self,
+        endpoint: Endpoint,
+        scope: Scope,
+        receive: Receive,
+        reply: Reply,
+        tenant: Tenant,
+        parsed: ParsedRequest,
+        stored: tuple[str, ResponseLocation] | None,
+        record: RequestRecord,
+    ) -> bool:
+        """Resolve the model, build the context, serve it (falling back to other pools on a refusal,
+        `gateway.proxy.fallback`), remember a stored response; True when the client left meanwhile."""
+        served = self._served(endpoint, scope, parsed)
+        priority = self._tenants.resolve_priority(tenant, header(scope, PRIORITY_HEADER))
+
+        def context(served: ServedModel) -> RequestContext:
+            reply.pool = served.pool.model
+            return build_context(
+                request_id=reply.request_id,
+                started_s=reply.started_s,
+                scope=scope,
+                parsed=parsed,
+                served=served,
+                tenant=tenant,
+                priority=priority,
+                engine_key=self._engine_keys.get(served.pool.model),
+                record=record,
+            )
+
+        ctx = context(served)
+        ctx = ctx if stored is None else self._affinity.pin(ctx, *stored)
+        fallbacks = [] if stored is not None else self._catalog.fallbacks(served.pool, endpoint.capability)
+        async with DisconnectWatcher(receive) as watcher:
+            reply.watcher = watcher
+            ctx = await self._fallback.serve(ctx, reply, self._serve, fallbacks, context)
+        await self._affinity.remember(ctx, reply)
+        return watcher.disconnected
 
     def _tenant(self, scope: Scope) -> Tenant:
         authorization = header(scope, b"authorization")
@@ -200,19 +226,20 @@ class ProxyHandler:
         except AuthenticationFailed as exc:
             raise Unauthorized(exc.message) from None
 
-    def _pool(self, endpoint: Endpoint, scope: Scope, parsed: ParsedRequest) -> Pool:
-        """The pool of the request's model (404 `model_not_found`), when it serves the endpoint (404
-        `endpoint_not_served` naming the pool and what it serves)."""
-        pool = self._registry.pool(parsed.model)
-        if pool is None:
+    def _served(self, endpoint: Endpoint, scope: Scope, parsed: ParsedRequest) -> ServedModel:
+        """The pool and name of the request's model (aliases resolved; 404 `model_not_found`), when
+        the pool serves the endpoint (404 `endpoint_not_served` naming the pool and what it serves)."""
+        resolved = self._catalog.resolve(parsed.model)
+        if resolved is None:
             raise ModelNotFound(f"the model {parsed.model!r} does not exist")
+        pool = resolved.pool
         served = pool.settings.served_endpoints
         if endpoint.capability not in served:
             raise EndpointNotServed(
                 f"pool {pool.model!r} does not serve {scope['path']} (its engine serves: "
                 f"{', '.join(sorted(served))})"
             )
-        return pool
+        return resolved
 
     async def _parse(
         self, endpoint: Endpoint, scope: Scope, raw: bytes
@@ -269,6 +296,8 @@ class ProxyHandler:
                 return
             answer = to_response(error, surface)
             headers = [*answer.headers, ("x-request-id", reply.request_id)]
+            if reply.pool is not None:
+                headers.append(("x-gateway-pool", reply.pool))
             if reply.decision is not None:
                 headers.append(("x-gateway-replica", reply.decision.replica_id))
             await send_response(reply.send, answer.status, headers, answer.body)

@@ -31,6 +31,8 @@ class Reply:
     started_s: float = field(default_factory=time.perf_counter)
     watcher: DisconnectWatcher | None = None
     decision: Decision | None = None
+    pool: str | None = None
+    """The model of the pool serving the request (`x-gateway-pool`: a fallback pool's, after one)."""
     started: bool = False
     """The response's first message (status and headers) went out."""
     first_output_s: float | None = None
@@ -56,6 +58,8 @@ class Reply:
     def response_headers(self, content_type: str) -> list[tuple[str, str]]:
         """Gateway response headers (DESIGN §4): request id, replica, route, queue time, Server-Timing."""
         headers = [("content-type", content_type), ("x-request-id", self.request_id)]
+        if self.pool is not None:
+            headers.append(("x-gateway-pool", self.pool))
         if self.decision is not None:
             headers.append(("x-gateway-replica", self.decision.replica_id))
             headers.append(("x-gateway-route", self.decision.header_value()))

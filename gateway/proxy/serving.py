@@ -267,7 +267,7 @@ class RequestServer:
         resumable = isinstance(failure, RESUMABLE_FAILURES)
         if transcript is None or not resumable or resumes >= ctx.pool.settings.continuation.max_resumes:
             raise failure
-        body = continuation_body(ctx.parsed, transcript, ctx.pool.settings.upstream_model)
+        body = continuation_body(ctx.parsed, transcript, ctx.upstream_model)
         if body is None:
             raise failure
         stream.continue_with(Splice(transcript))
@@ -323,7 +323,7 @@ class RequestServer:
         """A slot for the next try, or the final error (nothing eligible, or no budget left)."""
         slot = admission.claim_excluding(ctx.routing, frozenset(excluded))
         if slot is None:
-            raise last_error or from_refusal(admission.no_replica())
+            raise last_error or from_refusal(admission.no_replica(ctx.routing.model))
         if last_error is not None:
             if not retry.spend(last_error):
                 slot.release()

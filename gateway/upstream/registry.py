@@ -27,32 +27,34 @@ import logging
 import random
 from collections.abc import Callable, Iterator
 from enum import StrEnum
-from urllib.parse import urlsplit
 
-from admission.retry_after import no_replica_retry_after_s
 from core.clock import Clock
 from gateway.metrics import GatewayMetrics
 from gateway.settings import ConfigError, PoolSettings, Settings
 from gateway.upstream.breaker import (
     BREAKER_STATE_VALUE,
-    BreakerPolicy,
-    CircuitBreaker,
     FailureEffect,
-    ejection_budget,
 )
 from gateway.upstream.discovery.membership import plan_membership
 from gateway.upstream.discovery.types import ReplicaSet
+from gateway.upstream.pool import Pool, breaker_policy, replica_id_for
 from gateway.upstream.prefill_set import prefill_set_settings
 from gateway.upstream.replica import PASSIVE_BACKOFF_INITIAL_S, PASSIVE_BACKOFF_MAX_S, Replica
-from gateway.upstream.replica_cost import ReplicaCost
 from gateway.upstream.slot import Slot
-from router.eligibility import any_routable
-from router.keys import KeySettings
 from router.presets import PolicyContext, build_policy
-from router.profile import Policy
-from router.types import Decision, ReplicaView
+from router.types import Decision
 
 logger = logging.getLogger(__name__)
+
+__all__ = [
+    "FailureKind",
+    "Pool",
+    "ReplicaCondition",
+    "ReplicaRegistry",
+    "breaker_policy",
+    "condition_of",
+    "replica_id_for",
+]
 
 
 class FailureKind(StrEnum):
@@ -87,127 +89,6 @@ def condition_of(replica: Replica, now_s: float) -> ReplicaCondition:
     if not replica.breaker.allows():
         return ReplicaCondition.BREAKER_OPEN
     return ReplicaCondition.READY
-
-
-def replica_id_for(url: str) -> str:
-    """A stable, label-safe id for a replica URL: `host:port`."""
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return f"{parts.hostname}:{port}"
-
-
-def breaker_policy(settings: PoolSettings) -> BreakerPolicy:
-    b = settings.breaker
-    return BreakerPolicy(
-        b.consecutive_failures, b.failure_ratio, b.min_requests, b.window_s, b.open_s, b.max_open_s
-    )
-
-
-class Pool:
-    """The replicas serving one client-facing model, the routing policy over them, and the pool-wide
-    ejection budget and panic mode (module docstring)."""
-
-    def __init__(
-        self,
-        settings: PoolSettings,
-        policy: Policy,
-        clock: Clock,
-        on_panic_change: Callable[[Pool], None] | None = None,
-    ) -> None:
-        self.settings = settings
-        self.policy = policy
-        self.prefill: Pool | None = None  # a disaggregated pool's prefill set (this one is its decode set)
-        self.client_facing = True  # False for a prefill set: never asked for by name
-        self.key_settings = KeySettings.from_options(settings.policy_options)
-        self._clock = clock
-        self._on_panic_change = on_panic_change
-        self.panic = False
-        """Panic mode as last evaluated (`in_panic`, `snapshot`): routing ignores breakers."""
-        self.replicas: dict[str, Replica] = {}
-        for url in settings.replicas.static:
-            self.add_replica(url)
-
-    @property
-    def model(self) -> str:
-        return self.settings.model
-
-    def add_replica(self, url: str) -> Replica:
-        rid = replica_id_for(url)
-        breaker = CircuitBreaker(
-            breaker_policy(self.settings), self._clock.now_s, may_open=lambda: self._may_eject(rid)
-        )
-        cap = self.settings.max_concurrency_per_replica
-        replica = Replica(rid, url, self.model, breaker, cap)
-        replica.cost = ReplicaCost(
-            self.settings.latency_model, tpot_slo_s=self.settings.slo.tpot_s, configured_cap=cap
-        )
-        replica.panic = self.panic
-        self.replicas[rid] = replica
-        return replica
-
-    def ejection_budget(self) -> int:
-        """How many replicas may be ejected at once (module docstring), n = every replica of the pool."""
-        return ejection_budget(len(self.replicas), self.settings.breaker.max_ejected_ratio)
-
-    def ejected_count(self) -> int:
-        """Replicas ejected now (`Replica.is_ejected`: circuit-open, neither down nor draining)."""
-        now_s = self._clock.now_s()
-        return sum(1 for r in self.replicas.values() if r.is_ejected(now_s))
-
-    def _may_eject(self, replica_id: str) -> bool:
-        """The breaker of `replica_id` may open: it would not be ejected (down or draining: no budget
-        used), or the others leave room in the budget."""
-        replica = self.replicas.get(replica_id)
-        now_s = self._clock.now_s()
-        if replica is None or replica.is_draining or replica.is_down(now_s):
-            return True
-        others = sum(1 for r in self.replicas.values() if r is not replica and r.is_ejected(now_s))
-        return others < self.ejection_budget()
-
-    def in_panic(self) -> bool:
-        """Evaluate panic mode now: fewer than `panic_threshold` × (non-draining replicas) routable.
-        On a change, every replica's `panic` flag follows, a warning is logged and the registry told."""
-        return self._evaluate_panic(self._clock.now_s())
-
-    def _evaluate_panic(self, now_s: float) -> bool:
-        serving = [r for r in self.replicas.values() if not r.is_draining]
-        routable = sum(1 for r in serving if r.routable_ignoring_panic(now_s))
-        threshold = self.settings.breaker.panic_threshold
-        panic = routable < threshold * len(serving)
-        if panic != self.panic:
-            self.panic = panic
-            for replica in self.replicas.values():
-                replica.panic = panic
-            logger.warning(
-                "pool %s %s panic mode: %d of %d non-draining replicas routable (threshold %.2f)%s",
-                self.model,
-                "enters" if panic else "leaves",
-                routable,
-                len(serving),
-                threshold,
-                "; routing ignores breakers" if panic else "",
-            )
-            if self._on_panic_change is not None:
-                self._on_panic_change(self)
-        return panic
-
-    def snapshot(self) -> tuple[ReplicaView, ...]:
-        """Frozen views for one routing decision (panic mode evaluated first: in panic, the views of up,
-        non-draining replicas say their breaker is not open)."""
-        now_s = self._clock.now_s()
-        self._evaluate_panic(now_s)
-        return tuple(r.view(now_s) for r in self.replicas.values())
-
-    def has_eligible_replica(self) -> bool:
-        """At least one replica may take traffic (`router.eligibility.any_routable`, panic included: in
-        panic an up, non-draining replica with an open breaker is eligible); else `no_replica`."""
-        return any_routable(self.snapshot())
-
-    def retry_after_s(self) -> int:
-        """`Retry-After` for `no_replica`: the soonest timer that can bring an ineligible replica back."""
-        now_s = self._clock.now_s()
-        timers = (r.seconds_until_eligible(now_s) for r in self.replicas.values() if not r.routable_at(now_s))
-        return no_replica_retry_after_s(timers)
 
 
 class ReplicaRegistry:
@@ -325,6 +206,21 @@ class ReplicaRegistry:
         replica.next_health_probe_s = next_probe_s
         self._publish(replica)
 
+    def set_replica_models(self, pool: Pool, replica: Replica, models: frozenset[str]) -> None:
+        """What `replica` serves now (`gateway.upstream.model_discovery`). A change of its list may
+        let queued requests for a name dispatch (or refuse them, `no_replica`, when nobody serves it
+        any more): admission is told; a change of the pool's names is logged."""
+        if models == replica.models:
+            return
+        if pool.set_replica_models(replica, models):
+            logger.info(
+                "pool %s serves %s",
+                pool.model,
+                ", ".join(sorted(pool.declared_models | pool.discovered_models)),
+            )
+        self._metrics.replica_models.labels(replica.replica_id).set(len(models))
+        self._notify_capacity()
+
     def set_draining(self, replica: Replica, draining: bool) -> None:
         replica.draining = draining
         self._publish(replica)
@@ -354,12 +250,14 @@ class ReplicaRegistry:
 
     def _remove(self, pool: Pool, replica: Replica) -> None:
         pool.replicas.pop(replica.replica_id, None)
+        pool.recount_models()  # its adapters leave the pool with it
         rid = replica.replica_id
         for family in (
             self._metrics.inflight,
             self._metrics.replica_up,
             self._metrics.breaker_state,
             self._metrics.replica_draining,
+            self._metrics.replica_models,
         ):
             with contextlib.suppress(KeyError):
                 family.remove(rid)

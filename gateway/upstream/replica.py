@@ -65,6 +65,9 @@ class Replica:
     """The pool is in panic mode: routing ignores this replica's breaker (set by `Pool` only)."""
     cost: ReplicaCost = field(default_factory=ReplicaCost)
     """Token-aware load, the learned latency model and its cap (`gateway.upstream.replica_cost`)."""
+    models: frozenset[str] | None = None
+    """The client-facing names this replica serves, when its pool discovers them (`models.discover`:
+    set by the pool, then by each read of its /v1/models); None: every name of the pool."""
 
     def healthy_at(self, now_s: float) -> bool:
         return self.active_up and now_s >= self.hold_until_s
@@ -100,6 +103,7 @@ class Replica:
             prefill_tokens_inflight=self.cost.prefill_tokens_inflight,
             decoding_requests=self.cost.decoding_requests,
             latency=self.cost.estimate,
+            models=self.models,
         )
 
     def effective_max_concurrency(self) -> int | None:

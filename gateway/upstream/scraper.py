@@ -130,6 +130,8 @@ class ScrapeMetrics:
     waiting: GaugeFamily | None = None
     kv_usage_ratio: GaugeFamily | None = None
     prefix_cache_hit_ratio: GaugeFamily | None = None
+    lora_adapters: GaugeFamily | None = None
+    """Labels (replica, state): how many LoRA adapters have `running` / `waiting` requests."""
 
 
 @dataclass(slots=True)
@@ -297,12 +299,19 @@ class EngineScraper:
                 gauge.remove(replica_id)
             else:
                 gauge.labels(replica_id).set(value)
+        if m.lora_adapters is not None and self._adapter.exports_lora:
+            m.lora_adapters.labels(replica_id, "running").set(len(sample.running_adapters))
+            m.lora_adapters.labels(replica_id, "waiting").set(len(sample.waiting_adapters))
 
     def _remove_gauges(self, replica_id: str) -> None:
         m = self._metrics
         for gauge in (m.running, m.waiting, m.kv_usage_ratio, m.prefix_cache_hit_ratio):
             if gauge is not None:
                 gauge.remove(replica_id)
+        if m.lora_adapters is not None:
+            for state in ("running", "waiting"):
+                with contextlib.suppress(KeyError):
+                    m.lora_adapters.remove(replica_id, state)
 
 
 def _log_unexpected(task: asyncio.Task[None]) -> None:

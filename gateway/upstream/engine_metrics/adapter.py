@@ -46,6 +46,11 @@ class MetricsAdapter(Protocol):
     @property
     def flavour(self) -> str: ...
 
+    @property
+    def exports_lora(self) -> bool:
+        """The flavour reports its LoRA adapters (vLLM's `vllm:lora_requests_info`)."""
+        ...
+
     def sample(
         self,
         text: str,
@@ -77,14 +82,32 @@ class FlavourSpec:
     hit_ratio_gauges: tuple[str, ...] = ()
     hit_counters: tuple[CounterPair, ...] = ()
     model_label: str | None = "model_name"
+    lora_info: tuple[str, ...] = ()
     wanted: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
-        names = {*self.running, *self.waiting, *self.kv_usage, *self.hit_ratio_gauges}
+        names = {*self.running, *self.waiting, *self.kv_usage, *self.hit_ratio_gauges, *self.lora_info}
         for pair in self.hit_counters:
             names.update(pair.hits)
             names.update(pair.queries)
         object.__setattr__(self, "wanted", frozenset(names))
+
+
+def lora_adapters(exposition: Exposition, names: Sequence[str]) -> tuple[frozenset[str], frozenset[str]]:
+    """The LoRA adapters with running and with waiting requests, from vLLM's info gauge: its labels
+    `running_lora_adapters` / `waiting_lora_adapters` hold comma-joined names and its value is the time
+    the label set was last set, so the newest label set (largest finite value) is the current one —
+    older sets stay exposed. Empty sets when the gauge is absent."""
+    for name in names:
+        samples = [s for s in exposition.get(name, []) if math.isfinite(s.value)]
+        if samples:
+            newest = max(samples, key=lambda s: s.value).labels
+
+            def split(label: str, labels: dict[str, str] = newest) -> frozenset[str]:
+                return frozenset(part for part in labels.get(label, "").split(",") if part)
+
+            return split("running_lora_adapters"), split("waiting_lora_adapters")
+    return frozenset(), frozenset()
 
 
 def _clamp_ratio(value: float) -> float:
@@ -127,6 +150,10 @@ class SpecAdapter:
     def flavour(self) -> str:
         return self.spec.flavour
 
+    @property
+    def exports_lora(self) -> bool:
+        return bool(self.spec.lora_info)
+
     def sample(
         self,
         text: str,
@@ -150,6 +177,7 @@ class SpecAdapter:
             )
         kv = read.first(self.spec.kv_usage, _mean)
         ratio, hits, queries = self._hit_ratio(read, previous)
+        running_adapters, waiting_adapters = lora_adapters(exposition, self.spec.lora_info)
         return EngineSample(
             running=_clamp_count(running),
             waiting=_clamp_count(waiting),
@@ -158,6 +186,8 @@ class SpecAdapter:
             taken_at_s=taken_at_s,
             prefix_cache_hits_tokens=hits,
             prefix_cache_queries_tokens=queries,
+            running_adapters=running_adapters,
+            waiting_adapters=waiting_adapters,
         )
 
     def _hit_ratio(

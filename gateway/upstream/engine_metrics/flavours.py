@@ -29,14 +29,17 @@ from gateway.upstream.engine_metrics.adapter import CounterPair, FlavourSpec, Me
 # despite the name; "1 means 100 percent usage"), vllm:gpu_cache_usage_perc (deprecated in 0.9, same
 # value); counters vllm:prefix_cache_queries / vllm:prefix_cache_hits (tokens; exposed with `_total`),
 # their deprecated vllm:gpu_prefix_cache_* twins, vllm:prompt_tokens, vllm:generation_tokens,
-# vllm:num_preemptions; histogram vllm:time_to_first_token_seconds. The v0 engine
-# (vllm/engine/metrics.py) exported a gauge vllm:gpu_prefix_cache_hit_rate instead of the counters.
+# vllm:num_preemptions; histogram vllm:time_to_first_token_seconds; gauge vllm:lora_requests_info
+# (labels max_lora, running_lora_adapters, waiting_lora_adapters; value = when that label set was last
+# set). The v0 engine (vllm/engine/metrics.py) exported a gauge vllm:gpu_prefix_cache_hit_rate instead
+# of the counters.
 VLLM = FlavourSpec(
     flavour="vllm",
     running=("vllm:num_requests_running",),
     waiting=("vllm:num_requests_waiting",),
     kv_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
     hit_ratio_gauges=("vllm:gpu_prefix_cache_hit_rate",),
+    lora_info=("vllm:lora_requests_info",),
     hit_counters=(
         CounterPair(hits=("vllm:prefix_cache_hits_total",), queries=("vllm:prefix_cache_queries_total",)),
         CounterPair(

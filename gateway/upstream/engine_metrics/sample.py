@@ -51,6 +51,10 @@ class EngineSample:
     taken_at_s: float
     prefix_cache_hits_tokens: float | None = None
     prefix_cache_queries_tokens: float | None = None
+    running_adapters: frozenset[str] = frozenset()
+    """LoRA adapters with requests running / waiting on the engine (vLLM's `vllm:lora_requests_info`;
+    empty for flavours that do not export it)."""
+    waiting_adapters: frozenset[str] = frozenset()
 
     def to_load(self, now_s: float) -> EngineLoad:
         """The routing view of this sample at `now_s` (fresh; a missing KV ratio reads as 0.0)."""
@@ -61,4 +65,5 @@ class EngineSample:
             prefix_cache_hit_ratio=self.prefix_cache_hit_ratio,
             age_s=max(0.0, now_s - self.taken_at_s),
             stale=False,
+            running_adapters=self.running_adapters,
         )

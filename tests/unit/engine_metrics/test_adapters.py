@@ -211,3 +211,25 @@ def test_every_configurable_engine_flavour_is_known() -> None:
     from gateway.settings import EngineFlavour
 
     assert set(get_args(EngineFlavour)) == set(known_flavours())
+
+
+LORA_INFO = """\
+# HELP vllm:lora_requests_info Running stats on lora requests.
+# TYPE vllm:lora_requests_info gauge
+vllm:lora_requests_info{max_lora="2",running_lora_adapters="",waiting_lora_adapters=""} 1.7e+09
+vllm:lora_requests_info{max_lora="2",running_lora_adapters="sql-lora,chat-lora",waiting_lora_adapters="x"} 1.7000005e+09
+vllm:lora_requests_info{max_lora="2",running_lora_adapters="sql-lora",waiting_lora_adapters=""} 1.7000001e+09
+"""
+
+
+def test_vllm_lora_info_reads_the_newest_label_set_of_running_and_waiting_adapters() -> None:
+    got = sample("vllm", fixtures.VLLM_V1 + LORA_INFO, model=fixtures.VLLM_MODEL)
+    assert got.running_adapters == {"sql-lora", "chat-lora"}
+    assert got.waiting_adapters == {"x"}
+    assert got.to_load(10.0).running_adapters == {"sql-lora", "chat-lora"}
+    assert ADAPTERS["vllm"].exports_lora and not ADAPTERS["sglang"].exports_lora
+
+
+def test_without_the_lora_gauge_no_adapter_is_reported() -> None:
+    got = sample("vllm", fixtures.VLLM_V1, model=fixtures.VLLM_MODEL)
+    assert got.running_adapters == frozenset() and got.waiting_adapters == frozenset()
