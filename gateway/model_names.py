@@ -2,7 +2,9 @@
 aliases point at a served name and shadow none, fallbacks name other pools.
 
 Names learned later from the replicas (`models.discover`) cannot be checked here: a discovered name
-that another pool already serves stays with that pool (`gateway.upstream.model_catalog`).
+that another pool already serves stays with that pool (`gateway.upstream.model_catalog`), and with a
+discovering pool an alias may point at a name no replica lists yet (a 404 `model_not_found` until
+one does).
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ def check_model_names(pools: Sequence[PoolSettings], aliases: Mapping[str, str])
             if name in owner:
                 raise ValueError(f"model {name!r} is configured by more than one pool")
             owner[name] = pool.model
+    discovering = any(pool.models.discover for pool in pools)
     for alias, target in aliases.items():
         if alias in owner:
             raise ValueError(f"model_aliases: {alias!r} is already served by pool {owner[alias]!r}")
-        if target not in owner:
+        if target not in owner and not discovering:
             raise ValueError(
                 f"model_aliases: {alias!r} -> {target!r}: no pool serves {target!r} (a pool's model or "
-                "one of its models.names)"
+                "one of its models.names; or an adapter, with a pool that has models.discover)"
             )
     pool_models = {pool.model for pool in pools}
     for pool in pools:

@@ -221,7 +221,8 @@ class Settings(StrictModel):
     model_aliases: dict[str, str] = Field(default_factory=dict)
     """Client-facing names that stand for a served one (`{alias: model}`): a request for the alias is
     served as a request for the model (its pool, queue, prefix key; the body's model rewritten). The
-    target is a pool's `model` or one of its `models.names`; an alias may not shadow a served name."""
+    target is a pool's `model` or one of its `models.names` (or, with a pool that has `models.discover`,
+    an adapter a replica lists); an alias may not shadow a served name."""
 
     @model_validator(mode="after")
     def _unique_models(self) -> Settings:
