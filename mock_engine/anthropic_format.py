@@ -14,17 +14,21 @@ with empty content, usage with the input tokens), `content_block_start`, `ping`,
 usage with the output tokens), `message_stop`. `count_tokens` answers `{"input_tokens"}`.
 
 Bad input is a 400 in Anthropic's shape, `{"type": "error", "error": {"type": "invalid_request_error",
-"message"}}`; an injected fault's error keeps the mock's OpenAI shape (faults.py).
+"message"}}`; a `model` the engine does not serve (`served_models.py`) a 404 in that shape as vLLM
+translates its error, `{"type": "error", "error": {"type": "NotFoundError", "message": "The model `x`
+does not exist."}}`; an injected fault's error keeps the mock's OpenAI shape (faults.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from mock_engine.asgi import ClientGone, Receive, Scope, Send, read_body, respond
 from mock_engine.generation import Generation
+from mock_engine.served_models import UnknownModel
 from mock_engine.validation import RequestError
 
 if TYPE_CHECKING:
@@ -55,6 +59,9 @@ def messages_generation(
 ) -> Generation:
     """The chat generation of a Messages body (module docstring); `counting` (count_tokens) does not
     need `max_tokens`. Raises `RequestError` for an invalid body."""
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise RequestError("model must be a string", "model")
     max_tokens = body.get("max_tokens")
     if not counting and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
         raise RequestError("max_tokens: a positive integer is required", "max_tokens")
@@ -140,8 +147,12 @@ def anthropic_routes(app: MockEngineApp) -> dict[tuple[str, str], Any]:
             return
         try:
             gen = messages_generation(body, app.config.default_max_tokens)
+            gen = dataclasses.replace(gen, adapter=app.models.resolve(body.get("model")))
         except RequestError as exc:
             await respond(send, 400, error_body(str(exc)))
+            return
+        except UnknownModel as exc:
+            await respond(send, 404, error_body(str(exc), "NotFoundError"))
             return
         too_long = app.over_context(gen)
         if too_long is not None:
@@ -149,7 +160,7 @@ def anthropic_routes(app: MockEngineApp) -> dict[tuple[str, str], Any]:
             return
         plan = await app.fault_plan(send, gen.prompt)
         if plan is not None:
-            wire = AnthropicWire(gen, app.config.model)
+            wire = AnthropicWire(gen, app.models.answer_name(gen.adapter))
             await app.run_generation(gen, plan, receive, send, stream=bool(body.get("stream")), wire=wire)
 
     async def count_tokens(scope: Scope, receive: Receive, send: Send) -> None:
@@ -158,8 +169,12 @@ def anthropic_routes(app: MockEngineApp) -> dict[tuple[str, str], Any]:
             return
         try:
             gen = messages_generation(body, app.config.default_max_tokens, counting=True)
+            app.models.resolve(body.get("model"))
         except RequestError as exc:
             await respond(send, 400, error_body(str(exc)))
+            return
+        except UnknownModel as exc:
+            await respond(send, 404, error_body(str(exc), "NotFoundError"))
             return
         await respond(send, 200, orjson.dumps({"input_tokens": gen.prompt_tokens}))
 

@@ -3,12 +3,15 @@
 Fault flags set the initial fault settings (`faults.py`; `docs/MOCK_ENGINE.md`); `POST /mock/faults` changes
 them at run time. `--role prefill|decode` makes a replica of a disaggregated pool (`disagg_role.py`); its KV
 geometry (bytes per token, block size) and link come from `--profile` whatever the core, `--kv-link` overrides
-the profile's link.
+the profile's link. Models and LoRA adapters (`served_models.py`): `--served-model-name`, `--lora-modules`,
+`--max-loras`, `--allow-runtime-lora` (also on when `VLLM_ALLOW_RUNTIME_LORA_UPDATING` is `1` or `true`,
+as vLLM reads it), `--max-adapters`, `--check-model`.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -29,7 +32,10 @@ from mock_engine.physics import (
     render_calibration_markdown,
 )
 from mock_engine.physics.kv_link import DEFAULT_KV_LINK, parse_kv_link
+from mock_engine.served_models import LoraModule
 from mock_engine.server import MockEngineApp, MockEngineConfig
+
+RUNTIME_LORA_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
 
 # (flag, settings field, type, help); a flag's default is "unset": the settings' own default applies
 _FAULT_FLAGS: tuple[tuple[str, str, Any, str], ...] = (
@@ -90,6 +96,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speed", type=float, default=1.0, help="simulated seconds per wall second")
     parser.add_argument("--seed", type=int, default=0, help="seed of the fault decisions")
     parser.add_argument("--log-level", default="warning")
+    _add_model_arguments(parser)
     disagg = parser.add_argument_group("disaggregated serving (docs/MOCK_ENGINE.md)")
     disagg.add_argument(
         "--role", choices=[r.value for r in Role], default="both", help="prefill, decode or both (default)"
@@ -125,6 +132,63 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         default=None,
         help="refuse new TCP connections from the start (see --refuse-for-s)",
+    )
+
+
+def _lora_module(text: str) -> LoraModule:
+    try:
+        return LoraModule.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def runtime_lora_from_env(environ: dict[str, str] | None = None) -> bool:
+    """vLLM's reading of `VLLM_ALLOW_RUNTIME_LORA_UPDATING`: on when it is `1` or `true` (any case)."""
+    value = (os.environ if environ is None else environ).get(RUNTIME_LORA_ENV, "0")
+    return value.strip().lower() in ("1", "true")
+
+
+def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    models = parser.add_argument_group("models and LoRA adapters (docs/MOCK_ENGINE.md)")
+    models.add_argument(
+        "--served-model-name",
+        nargs="+",
+        metavar="NAME",
+        help="the base model's names (the first is answered); --model is then its root (default: --model)",
+    )
+    models.add_argument(
+        "--lora-modules",
+        nargs="+",
+        action="extend",
+        type=_lora_module,
+        default=[],
+        metavar="NAME[=PATH]",
+        help="adapters served from the start, repeatable (path default: /mock-loras/NAME)",
+    )
+    models.add_argument(
+        "--max-loras", type=_at_least_one, default=1, help="most adapters in the running batch (default 1)"
+    )
+    models.add_argument(
+        "--allow-runtime-lora",
+        action="store_true",
+        default=runtime_lora_from_env(),
+        help=f"serve /v1/load_lora_adapter and /v1/unload_lora_adapter (default: ${RUNTIME_LORA_ENV})",
+    )
+    models.add_argument(
+        "--max-adapters", type=_at_least_one, help="mock only: most adapters listed at once (default: none)"
+    )
+    models.add_argument(
+        "--check-model",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="404 for a model not served (default: on with adapters, runtime loading or several names)",
     )
 
 
@@ -167,8 +231,16 @@ def disagg_config(args: argparse.Namespace) -> DisaggConfig:
 
 def build_app(args: argparse.Namespace) -> MockEngineApp:
     core, max_context_tokens = build_core(args)
+    names = args.served_model_name or [args.model]
     config = MockEngineConfig(
-        model=args.model,
+        model=names[0],
+        model_aliases=tuple(names[1:]),
+        model_root=args.model,
+        lora_modules=tuple(args.lora_modules),
+        max_loras=args.max_loras,
+        allow_runtime_lora=args.allow_runtime_lora,
+        max_adapters=args.max_adapters,
+        check_model=args.check_model,
         default_max_tokens=args.default_max_tokens,
         speed=args.speed,
         metrics_flavour=args.metrics_flavour,
@@ -191,7 +263,7 @@ def run(args: argparse.Namespace) -> int:
         if args.calibrate:
             return print_calibration(args.calibrate)
         app = build_app(args)
-    except (FaultSettingsError, ProfileError) as exc:
+    except (FaultSettingsError, ProfileError, ValueError) as exc:
         print(f"mock-engine: {exc}", file=sys.stderr)
         return 2
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on")

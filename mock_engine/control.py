@@ -3,6 +3,8 @@
 `update()` validates a partial change (raising `FaultSettingsError`), applies it, and makes the listening
 sockets follow `refuse_connections` (see `listeners.py`), turning refusal off by itself after `refuse_for_s`.
 Runs on the server's event loop; `MockEngineApp.set_faults_threadsafe` reaches it from other threads.
+`routes()` are the admin endpoints: GET /mock/faults (the settings), POST (a partial update, answered with
+the new settings; a bad change is a 400 naming the field, and nothing changes), DELETE (back to defaults).
 """
 
 from __future__ import annotations
@@ -13,6 +15,10 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
+from mock_engine import openai_format as fmt
+from mock_engine.asgi import ClientGone, Receive, Scope, Send, read_body, respond
 from mock_engine.faults import FaultInjector, FaultPlan, FaultSettings, FaultSettingsError
 from mock_engine.listeners import ListenerGate, find_uvicorn_server
 
@@ -53,6 +59,38 @@ class FaultControl:
 
     async def reset(self) -> FaultSettings:
         return await self.update(FaultSettings().as_dict())
+
+    def routes(self) -> dict[tuple[str, str], Any]:
+        """The admin endpoints (module docstring)."""
+        return {
+            ("GET", "/mock/faults"): self._get,
+            ("POST", "/mock/faults"): self._set,
+            ("DELETE", "/mock/faults"): self._clear,
+        }
+
+    async def _get(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await respond(send, 200, orjson.dumps(self.settings.as_dict()))
+
+    async def _set(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            raw = await read_body(receive)
+        except ClientGone:
+            return
+        try:
+            changes = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            await respond(send, 400, _fault_error(f"invalid JSON: {exc}", ""))
+            return
+        try:
+            settings = await self.update(changes)
+        except FaultSettingsError as exc:
+            await respond(send, 400, _fault_error(str(exc), exc.field))
+            return
+        await respond(send, 200, orjson.dumps(settings.as_dict()))
+
+    async def _clear(self, scope: Scope, receive: Receive, send: Send) -> None:
+        settings = await self.reset()
+        await respond(send, 200, orjson.dumps(settings.as_dict()))
 
     def on_startup(self, app: object) -> None:
         """At lifespan startup: find the uvicorn server, and refuse from the start when so configured."""
@@ -109,3 +147,7 @@ class FaultControl:
 def _log_failure(task: asyncio.Task[Any]) -> None:
     if not task.cancelled() and task.exception() is not None:
         logger.error("mock engine fault control task failed", exc_info=task.exception())
+
+
+def _fault_error(message: str, field: str) -> bytes:
+    return fmt.error_body(message, 400, "invalid_fault_settings", field)

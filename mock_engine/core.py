@@ -3,10 +3,17 @@
 A core is a deterministic state machine over *simulated* seconds. The server owns the clock: it calls
 `advance(now_s)` whenever it wakes and sleeps until `next_event_s()` (scaled by the speed factor) or a
 new submission. Nothing in a core sleeps, reads a clock, or does I/O, so tests drive it with plain floats.
+
+LoRA adapters (`adapter` of a request; None is the base model), as vLLM's scheduler treats them: at most
+`max_loras` distinct adapters in the running batch; a request for another adapter waits (counted in
+`waiting`) while the batch holds `max_loras` others, and requests behind it may start meanwhile (base
+model requests, requests for an adapter already running). A core with a prefix cache salts its block keys
+with the adapter, so a prompt cached under one model is a miss under another.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -23,6 +30,8 @@ class EngineRequest:
     kv_transfer_s: float = 0.0
     """> 0 on a disaggregated decode replica: the prompt's KV arrives from a prefill replica over this many
     seconds after admission (KV blocks held meanwhile) instead of being computed here."""
+    adapter: str | None = None
+    """The LoRA adapter it runs with (its name), None for the base model (module docstring)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,10 +56,34 @@ class EngineStats:
     prompt_tokens_total: int
     generation_tokens_total: int
     preemptions_total: int
+    running_adapters: tuple[str, ...] = ()
+    """Distinct adapters of the running requests, in the order they started (vLLM's
+    `running_lora_adapters`); the base model is not listed."""
+    waiting_adapters: tuple[str, ...] = ()
+    """Distinct adapters of the waiting requests, in queue order (`waiting_lora_adapters`)."""
+
+
+DEFAULT_MAX_LORAS = 1
+"""vLLM's `--max-loras` default: one adapter in the batch at a time."""
+
+
+def distinct_adapters(adapters: Iterable[str | None]) -> tuple[str, ...]:
+    """The distinct non-None adapters, in first-seen order."""
+    return tuple(dict.fromkeys(a for a in adapters if a is not None))
+
+
+def lora_blocked(adapter: str | None, running_adapters: Collection[str], max_loras: int) -> bool:
+    """vLLM's rule: a request for `adapter` may not join a batch already holding `max_loras` other adapters
+    (the base model, None, is never blocked)."""
+    return adapter is not None and adapter not in running_adapters and len(running_adapters) >= max_loras
 
 
 class EngineCore(Protocol):
-    """A serving model: submit/abort requests, advance simulated time, report tokens and stats."""
+    """A serving model: submit/abort requests, advance simulated time, report tokens and stats.
+    `max_loras` (default `DEFAULT_MAX_LORAS`) bounds the adapters of the running batch (module docstring);
+    the server sets it from its configuration before the first request."""
+
+    max_loras: int
 
     def submit(self, request: EngineRequest) -> None: ...
 

@@ -44,13 +44,20 @@ class EngineDriver:
             self._task = None
 
     def submit(
-        self, request_id: str, prompt: str, prompt_tokens: int, max_tokens: int, kv_transfer_s: float = 0.0
+        self,
+        request_id: str,
+        prompt: str,
+        prompt_tokens: int,
+        max_tokens: int,
+        *,
+        kv_transfer_s: float = 0.0,
+        adapter: str | None = None,
     ) -> asyncio.Queue[TokenEvent]:
-        """`kv_transfer_s` in simulated seconds (see `EngineRequest`)."""
+        """`kv_transfer_s` in simulated seconds, `adapter` the LoRA adapter or None (see `EngineRequest`)."""
         queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
         self._queues[request_id] = queue
         request = EngineRequest(
-            request_id, prompt, prompt_tokens, max_tokens, self.sim_now_s(), kv_transfer_s
+            request_id, prompt, prompt_tokens, max_tokens, self.sim_now_s(), kv_transfer_s, adapter
         )
         self.core.submit(request)
         self._wake.set()

@@ -74,6 +74,8 @@ class Generation:
     include_usage: bool
     kv_transfer_s: float = 0.0
     """Simulated seconds the prompt's KV takes to arrive (a disaggregated decode leg; see `disagg_role`)."""
+    adapter: str | None = None
+    """The LoRA adapter it runs with, None for the base model (set once the server checked `model`)."""
 
     @classmethod
     def from_body(cls, body: dict[str, Any], chat: bool, default_max_tokens: int) -> Generation:

@@ -5,7 +5,8 @@ engine's names, labels, HELP text and number style (sources below); only metrics
 can fill are rendered — no histogram, since the stats carry no latency distribution.
 
 - vllm — vllm-project/vllm, vllm/v1/metrics/loggers.py: labels `model_name`, `engine`; counters with
-  `_total` as prometheus_client exposes them; `vllm:kv_cache_usage_perc` is a fraction (0..1).
+  `_total` as prometheus_client exposes them; `vllm:kv_cache_usage_perc` is a fraction (0..1). With LoRA
+  enabled, `vllm:lora_requests_info` (`LoraRequestsInfo`).
 - sglang — sgl-project/sglang, python/sglang/srt/metrics/collector.py: label `model_name`;
   `sglang:token_usage` is the KV pool usage, `sglang:cache_hit_rate` the prefix hit rate (rendered as
   cumulative hits / queries, 0.0 before any query); `sglang:cached_tokens_total` the cached prompt tokens.
@@ -18,9 +19,12 @@ can fill are rendered — no histogram, since the stats carry no latency distrib
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from mock_engine.core import EngineStats
+
+LORA_INFO_SERIES_KEPT = 64
 
 # (name, type, help, value)
 _Row = tuple[str, str, str, float]
@@ -150,8 +154,55 @@ def _escape(label_value: str) -> str:
 
 
 def _python_number(value: float) -> str:
-    """prometheus_client style (vLLM, SGLang): always a float, `7.0`."""
-    return repr(float(value))
+    """prometheus_client style (vLLM, SGLang; its `floatToGoString`): a float, `7.0`, with Go's exponent
+    from 10^6 up for positive values (`1.7e+09`)."""
+    number = float(value)
+    if math.isinf(number) or math.isnan(number):
+        return "NaN" if math.isnan(number) else ("+Inf" if number > 0 else "-Inf")
+    text = repr(number)
+    dot = text.find(".")
+    if number > 0 and dot > 6:
+        mantissa = f"{text[0]}.{text[1:dot]}{text[dot + 1 :]}".rstrip("0.")
+        return f"{mantissa}e+{dot - 1:02d}"
+    return text
+
+
+class LoraRequestsInfo:
+    """vLLM's `vllm:lora_requests_info` gauge (vllm/v1/metrics/loggers.py): one series per label set
+    `max_lora` (the engine's `--max-loras`), `waiting_lora_adapters`, `running_lora_adapters` (the
+    adapters' names joined with ","), whose value is the Unix time (seconds) it was last the engine's
+    state — prometheus_client's `set_to_current_time()`. vLLM never drops a label set it has exported,
+    so a reader takes the series with the largest value as the current state.
+
+    `sample(stats, now_s)` makes the current state's series `now_s` (the server does it at each scrape,
+    so the latest series is the state at the scrape; vLLM sets it at each engine step, so an idle vLLM
+    still shows its last busy step as the latest). The oldest series beyond `LORA_INFO_SERIES_KEPT` are
+    dropped (vLLM keeps every one).
+    """
+
+    def __init__(self, max_loras: int) -> None:
+        self.max_loras = max_loras
+        self._series: dict[tuple[str, str], float] = {}
+
+    def sample(self, stats: EngineStats, now_s: float) -> None:
+        key = (",".join(stats.waiting_adapters), ",".join(stats.running_adapters))
+        self._series[key] = now_s
+        while len(self._series) > LORA_INFO_SERIES_KEPT:
+            del self._series[min(self._series, key=self._series.__getitem__)]
+
+    def lines(self) -> list[str]:
+        """The family's exposition lines, series in the order first seen (as prometheus_client)."""
+        out = [
+            "# HELP vllm:lora_requests_info Running stats on lora requests.",
+            "# TYPE vllm:lora_requests_info gauge",
+        ]
+        for (waiting, running), time_s in self._series.items():
+            labels = (
+                f'max_lora="{self.max_loras}",waiting_lora_adapters="{_escape(waiting)}",'
+                f'running_lora_adapters="{_escape(running)}"'
+            )
+            out.append(f"vllm:lora_requests_info{{{labels}}} {_python_number(time_s)}")
+        return out
 
 
 def _compact_number(value: float) -> str:
@@ -173,8 +224,11 @@ _FLAVOURS: dict[
 FLAVOURS: tuple[str, ...] = tuple(_FLAVOURS)
 
 
-def render_metrics(model: str, stats: EngineStats, *, flavour: str = "vllm") -> bytes:
-    """The /metrics body for `stats` in `flavour`'s names; `ValueError` for an unknown flavour."""
+def render_metrics(
+    model: str, stats: EngineStats, *, flavour: str = "vllm", lora: LoraRequestsInfo | None = None
+) -> bytes:
+    """The /metrics body for `stats` in `flavour`'s names, with `lora`'s series in the vLLM flavour (the
+    other engines export no LoRA metric); `ValueError` for an unknown flavour."""
     try:
         rows_of, labels_of, number = _FLAVOURS[flavour]
     except KeyError:
@@ -185,4 +239,6 @@ def render_metrics(model: str, stats: EngineStats, *, flavour: str = "vllm") -> 
         lines.append(f"# HELP {name} {help_text}")
         lines.append(f"# TYPE {name} {kind}")
         lines.append(f"{name}{labels} {number(value)}")
+    if lora is not None and flavour == "vllm":
+        lines.extend(lora.lines())
     return ("\n".join(lines) + "\n").encode()

@@ -11,7 +11,7 @@ engine time; the fault plan applies as to embeddings).
 `relevance(a, b)` = the share of b's distinct lower-case words found in a, plus (prompt_seed(a + b)
 mod 1000) / 10^6 to break ties: a document sharing more of the query's words ranks higher, and the
 same pair always scores the same. Usage counts every text with the documented token estimate.
-A missing or mistyped field is a 400 naming it.
+A missing or mistyped field is a 400 naming it; a `model` the engine does not serve, a 404 (`served_models`).
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def pooling_routes(app: MockEngineApp) -> dict[tuple[str, str], Any]:
 
     async def handle(scope: Scope, receive: Receive, send: Send) -> None:
         answer = ANSWERS[scope["path"]]
-        result = await app.parse(receive, send, lambda body: answer(body, app.config.model))
+        result = await app.parse(receive, send, answer)
         if result is not None:
             await respond(send, 200, orjson.dumps(result))
 

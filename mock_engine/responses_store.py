@@ -1,6 +1,7 @@
 """The Responses API routes of the mock engine and its in-memory response store, as vLLM keeps it.
 
-- `POST /v1/responses`: create (streamed or not; format in `responses_format.py`). With
+- `POST /v1/responses`: create (streamed or not; format in `responses_format.py`); a `model` the engine
+  does not serve is vLLM's 404 (`served_models.py`), checked first as vLLM does. With
   `previous_response_id`, the conversation continues the stored one; an id this engine never stored is a
   404 (`{"error": {"message": "Response with id '…' not found.", "type": "invalid_request_error",
   "param": "previous_response_id", "code": 404}}`, vLLM's answer) — so a gateway that sends a chained
@@ -16,6 +17,7 @@ answered (tests read it through `/mock/stats` as `responses_stored`).
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -26,7 +28,8 @@ import orjson
 from mock_engine import openai_format as fmt
 from mock_engine.asgi import Receive, Scope, Send, respond
 from mock_engine.responses_format import Message, ResponsesWire, generation, input_messages
-from mock_engine.validation import RequestError
+from mock_engine.served_models import UnknownModel
+from mock_engine.validation import RequestError, common_fields
 
 if TYPE_CHECKING:
     from mock_engine.server import Handler, MockEngineApp
@@ -104,6 +107,15 @@ class ResponsesApi:
         body = await app.read_json(receive, send)
         if body is None:
             return
+        try:
+            common_fields(body)
+            adapter = app.models.resolve(body.get("model"))
+        except RequestError as exc:
+            await respond(send, 400, fmt.bad_request_body(str(exc), exc.param))
+            return
+        except UnknownModel as exc:
+            await respond(send, 404, exc.body())
+            return
         previous_id = body.get("previous_response_id")
         previous = None if previous_id is None else self.store.get(str(previous_id))
         if previous_id is not None and previous is None:
@@ -111,7 +123,9 @@ class ResponsesApi:
             return
         try:
             conversation = [*(previous.conversation if previous else []), *input_messages(body)]
-            gen = generation(body, conversation, app.config.default_max_tokens)
+            gen = dataclasses.replace(
+                generation(body, conversation, app.config.default_max_tokens), adapter=adapter
+            )
         except RequestError as exc:
             await respond(send, 400, fmt.bad_request_body(str(exc), exc.param))
             return
@@ -130,7 +144,7 @@ class ResponsesApi:
                 reply = {"role": "assistant", "content": text}
                 self.store.put(response_id, StoredResponse(obj, [*conversation, reply]))
 
-        wire = ResponsesWire(response_id, app.config.model, gen, body, keep)
+        wire = ResponsesWire(response_id, app.models.answer_name(adapter), gen, body, keep)
         await app.run_generation(gen, plan, receive, send, stream=bool(body.get("stream")), wire=wire)
 
     def _id(self, scope: Scope) -> str:

@@ -4,7 +4,10 @@ Endpoints: POST /v1/chat/completions, /v1/completions, /v1/embeddings, /tokenize
 endpoints (`pooling_api.py`); the Anthropic Messages API (`anthropic_format.py`); the Responses API with
 its in-memory store (`responses_store.py`);
 GET /v1/models, /health, /metrics (vLLM names), /mock/stats (counters tests read);
-GET/POST/DELETE /mock/faults (fault settings: read, partial update, clear).
+GET/POST/DELETE /mock/faults (fault settings: read, partial update, clear; `control.py`);
+POST /v1/load_lora_adapter, /v1/unload_lora_adapter when runtime LoRA loading is on.
+The models served (base names, LoRA adapters) and the model check every request reading `model` goes
+through are `served_models.py`; an adapter's requests run in the core under that adapter (`core.py`).
 The generation loop and the streamed format are in `streaming.py`; faults and their observable effects are
 documented in `faults.py` and `docs/MOCK_ENGINE.md`. A client that disconnects aborts its request in the core
 (counted in `aborted`), so the simulated GPU stops working on it.
@@ -13,9 +16,11 @@ documented in `faults.py` and `docs/MOCK_ENGINE.md`. A client that disconnects a
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
+import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 import orjson
@@ -32,17 +37,19 @@ from mock_engine.asgi import (
     respond,
     wait_disconnect,
 )
+from mock_engine.config import MockEngineConfig
 from mock_engine.control import FaultControl
 from mock_engine.core import EngineCore
 from mock_engine.disagg_params import Role
-from mock_engine.disagg_role import CLAIM_PATH, DisaggConfig, DisaggRole, Leg, LegError
+from mock_engine.disagg_role import CLAIM_PATH, DisaggRole, Leg, LegError
 from mock_engine.driver import EngineDriver
-from mock_engine.faults import FaultPlan, FaultSettings, FaultSettingsError
+from mock_engine.faults import FaultPlan, FaultSettings
 from mock_engine.generation import Generation
 from mock_engine.listeners import ListenerGate
-from mock_engine.metrics_text import render_metrics
+from mock_engine.metrics_text import LoraRequestsInfo, render_metrics
 from mock_engine.pooling_api import pooling_routes
 from mock_engine.responses_store import ResponsesApi
+from mock_engine.served_models import ServedModels, UnknownModel
 from mock_engine.streaming import GenerationRun, RequestCounters, Wire
 from mock_engine.text import estimate_tokens, prompt_seed
 from mock_engine.validation import (
@@ -57,19 +64,7 @@ __all__ = ["MockEngineApp", "MockEngineConfig", "RequestCounters"]
 
 EMBEDDING_DIM = 8
 Handler = Callable[[Scope, Receive, Send], Any]
-Check = Callable[[dict[str, Any]], Any]
-
-
-@dataclass(frozen=True, slots=True)
-class MockEngineConfig:
-    model: str = "mock-model"
-    default_max_tokens: int = 64
-    speed: float = 1.0
-    metrics_flavour: str = "vllm"
-    max_context_tokens: int | None = None
-    """prompt + max_tokens above this is a 400, as vLLM answers past max_model_len."""
-    disagg: DisaggConfig = field(default_factory=DisaggConfig)
-    """Prefill or decode role of a disaggregated pool (`disagg_role.py`); role both by default."""
+Check = Callable[[dict[str, Any], str], Any]
 
 
 class MockEngineApp:
@@ -82,12 +77,29 @@ class MockEngineApp:
         faults: FaultSettings,
         seed: int = 0,
         listeners: ListenerGate | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        """`clock`: wall time (Unix seconds) for `created` fields and the LoRA metric. Raises ValueError
+        for duplicate model or adapter names."""
         self.config = config
+        core.max_loras = config.max_loras
         self.driver = EngineDriver(core, speed=config.speed)
         self.faults = FaultControl(faults, random.Random(seed), listeners)
         self.counters = RequestCounters()
         self.disagg = None if config.disagg.role is Role.BOTH else DisaggRole(config.disagg)
+        self.models = ServedModels(
+            (config.model, *config.model_aliases),
+            config.lora_modules,
+            root=config.model_root,
+            runtime_loading=config.allow_runtime_lora,
+            checking=config.check_model,
+            max_adapters=config.max_adapters,
+            max_model_len=config.max_context_tokens,
+            clock=clock,
+        )
+        self.lora_info = LoraRequestsInfo(config.max_loras) if self.models.lora_enabled else None
+        self._clock = clock
         self._loop: asyncio.AbstractEventLoop | None = None
         self._routes: dict[tuple[str, str], Handler] = {
             ("POST", "/v1/chat/completions"): self._generate,
@@ -95,14 +107,15 @@ class MockEngineApp:
             ("POST", "/v1/embeddings"): self._embeddings,
             ("POST", "/tokenize"): self._tokenize,
             ("POST", "/detokenize"): self._detokenize,
-            ("GET", "/mock/faults"): self._get_faults,
-            ("POST", "/mock/faults"): self._set_faults,
-            ("DELETE", "/mock/faults"): self._clear_faults,
         }
         if self.disagg is not None:
             self._routes[("POST", CLAIM_PATH)] = self.disagg.handle_claim
+        if config.allow_runtime_lora:
+            self._routes[("POST", "/v1/load_lora_adapter")] = self._lora_admin(self.models.load)
+            self._routes[("POST", "/v1/unload_lora_adapter")] = self._lora_admin(self.models.unload)
         self.responses = ResponsesApi(self)
-        self._routes |= pooling_routes(self) | anthropic_routes(self) | self.responses.routes()
+        self._routes |= self.faults.routes() | pooling_routes(self) | anthropic_routes(self)
+        self._routes |= self.responses.routes()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -117,13 +130,8 @@ class MockEngineApp:
             return
         simple: dict[tuple[str, str], Callable[[], tuple[bytes, str]]] = {
             ("GET", "/health"): lambda: (b"{}", "application/json"),
-            ("GET", "/v1/models"): self._models,
-            ("GET", "/metrics"): lambda: (
-                render_metrics(
-                    self.config.model, self.driver.core.stats(), flavour=self.config.metrics_flavour
-                ),
-                "text/plain",
-            ),
+            ("GET", "/v1/models"): lambda: (self.models.list_body(), "application/json"),
+            ("GET", "/metrics"): lambda: (self._metrics(), "text/plain"),
             ("GET", "/mock/stats"): self._stats,
         }
         if self.disagg is not None:
@@ -164,37 +172,29 @@ class MockEngineApp:
 
     def _stats(self) -> tuple[bytes, str]:
         stats: dict[str, Any] = asdict(self.counters) | {"responses_stored": len(self.responses.store)}
+        stats |= {
+            "requests_by_model": self.models.requests_by_model,
+            "unknown_model_refused": self.models.unknown_model_refused,
+        }
         if self.disagg is not None:
             stats |= self.disagg.stats()
         return orjson.dumps(stats), "application/json"
 
-    def _models(self) -> tuple[bytes, str]:
-        data = [{"id": self.config.model, "object": "model", "owned_by": "mock-engine"}]
-        return orjson.dumps({"object": "list", "data": data}), "application/json"
+    def _metrics(self) -> bytes:
+        stats = self.driver.core.stats()
+        if self.lora_info is not None:
+            self.lora_info.sample(stats, self._clock())
+        flavour = self.config.metrics_flavour
+        return render_metrics(self.config.model, stats, flavour=flavour, lora=self.lora_info)
 
-    async def _get_faults(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await respond(send, 200, orjson.dumps(self.faults.settings.as_dict()))
+    def _lora_admin(self, action: Callable[[dict[str, Any]], tuple[int, bytes, str]]) -> Handler:
+        async def handle(scope: Scope, receive: Receive, send: Send) -> None:
+            body = await self.read_json(receive, send)
+            if body is not None:
+                status, answer, content_type = action(body)
+                await respond(send, status, answer, content_type)
 
-    async def _set_faults(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            raw = await read_body(receive)
-        except ClientGone:
-            return
-        try:
-            changes = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            await respond(send, 400, _fault_error(f"invalid JSON: {exc}", ""))
-            return
-        try:
-            settings = await self.faults.update(changes)
-        except FaultSettingsError as exc:
-            await respond(send, 400, _fault_error(str(exc), exc.field))
-            return
-        await respond(send, 200, orjson.dumps(settings.as_dict()))
-
-    async def _clear_faults(self, scope: Scope, receive: Receive, send: Send) -> None:
-        settings = await self.faults.reset()
-        await respond(send, 200, orjson.dumps(settings.as_dict()))
+        return handle
 
     async def read_json(self, receive: Receive, send: Send) -> dict[str, Any] | None:
         """The JSON object body, or None once answered 400 (or the client left)."""
@@ -226,16 +226,20 @@ class MockEngineApp:
         return None
 
     async def parse(self, receive: Receive, send: Send, check: Check) -> Any:
-        """`check(body)` (which raises `RequestError` for bad input) once this request's fault plan lets it
-        run, or None once answered (bad body, injected error). Bad input is answered before the fault draw."""
+        """`check(body, model)` (which raises `RequestError` for bad input; `model` the name its answer
+        carries) once this request's fault plan lets it run, or None once answered (bad body, a model not
+        served, injected error). Bad input and a model not served are answered before the fault draw."""
         body = await self.read_json(receive, send)
         if body is None:
             return None
         try:
             common_fields(body)
-            value = check(body)
+            value = check(body, self.models.answer_name(self.models.resolve(body.get("model"))))
         except RequestError as exc:
             await respond(send, 400, fmt.bad_request_body(str(exc), exc.param))
+            return None
+        except UnknownModel as exc:
+            await respond(send, 404, exc.body())
             return None
         plan = await self.fault_plan(send)
         return None if plan is None else value
@@ -247,9 +251,13 @@ class MockEngineApp:
         chat = scope["path"] == "/v1/chat/completions"
         try:
             gen = Generation.from_body(body, chat, self.config.default_max_tokens)
+            gen = dataclasses.replace(gen, adapter=self.models.resolve(body.get("model")))
             fields = None if self.disagg is None else self.disagg.check(body)
         except RequestError as exc:
             await respond(send, 400, fmt.bad_request_body(str(exc), exc.param))
+            return
+        except UnknownModel as exc:
+            await respond(send, 404, exc.body())
             return
         plan = await self.fault_plan(send, gen.prompt)
         if plan is None:
@@ -304,7 +312,7 @@ class MockEngineApp:
             self.driver,
             gen,
             plan,
-            model=self.config.model,
+            model=self.models.answer_name(gen.adapter),
             counters=c,
             receive=receive,
             watcher=watcher,
@@ -336,11 +344,12 @@ class MockEngineApp:
         return outcome
 
     async def _embeddings(self, scope: Scope, receive: Receive, send: Send) -> None:
-        inputs: list[str] | None = await self.parse(
-            receive, send, lambda body: prompt_texts(body.get("input"), "input")
+        parsed: tuple[list[str], str] | None = await self.parse(
+            receive, send, lambda body, model: (prompt_texts(body.get("input"), "input"), model)
         )
-        if inputs is None:
+        if parsed is None:
             return
+        inputs, model = parsed
         data = []
         for i, text in enumerate(inputs):
             seed = prompt_seed(text)
@@ -350,13 +359,13 @@ class MockEngineApp:
         out = {
             "object": "list",
             "data": data,
-            "model": self.config.model,
+            "model": model,
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
         await respond(send, 200, orjson.dumps(out))
 
     async def _tokenize(self, scope: Scope, receive: Receive, send: Send) -> None:
-        text: str | None = await self.parse(receive, send, tokenize_prompt)
+        text: str | None = await self.parse(receive, send, lambda body, _: tokenize_prompt(body))
         if text is not None:
             tokens = [ord(ch) for ch in text[::4]]
             await respond(
@@ -364,7 +373,7 @@ class MockEngineApp:
             )
 
     async def _detokenize(self, scope: Scope, receive: Receive, send: Send) -> None:
-        tokens: list[int] | None = await self.parse(receive, send, detokenize_tokens)
+        tokens: list[int] | None = await self.parse(receive, send, lambda body, _: detokenize_tokens(body))
         if tokens is not None:
             await respond(send, 200, orjson.dumps({"prompt": "".join(chr(t) for t in tokens)}))
 
@@ -374,7 +383,3 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
-
-
-def _fault_error(message: str, field: str) -> bytes:
-    return fmt.error_body(message, 400, "invalid_fault_settings", field)

@@ -128,7 +128,12 @@ class GenerationRun:
         queue = None
         if gen.max_tokens > 0:
             queue = self.driver.submit(
-                gen.request_id, gen.prompt, gen.prompt_tokens, gen.max_tokens, gen.kv_transfer_s
+                gen.request_id,
+                gen.prompt,
+                gen.prompt_tokens,
+                gen.max_tokens,
+                kv_transfer_s=gen.kv_transfer_s,
+                adapter=gen.adapter,
             )
         jitter, text = plan.jitter(), gen.tokens()
         emitted, finished = 0, queue is None

@@ -7,15 +7,17 @@ import asyncio
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import uvicorn
 
 from gateway.app import GatewayApp, create_app
 from gateway.settings import parse_settings
+from mock_engine.core import DEFAULT_MAX_LORAS
 from mock_engine.faults import FaultSettings
 from mock_engine.fixed_delay import FixedDelayCore
+from mock_engine.served_models import LoraModule
 from mock_engine.server import MockEngineApp, MockEngineConfig
 
 START_TIMEOUT_S = 10.0
@@ -89,11 +91,29 @@ def start_mock_engine(
     token_delay_ms: float = 1.0,
     faults: FaultSettings | None = None,
     default_max_tokens: int = 16,
+    *,
+    lora_modules: Iterable[str] = (),
+    max_loras: int = DEFAULT_MAX_LORAS,
+    allow_runtime_lora: bool = False,
+    model_aliases: Iterable[str] = (),
+    check_model: bool | None = None,
 ) -> ServerThread:
+    """A fixed-delay mock engine serving `model`. LoRA (docs/MOCK_ENGINE.md, "Models and LoRA adapters"):
+    `lora_modules` as `--lora-modules` reads them ("name" or "name=path"), `max_loras` adapters in the
+    running batch, `allow_runtime_lora` for /v1/load_lora_adapter and /v1/unload_lora_adapter,
+    `model_aliases` more base-model names; `check_model` (default: on with any of those) answers 404 for
+    a model not served."""
     core = FixedDelayCore(first_token_delay_ms / 1000.0, token_delay_ms / 1000.0)
-    app = MockEngineApp(
-        MockEngineConfig(model=model, default_max_tokens=default_max_tokens), core, faults or FaultSettings()
+    config = MockEngineConfig(
+        model=model,
+        default_max_tokens=default_max_tokens,
+        lora_modules=tuple(LoraModule.parse(text) for text in lora_modules),
+        max_loras=max_loras,
+        allow_runtime_lora=allow_runtime_lora,
+        model_aliases=tuple(model_aliases),
+        check_model=check_model,
     )
+    app = MockEngineApp(config, core, faults or FaultSettings())
     return ServerThread(app, f"mock-engine-{model}").start()
 
 

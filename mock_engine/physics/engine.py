@@ -9,7 +9,10 @@ appear when it ends. Planning a step at `start_s`, in vLLM's order:
 2. Prefill: running sequences mid-prefill continue, then waiting requests are admitted FIFO while
    `max_num_seqs`, KV blocks (for the whole uncached context) and the chunked-prefill token budget
    allow. Admission stops at the first request that does not fit (no overtaking), and is skipped in a
-   step that preempted. Cached prefix blocks count as computed (they skip prefill).
+   step that preempted. Cached prefix blocks count as computed (they skip prefill). The one exception,
+   vLLM's `max_loras` rule: a request for a LoRA adapter that would make more than `max_loras` distinct
+   adapters run is passed over (it keeps its place at the head of the queue) and the requests behind
+   it may be admitted — base-model requests, requests for an adapter already running.
 3. Duration: `profile.step_s(Σ decode ctx, prefill tokens)` (formula in `profile.py`), so a long
    prefill delays the decode tokens of every sequence on the replica.
 
@@ -25,6 +28,8 @@ that only advances a chunked prefill emits none, and the caller simply asks agai
 expected in non-decreasing `arrival_s` order (one submitted out of order waits behind the queue head).
 Each step costs O(running + admitted) Python work; nothing scales with history.
 
+Prefix-cache keys are salted with the request's adapter (`tokens.py`): each model has its own cache.
+
 Stats: `kv_usage_ratio` = used blocks / total (evictable cached blocks count as free, as in vLLM);
 `prefix_cache_queries_tokens` grows by the context of each admission (prompt, plus the outputs for a
 recompute) and `prefix_cache_hits_tokens` by the cached tokens it skipped; `prompt_tokens_total` counts
@@ -37,7 +42,14 @@ import sys
 from collections import deque
 from dataclasses import dataclass
 
-from mock_engine.core import EngineRequest, EngineStats, TokenEvent
+from mock_engine.core import (
+    DEFAULT_MAX_LORAS,
+    EngineRequest,
+    EngineStats,
+    TokenEvent,
+    distinct_adapters,
+    lora_blocked,
+)
 from mock_engine.physics.kv_cache import KvBlockPool
 from mock_engine.physics.profile import EngineProfile
 from mock_engine.physics.sequence import SequenceState, SequenceStatus
@@ -59,8 +71,9 @@ class _Step:
 class PhysicsCore:
     """`EngineCore` with continuous batching, KV capacity, preemption and a prefix cache."""
 
-    def __init__(self, profile: EngineProfile) -> None:
+    def __init__(self, profile: EngineProfile, max_loras: int = DEFAULT_MAX_LORAS) -> None:
         self._profile = profile
+        self.max_loras = max_loras
         self._block_size_tokens = profile.scheduler.block_size_tokens
         self._kv = KvBlockPool(profile.kv_capacity_blocks)
         self._waiting: deque[SequenceState] = deque()
@@ -101,7 +114,9 @@ class PhysicsCore:
                 f"KV capacity of {self.kv_capacity_tokens} tokens"
             )
         max_blocks = request.prompt_tokens // self._block_size_tokens
-        hashes = prefix_block_hashes(request.prompt_text, self._block_size_tokens, max_blocks)
+        hashes = prefix_block_hashes(
+            request.prompt_text, self._block_size_tokens, max_blocks, adapter=request.adapter
+        )
         sequence = SequenceState(request, tuple(hashes))
         self._waiting.append(sequence)
         self._live[request.request_id] = sequence
@@ -147,6 +162,8 @@ class PhysicsCore:
             prompt_tokens_total=self._prompt_tokens_total,
             generation_tokens_total=self._generation_tokens_total,
             preemptions_total=self._preemptions_total,
+            running_adapters=distinct_adapters(s.request.adapter for s in self._running.values()),
+            waiting_adapters=distinct_adapters(s.request.adapter for s in self._waiting),
         )
 
     # -- planning ---------------------------------------------------------------------------------
@@ -228,16 +245,26 @@ class PhysicsCore:
                 scheduled.append((sequence, tokens))
                 budget_tokens -= tokens
         max_num_seqs = self._profile.scheduler.max_num_seqs
+        adapters = set(distinct_adapters(s.request.adapter for s in self._running.values()))
+        passed_over: list[SequenceState] = []
         while may_admit and self._waiting and budget_tokens > 0 and len(self._running) < max_num_seqs:
             head = self._waiting[0]
-            if head.request.arrival_s > start_s or not self._admit(head, start_s):
+            if head.request.arrival_s > start_s:
+                break
+            if lora_blocked(head.request.adapter, adapters, self.max_loras):
+                passed_over.append(self._waiting.popleft())
+                continue
+            if not self._admit(head, start_s):
                 break
             self._waiting.popleft()
+            if head.request.adapter is not None:
+                adapters.add(head.request.adapter)
             if head.transferring(start_s):
                 continue
             tokens = min(head.prefill_remaining_tokens, budget_tokens)
             scheduled.append((head, tokens))
             budget_tokens -= tokens
+        self._waiting.extendleft(reversed(passed_over))
         return scheduled
 
     def _admit(self, sequence: SequenceState, start_s: float) -> bool:

@@ -8,10 +8,12 @@ so a block of `block_size_tokens` tokens is `block_size_tokens · 4` characters.
 *full* blocks only (a trailing partial block is never cached, as in vLLM), and each block gets a chained
 hash, so a block's key depends on every character before it:
 
-    h₀ = xxh3_64(block₀, seed=0)
-    hᵢ = xxh3_64(blockᵢ, seed=hᵢ₋₁)             (blocks encoded as UTF-8)
+    h₀ = xxh3_64(block₀, seed=s)                s = 0 for the base model,
+    hᵢ = xxh3_64(blockᵢ, seed=hᵢ₋₁)                 xxh3_64("lora:" + adapter name) for a LoRA adapter
 
-Two prompts share the cache key of block i exactly when their first (i + 1) · block chars are equal.
+(blocks encoded as UTF-8). Two prompts share the cache key of block i exactly when they run on the same
+model (base or adapter) and their first (i + 1) · block chars are equal: as vLLM's block hashes carry the
+LoRA id, a prompt cached under the base model is a miss for an adapter, and the reverse.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import xxhash
 
 from core.tokens import CHARS_PER_TOKEN, estimate_tokens
 
-__all__ = ["CHARS_PER_TOKEN", "estimate_tokens", "prefix_block_hashes", "split_prefix_blocks"]
+__all__ = ["CHARS_PER_TOKEN", "adapter_salt", "estimate_tokens", "prefix_block_hashes", "split_prefix_blocks"]
 
 
 def split_prefix_blocks(text: str, block_size_tokens: int, max_blocks: int | None = None) -> list[str]:
@@ -38,10 +40,17 @@ def split_prefix_blocks(text: str, block_size_tokens: int, max_blocks: int | Non
     return [text[i * block_chars : (i + 1) * block_chars] for i in range(n_blocks)]
 
 
-def prefix_block_hashes(text: str, block_size_tokens: int, max_blocks: int | None = None) -> list[int]:
-    """Chained xxh3-64 hashes of the full blocks of `text` (see the module docstring)."""
+def adapter_salt(adapter: str | None) -> int:
+    """The seed of a prompt's first block hash: 0 for the base model (None), else from the adapter name."""
+    return 0 if adapter is None else xxhash.xxh3_64_intdigest(("lora:" + adapter).encode("utf-8"))
+
+
+def prefix_block_hashes(
+    text: str, block_size_tokens: int, max_blocks: int | None = None, adapter: str | None = None
+) -> list[int]:
+    """Chained xxh3-64 hashes of the full blocks of `text` run on `adapter` (see the module docstring)."""
     hashes: list[int] = []
-    previous = 0
+    previous = adapter_salt(adapter)
     for block in split_prefix_blocks(text, block_size_tokens, max_blocks):
         previous = xxhash.xxh3_64_intdigest(block.encode("utf-8"), seed=previous)
         hashes.append(previous)
