@@ -11,11 +11,11 @@ response (only its replica holds that state).
 Each fallback pool is tried once, in the configured order, under its own model (the body's `model`
 rewritten to it): the fallback list of the first pool is the whole list — a fallback pool's own
 `fallback` is not followed, so a cycle cannot form. The answer's `x-gateway-pool` names the pool that
-served it; every hand-over counts in `llm_gateway_fallbacks_total{model, fallback, reason}` (the pool that
-refused, the pool it went to, the refusal). When the
-last pool refuses too, its refusal is the answer. Each pool's admission is a new attempt for the
-tenant's rate limits: its token estimate is refunded on a refusal, its request count is not (an
-attempt counts as a request, `admission.tenant_gate`).
+served it; every hand-over counts in `llm_gateway_fallbacks_total{model, fallback, reason}` (the
+pool that refused, the pool it went to, the refusal). When the last pool refuses too, its refusal is
+the answer. Each pool's admission is a new attempt for the tenant's rate limits: its token estimate
+is refunded on a refusal, its request count is not (an attempt counts as a request,
+`admission.tenant_gate`).
 """
 
 from __future__ import annotations
