@@ -217,16 +217,16 @@ LORA_INFO = """\
 # HELP vllm:lora_requests_info Running stats on lora requests.
 # TYPE vllm:lora_requests_info gauge
 vllm:lora_requests_info{max_lora="2",running_lora_adapters="",waiting_lora_adapters=""} 1.7e+09
-vllm:lora_requests_info{max_lora="2",running_lora_adapters="sql-lora,chat-lora",waiting_lora_adapters="x"} 1.7000005e+09
-vllm:lora_requests_info{max_lora="2",running_lora_adapters="sql-lora",waiting_lora_adapters=""} 1.7000001e+09
+vllm:lora_requests_info{max_lora="2",running_lora_adapters="sql,chat",waiting_lora_adapters="x"} 1.7000005e+09
+vllm:lora_requests_info{max_lora="2",running_lora_adapters="sql",waiting_lora_adapters=""} 1.7000001e+09
 """
 
 
 def test_vllm_lora_info_reads_the_newest_label_set_of_running_and_waiting_adapters() -> None:
     got = sample("vllm", fixtures.VLLM_V1 + LORA_INFO, model=fixtures.VLLM_MODEL)
-    assert got.running_adapters == {"sql-lora", "chat-lora"}
+    assert got.running_adapters == {"sql", "chat"}
     assert got.waiting_adapters == {"x"}
-    assert got.to_load(10.0).running_adapters == {"sql-lora", "chat-lora"}
+    assert got.to_load(10.0).running_adapters == {"sql", "chat"}
     assert ADAPTERS["vllm"].exports_lora and not ADAPTERS["sglang"].exports_lora
 
 

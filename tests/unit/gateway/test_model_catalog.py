@@ -63,7 +63,7 @@ def test_a_body_that_is_not_a_model_list_is_not_read(body: object) -> None:
 def test_discovered_adapters_route_only_to_the_replicas_that_list_them() -> None:
     catalog, registry = _catalog([_pool(BASE, models={"discover": True})])
     pool = registry.pools[BASE]
-    first, second = pool.replicas.values()
+    first, _ = pool.replicas.values()
     assert catalog.resolve("sql-lora") is None, "unknown until a replica lists it"
     registry.set_replica_models(pool, first, frozenset({BASE, "sql-lora"}))
     served = catalog.resolve("sql-lora")
@@ -91,7 +91,7 @@ def test_an_adapter_leaves_the_pool_with_its_last_replica() -> None:
 
 
 def test_declared_names_are_served_by_every_replica_until_discovery_says_otherwise() -> None:
-    catalog, registry = _catalog([_pool(BASE, models={"names": ["chat-lora"], "discover": True})])
+    _, registry = _catalog([_pool(BASE, models={"names": ["chat-lora"], "discover": True})])
     pool = registry.pools[BASE]
     assert all(r.models == {BASE, "chat-lora"} for r in pool.replicas.values())
     first, second = pool.replicas.values()
