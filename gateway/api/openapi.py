@@ -1,14 +1,16 @@
 """The OpenAPI 3.1 description of the gateway's client surface, served at `GET /openapi.json`.
 
 A static document, built from the code it describes so it cannot drift: the proxied paths are the
-`Endpoint` enum; the error responses are every `ErrorCode`, each under the status its error class in
-`gateway.errors` answers with; the request headers are the names the serve path reads. Request bodies
-describe the fields the gateway itself reads (model, stream, max_tokens, the prompt fields,
-stream_options, user) with `additionalProperties: true`: everything else passes through to the engine,
-which validates it. The admin API (`/admin/...`) is not part of this surface.
+`Endpoint` enum and the Responses API's id calls (`RESPONSE_CALLS`: `GET`/`DELETE
+/v1/responses/{response_id}`, `POST …/cancel`, bodiless); the error responses are every `ErrorCode`,
+each under the status its error class in `gateway.errors` answers with; the request headers are the
+names the serve path reads. Request bodies describe the fields the gateway itself reads (model, stream,
+max_tokens, the prompt fields, stream_options, user) with `additionalProperties: true`: everything else
+passes through to the engine, which validates it. The admin API (`/admin/...`) is not part of this surface.
 
 Error responses are the contract of README "Error contract": an OpenAI-style body
-`{"error": {"message", "type", "code": <reason>}}` and the same reason in `x-gateway-reject-reason`;
+`{"error": {"message", "type", "code": <reason>}}` (Anthropic's `{"type": "error", "error": {...}}` on
+the Messages endpoints) and the same reason in `x-gateway-reject-reason`;
 an engine's own error status is passed through with its body (`upstream_status`, the `default` response).
 """
 
@@ -20,7 +22,14 @@ from importlib import metadata
 from typing import Any
 
 from gateway import errors
-from gateway.api.openapi_bodies import BODY_FIELDS, SUMMARIES, TOKEN_COUNT
+from gateway.api.openapi_bodies import (
+    BODY_FIELDS,
+    ERROR_BODIES,
+    RESPONSE_CALLS,
+    RESPONSE_ID_PARAMETER,
+    SUMMARIES,
+    TOKEN_COUNT,
+)
 from gateway.api.request_parsing import Endpoint
 from gateway.api.surface import ApiSurface
 from gateway.errors import ErrorCode, GatewayError
@@ -49,6 +58,7 @@ _STREAM_TEXT = {
     ' `{{"type": "error", "code", "message", "param"}}` with `code` one of {terminal}.',
 }
 Schema = dict[str, Any]
+_JSON_OBJECT: Schema = {"schema": {"type": "object", "additionalProperties": True}}
 
 _REQUEST_HEADERS: list[tuple[str, Schema, str]] = [
     ("x-request-id", {"type": "string"}, "Echoed and sent upstream; generated when absent."),
@@ -171,8 +181,7 @@ def _request_body(endpoint: Endpoint) -> Schema:
 
 
 def _proxy_operation(endpoint: Endpoint, error_refs: dict[int, Schema]) -> Schema:
-    success: Schema = {"schema": {"type": "object", "additionalProperties": True}}
-    content: Schema = {"application/json": success}
+    content: Schema = {"application/json": _JSON_OBJECT}
     description = "The engine's answer, passed through."
     if endpoint.can_stream:
         content["text/event-stream"] = {"schema": {"$ref": "#/components/schemas/EventStream"}}
@@ -180,15 +189,21 @@ def _proxy_operation(endpoint: Endpoint, error_refs: dict[int, Schema]) -> Schem
         description += _STREAM_TEXT[endpoint.surface].format(terminal=terminal)
     if endpoint.surface is ApiSurface.ANTHROPIC:
         description += " Errors have Anthropic's shape (`AnthropicErrorBody`), the reason in the header."
+    operation = _operation(endpoint.name.lower(), SUMMARIES[endpoint], description, content, error_refs)
+    body = {"application/json": {"schema": _request_body(endpoint)}}
+    return {**operation, "requestBody": {"required": True, "content": body}}
+
+
+def _operation(
+    operation_id: str, summary: str, description: str, content: Schema, error_refs: dict[int, Schema]
+) -> Schema:
+    """A proxied operation: the gateway's request headers, its success headers on the engine's answer,
+    every contract error, and an engine's own error status passed through (`default`)."""
     headers = {name: _header(schema, text) for name, schema, text in _SUCCESS_HEADERS}
     return {
-        "operationId": endpoint.name.lower(),
-        "summary": SUMMARIES[endpoint],
+        "operationId": operation_id,
+        "summary": summary,
         "parameters": [{"$ref": f"#/components/parameters/{name}"} for name, _, _ in _REQUEST_HEADERS],
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": _request_body(endpoint)}},
-        },
         "responses": {
             "200": {"description": description, "headers": headers, "content": content},
             **{str(status): ref for status, ref in error_refs.items()},
@@ -199,6 +214,18 @@ def _proxy_operation(endpoint: Endpoint, error_refs: dict[int, Schema]) -> Schem
             },
         },
     }
+
+
+def _response_call_paths(error_refs: dict[int, Schema]) -> dict[str, Schema]:
+    """`GET`/`DELETE /v1/responses/{response_id}` and `POST …/cancel` (`RESPONSE_CALLS`): no body, the
+    id in the path; answered by the replica that holds the response, or the gateway's 404."""
+    paths: dict[str, Schema] = {}
+    for call in RESPONSE_CALLS:
+        content = {"application/json": _JSON_OBJECT}
+        operation = _operation(call.operation_id, call.summary, call.description, content, error_refs)
+        operation["parameters"] = [RESPONSE_ID_PARAMETER, *operation["parameters"]]
+        paths.setdefault(call.path, {})[call.method] = operation
+    return paths
 
 
 def _get(operation_id: str, summary: str, content: Schema, errors_by_status: dict[str, Schema]) -> Schema:
@@ -281,38 +308,7 @@ def _components(codes: dict[ErrorCode, int]) -> Schema:
             }
         },
         "schemas": {
-            "ErrorBody": {
-                "type": "object",
-                "required": ["error"],
-                "properties": {
-                    "error": {
-                        "type": "object",
-                        "required": ["message", "type", "code"],
-                        "properties": {
-                            "message": {"type": "string"},
-                            "type": {"type": "string"},
-                            "code": {"type": "string", "enum": [str(code) for code in ErrorCode]},
-                        },
-                    }
-                },
-            },
-            "AnthropicErrorBody": {
-                "description": "The gateway's errors on the Anthropic Messages endpoints.",
-                "type": "object",
-                "required": ["type", "error"],
-                "properties": {
-                    "type": {"const": "error"},
-                    "error": {
-                        "type": "object",
-                        "required": ["type", "message"],
-                        "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
-                    },
-                },
-            },
-            "EngineErrorBody": {
-                "description": "An engine's own error body, passed through unchanged "
-                f"(`x-gateway-reject-reason: {PASSTHROUGH}`); OpenAI-style for vLLM.",
-            },
+            **ERROR_BODIES,
             "EventStream": {
                 "description": "Server-sent events: `data: <chunk JSON>` per chunk, then `data: [DONE]`; read"
                 " as the whole body (a string) or event by event (an object with `data`).",
@@ -350,6 +346,7 @@ def _document() -> Schema:
     paths: dict[str, Schema] = {
         endpoint.value: {"post": _proxy_operation(endpoint, error_refs)} for endpoint in Endpoint
     }
+    paths.update(_response_call_paths(error_refs))
     paths.update(
         _ops_paths(
             {"$ref": "#/components/responses/Internal"}, {"$ref": "#/components/responses/Unauthorized"}
@@ -363,7 +360,8 @@ def _document() -> Schema:
             "description": (
                 "OpenAI-compatible routing gateway for fleets of LLM engine replicas. Every error answer"
                 " carries `x-gateway-reject-reason` and an OpenAI-style body whose `error.code` is that"
-                " reason; an unknown path is a 404 `not_found` and a wrong method a 405"
+                " reason (on the Anthropic Messages endpoints, Anthropic's error body with the same"
+                " status and header); an unknown path is a 404 `not_found` and a wrong method a 405"
                 " `method_not_allowed` with `Allow` (components `Route404`, `Route405`)."
             ),
         },

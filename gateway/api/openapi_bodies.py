@@ -1,11 +1,16 @@
 """The request bodies of the proxied endpoints as the OpenAPI document describes them
-(`gateway.api.openapi`): only the fields the gateway itself reads, each endpoint's summary."""
+(`gateway.api.openapi`): only the fields the gateway itself reads, each endpoint's summary; the error
+bodies' schemas; and the Responses API's bodiless id calls (`RESPONSE_CALLS`, the paths
+`gateway.api.response_calls` routes)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.api.request_parsing import Endpoint
+from gateway.api.response_calls import RESPONSES_PREFIX
+from gateway.errors import ErrorCode
 
 Schema = dict[str, Any]
 _NOT_NULL: Schema = {"not": {"type": "null"}}
@@ -71,3 +76,86 @@ BODY_FIELDS: dict[Endpoint, tuple[dict[str, Schema], list[str]]] = {
         ["input"],
     ),
 }
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseCallDoc:
+    """One documented `/v1/responses/{response_id}[/cancel]` operation."""
+
+    path: str
+    method: str
+    operation_id: str
+    summary: str
+    description: str
+
+
+_AFFINITY = (
+    " Sent to the replica that holds the response (state affinity); the gateway answers 404"
+    " `response_not_found` for an id it has no record of (never relayed through it, deleted through it,"
+    " or expired) and 404 `response_state_lost` when the replica that held it left the pool or is not"
+    " routable. Any other answer is the engine's, passed through."
+)
+_ID_PATH = RESPONSES_PREFIX + "{response_id}"
+RESPONSE_CALLS = (
+    ResponseCallDoc(
+        _ID_PATH, "get", "retrieve_response", "OpenAI Responses: retrieve a stored response", _AFFINITY
+    ),
+    ResponseCallDoc(
+        _ID_PATH,
+        "delete",
+        "delete_response",
+        "OpenAI Responses: delete a stored response",
+        _AFFINITY
+        + " A 2xx answer drops the gateway's record: later calls on the id are `response_not_found`.",
+    ),
+    ResponseCallDoc(
+        _ID_PATH + "/cancel",
+        "post",
+        "cancel_response",
+        "OpenAI Responses: cancel a background response",
+        _AFFINITY + " No request body.",
+    ),
+)
+RESPONSE_ID_PARAMETER: Schema = {
+    "name": "response_id",
+    "in": "path",
+    "required": True,
+    "description": "The id of a response the gateway relayed (`response.id`, e.g. `resp_…`).",
+    "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]+$"},
+}
+ERROR_BODIES: dict[str, Schema] = {
+    "ErrorBody": {
+        "type": "object",
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["message", "type", "code"],
+                "properties": {
+                    "message": {"type": "string"},
+                    "type": {"type": "string"},
+                    "code": {"type": "string", "enum": [str(code) for code in ErrorCode]},
+                },
+            }
+        },
+    },
+    "AnthropicErrorBody": {
+        "description": "The gateway's errors on the Anthropic Messages endpoints.",
+        "type": "object",
+        "required": ["type", "error"],
+        "properties": {
+            "type": {"const": "error"},
+            "error": {
+                "type": "object",
+                "required": ["type", "message"],
+                "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
+            },
+        },
+    },
+    "EngineErrorBody": {
+        "description": "An engine's own error body, passed through unchanged "
+        f"(`x-gateway-reject-reason: {ErrorCode.UPSTREAM_STATUS}`); OpenAI-style for vLLM.",
+    },
+}
+"""The error bodies' component schemas: the gateway's (OpenAI-style, Anthropic-style on the Messages
+surface) and an engine's passed through."""

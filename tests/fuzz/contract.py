@@ -5,6 +5,10 @@
   JSON body `{"error": {"message", "type", "code"}}` whose `code` is that reason — except an engine's
   own refusal (`upstream_status`), whose body is the engine's, passed through (here the mock engine's
   vLLM-shaped `BadRequestError`, `code` the status);
+- on the Anthropic Messages paths (`ANTHROPIC_PATHS`) the gateway's errors have Anthropic's shape
+  instead, `{"type": "error", "error": {"type", "message"}}`, `error.type` by status (Anthropic's
+  table, `ANTHROPIC_TYPES` below, restated from its API reference); an engine's refusal there is the
+  engine's body (the mock: Anthropic-shaped for a field it refuses);
 - every proxied answer and every error carries `x-request-id`, the client's when it sent one.
 """
 
@@ -19,6 +23,17 @@ from gateway.api.openapi import openapi_document
 
 REASON = "x-gateway-reject-reason"
 UPSTREAM_STATUS = "upstream_status"
+ANTHROPIC_PATHS = frozenset({"/v1/messages", "/v1/messages/count_tokens"})
+ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+}
 _RESPONSES = openapi_document()["components"]["responses"]
 
 
@@ -47,6 +62,9 @@ def check_error_shape(response: httpx.Response) -> str:
         body: Any = orjson.loads(response.content)
     except orjson.JSONDecodeError:
         raise AssertionError(f"error body is not JSON: {_describe(response)}") from None
+    if response.request.url.path in ANTHROPIC_PATHS:
+        check_anthropic_body(body, status, reason, _describe(response))
+        return reason
     error = body.get("error") if isinstance(body, dict) else None
     assert isinstance(error, dict), f"not an OpenAI-style error body: {_describe(response)}"
     assert isinstance(error.get("message"), str) and isinstance(error.get("type"), str), _describe(response)
@@ -55,6 +73,18 @@ def check_error_shape(response: httpx.Response) -> str:
     else:
         assert error.get("code") == reason, f"error.code is not the reason: {_describe(response)}"
     return reason
+
+
+def check_anthropic_body(body: Any, status: int, reason: str, where: str = "") -> None:
+    """Anthropic's error shape (module docstring); an engine's refusal (`upstream_status`) needs only an
+    error message of either shape."""
+    assert isinstance(body, dict) and isinstance(body.get("error"), dict), f"no error object: {where}"
+    error = body["error"]
+    assert isinstance(error.get("message"), str) and isinstance(error.get("type"), str), where
+    if reason == UPSTREAM_STATUS:
+        return
+    assert body.get("type") == "error" and set(error) == {"type", "message"}, f"not Anthropic's: {where}"
+    assert error["type"] == ANTHROPIC_TYPES.get(status, "api_error"), f"error.type for {status}: {where}"
 
 
 def check_answer(

@@ -1,8 +1,11 @@
 """The fuzz suite's fleet: a real gateway in front of mock engines (`conftest.fleet` starts one per module).
 
-Two pools: `MODEL` (two engines, the body forwarded as sent unless the gateway adds `include_usage`) and
-`REWRITE` (one engine, `upstream_model` set, so every body is re-serialised). The engines answer at once
-(no token delay) and have a context limit, so any `max_tokens` the gateway lets through is bounded.
+Two pools: `MODEL` (two engines, the body forwarded as sent unless the gateway adds `include_usage`;
+every endpoint) and `REWRITE` (one engine, `upstream_model` set, so every body is re-serialised; every
+endpoint but `REWRITE_NOT_SERVED`, so those are its 404 `endpoint_not_served`). The engines answer at
+once (no token delay) and have a context limit, so any `max_tokens` the gateway lets through is bounded.
+`stored` holds one Responses-API response per pool, created through the gateway at the start, so
+`previous_response_id` and the `/v1/responses/{id}` calls reach a replica that holds one.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 import httpx
 from hypothesis import HealthCheck, settings
 
+from gateway.api.request_parsing import Endpoint
 from gateway.app import create_app
 from gateway.settings import parse_settings
 from mock_engine.faults import FaultSettings
@@ -27,6 +31,12 @@ MODEL = "fuzz-model"
 REWRITE = "fuzz-rewrite"
 MAX_BODY_BYTES = 32 * 1024
 ENGINE_CONTEXT_TOKENS = 512
+REWRITE_NOT_SERVED = frozenset({"score", "classify"})
+SERVED: dict[str, frozenset[str]] = {
+    MODEL: frozenset(e.capability for e in Endpoint),
+    REWRITE: frozenset(e.capability for e in Endpoint) - REWRITE_NOT_SERVED,
+}
+"""What each pool serves (capability names, `Endpoint.capability`)."""
 
 FUZZ_SETTINGS = settings(
     max_examples=int(os.environ.get("LLM_GATEWAY_FUZZ_EXAMPLES", "200")),
@@ -41,6 +51,8 @@ class Fleet:
     gateway: ServerThread
     engines: list[ServerThread]
     client: httpx.Client
+    stored: dict[str, str]
+    """Response id → the pool that holds it (one per pool, module docstring)."""
 
     @property
     def url(self) -> str:
@@ -75,6 +87,7 @@ def start_fleet() -> Iterator[Fleet]:
             "upstream_model": MODEL,
             "replicas": {"static": [engines[2].url]},
             "timeouts": timeouts,
+            "endpoints": sorted(SERVED[REWRITE]),
         },
     ]
     raw = gateway_settings(pools)
@@ -82,9 +95,19 @@ def start_fleet() -> Iterator[Fleet]:
     gateway = NoDelayServer(create_app(parse_settings(raw)), "fuzz-gateway").start()
     client = httpx.Client(base_url=gateway.url, timeout=httpx.Timeout(15.0))
     try:
-        yield Fleet(gateway, engines, client)
+        yield Fleet(gateway, engines, client, {create_response(client, name): name for name in SERVED})
     finally:
         client.close()
         gateway.stop()
         for engine in engines:
             engine.stop()
+
+
+def create_response(client: httpx.Client, model: str) -> str:
+    """A stored Responses-API response of `model`'s pool, created through the gateway: its id."""
+    response = client.post(
+        Endpoint.RESPONSES.value, json={"model": model, "input": "hi", "max_output_tokens": 2}
+    )
+    assert response.status_code == 200, response.text
+    response_id: str = response.json()["id"]
+    return response_id

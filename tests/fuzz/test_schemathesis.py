@@ -4,20 +4,26 @@ and checks every answer against the document (status, content type, headers, bod
 contract (`contract.py`) and that none is a 5xx. Offline: the document is loaded from
 `gateway.api.openapi`, the requests go to 127.0.0.1. Bounded: 25 examples per operation and mode.
 
-Two adjustments to what is generated, both for the fleet rather than the gateway: request bodies name
-the fleet's model (an unknown one is a 404 before anything else is exercised), and the deadline headers
-are fixed at 5 s (the document allows 1 ms, which can rightly end in a 504 before a token arrives).
+Three adjustments to what is generated, all for the fleet rather than the gateway: request bodies name
+the fleet's model (an unknown one is a 404 before anything else is exercised), the deadline headers
+are fixed at 5 s (the document allows 1 ms, which can rightly end in a 504 before a token arrives), and
+the `response_id` of the Responses id calls is one the fleet stores (retrieve and cancel), one created
+for the run (delete), or one the gateway never relayed — a random id would only ever be the gateway's
+404. The bodiless id calls run positive cases only (a negative case would mutate the path into another
+route's).
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.result import Ok
@@ -29,8 +35,14 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from gateway.api.openapi import OPENAPI_PATH, openapi_document
-from tests.fuzz.contract import REASON, UPSTREAM_STATUS, documented_reasons
-from tests.fuzz.fleet import MODEL, Fleet
+from tests.fuzz.contract import (
+    ANTHROPIC_PATHS,
+    REASON,
+    UPSTREAM_STATUS,
+    check_anthropic_body,
+    documented_reasons,
+)
+from tests.fuzz.fleet import MODEL, Fleet, create_response
 
 pytestmark = pytest.mark.timeout(300)
 SCHEMA_SETTINGS = settings(
@@ -39,8 +51,8 @@ SCHEMA_SETTINGS = settings(
     database=None,
     suppress_health_check=list(HealthCheck),
 )
-ANTHROPIC_PATHS = frozenset({"/v1/messages", "/v1/messages/count_tokens"})
 FIXED_HEADERS = {"x-gateway-ttft-timeout-ms": "5000", "x-gateway-idle-timeout-ms": "5000"}
+UNKNOWN_ID = "resp_never_relayed"
 
 
 def _generation_document() -> dict[str, Any]:
@@ -48,7 +60,7 @@ def _generation_document() -> dict[str, Any]:
     doc = copy.deepcopy(openapi_document())
     for item in doc["paths"].values():
         post = item.get("post")
-        if post is not None:
+        if post is not None and "requestBody" in post:
             body = post["requestBody"]["content"]["application/json"]["schema"]
             body["properties"]["model"] = {"const": MODEL}
     return doc
@@ -73,9 +85,7 @@ def error_contract(ctx: Any, response: Any, case: Any) -> bool | None:
     reason = response.headers.get(REASON, [None])[0]
     assert reason in documented_reasons(status), f"{status} with reason {reason!r}"
     if case.operation.path in ANTHROPIC_PATHS:  # the same errors in Anthropic's body shape
-        body = response.json()
-        assert body["type"] == "error" and isinstance(body["error"]["message"], str), body
-        assert isinstance(body["error"]["type"], str)
+        check_anthropic_body(response.json(), status, reason, case.operation.label)
         return True
     error = response.json()["error"]
     assert isinstance(error["message"], str) and isinstance(error["type"], str)
@@ -93,28 +103,54 @@ CHECKS = [
 ]
 
 
+def _has_body(operation: Any) -> bool:
+    return "requestBody" in operation.definition.raw
+
+
 def _cases() -> list[Any]:
     params = []
     for operation in OPERATIONS:
         modes = [GenerationMode.POSITIVE]
-        if operation.method.upper() == "POST":
+        if operation.method.upper() == "POST" and _has_body(operation):
             modes.append(GenerationMode.NEGATIVE)
         for mode in modes:
             params.append(pytest.param(operation, mode, id=f"{operation.label}-{mode.value}"))
     return params
 
 
+@pytest.fixture(scope="module")
+def deletable(fleet: Fleet) -> Iterator[list[str]]:
+    """Responses created for the delete operation (one per example at most)."""
+    yield [create_response(fleet.client, MODEL) for _ in range(SCHEMA_SETTINGS.max_examples)]
+
+
+def _response_ids(fleet: Fleet, operation: Any, deletable: list[str]) -> st.SearchStrategy[str] | None:
+    """The ids a Responses id call is generated with (module docstring), or None for other operations."""
+    if "{response_id}" not in operation.path:
+        return None
+    if operation.method.upper() == "DELETE":
+        return st.sampled_from([*deletable, UNKNOWN_ID])
+    return st.sampled_from([*fleet.stored, UNKNOWN_ID])
+
+
 @pytest.mark.parametrize(("operation", "mode"), _cases())
 def test_schema_driven_requests_get_documented_answers(
-    fleet: Fleet, operation: Any, mode: GenerationMode
+    fleet: Fleet, deletable: list[str], operation: Any, mode: GenerationMode
 ) -> None:
     if operation.path == OPENAPI_PATH and httpx.get(fleet.url + OPENAPI_PATH).status_code == 404:
         pytest.skip("GET /openapi.json is not routed in gateway/app.py yet")
-    headers = FIXED_HEADERS if operation.method.upper() == "POST" else None
+    proxied = _has_body(operation) or "{response_id}" in operation.path
+    headers = FIXED_HEADERS if proxied else None
+    ids = _response_ids(fleet, operation, deletable)
 
     @SCHEMA_SETTINGS
-    @given(case=operation.as_strategy(generation_mode=mode, headers=headers))
-    def run(case: Any) -> None:
+    @given(data=st.data())
+    def run(data: st.DataObject) -> None:
+        path_parameters = None if ids is None else {"response_id": data.draw(ids, label="response_id")}
+        strategy = operation.as_strategy(
+            generation_mode=mode, headers=headers, path_parameters=path_parameters
+        )
+        case = data.draw(strategy, label="case")
         case.call_and_validate(base_url=fleet.url, checks=CHECKS)
 
     run()

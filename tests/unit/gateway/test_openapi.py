@@ -22,6 +22,9 @@ from gateway.api.openapi import (
     openapi_document,
 )
 from gateway.api.request_parsing import Endpoint, parse_request
+from gateway.api.response_calls import response_call
+from gateway.api.surface import ApiSurface
+from gateway.app import _proxy_route
 from gateway.error_mapping import REJECT_REASON_HEADER, to_response
 from gateway.errors import (
     BadRequest,
@@ -67,6 +70,19 @@ MINIMAL: dict[Endpoint, dict[str, Any]] = {
     Endpoint.RESPONSES: {"model": "m", "input": "hi"},
 }
 DROP = object()
+RESPONSE_ID_PATHS = ("/v1/responses/{response_id}", "/v1/responses/{response_id}/cancel")
+
+
+def _proxied_operations() -> list[Any]:
+    """Every proxied operation of the document: each endpoint's POST, and the Responses id calls."""
+    out = [pytest.param(endpoint.value, "post", id=endpoint.name.lower()) for endpoint in Endpoint]
+    for path in RESPONSE_ID_PATHS:
+        for method in DOC["paths"][path]:
+            out.append(pytest.param(path, method, id=f"{method}-{path}"))
+    return out
+
+
+PROXIED_OPERATIONS = _proxied_operations()
 
 
 def _resolve(node: dict[str, Any]) -> dict[str, Any]:
@@ -103,7 +119,54 @@ def test_every_proxied_endpoint_is_documented_as_a_post() -> None:
 def test_the_operations_paths_are_documented_as_gets() -> None:
     for path in OPS_PATHS:
         assert set(DOC["paths"][path]) == {"get"}, path
-    assert set(DOC["paths"]) == {*(e.value for e in Endpoint), *OPS_PATHS}
+    assert set(DOC["paths"]) == {*(e.value for e in Endpoint), *OPS_PATHS, *RESPONSE_ID_PATHS}
+
+
+@pytest.mark.parametrize("path", RESPONSE_ID_PATHS)
+def test_the_response_id_calls_are_documented_as_the_app_routes_them(path: str) -> None:
+    """The methods documented on each `/v1/responses/{response_id}[/cancel]` path are the ones the app
+    routes there (`gateway.app._proxy_route`, whose 405 names the others), the id a path parameter."""
+    concrete = path.format(response_id="resp_abc123")
+    endpoint, allow = _proxy_route(concrete)
+    assert endpoint is Endpoint.RESPONSES and response_call(concrete) is not None
+    assert {method.upper() for method in DOC["paths"][path]} == set(allow)
+    for operation in DOC["paths"][path].values():
+        assert "requestBody" not in operation, "the id calls carry no body"
+        (id_parameter,) = [p for p in operation["parameters"] if "$ref" not in p]
+        assert id_parameter["in"] == "path" and id_parameter["name"] == "response_id"
+        assert id_parameter["required"] is True
+        assert Draft202012Validator(id_parameter["schema"]).is_valid("resp_0a9F-_")
+        assert not Draft202012Validator(id_parameter["schema"]).is_valid("a/b")
+        assert "response_not_found" in operation["responses"]["200"]["description"]
+        assert set(_documented_reasons(operation["responses"], 404)) >= {
+            "response_not_found",
+            "response_state_lost",
+        }
+
+
+def test_the_new_surfaces_are_documented_with_their_error_responses() -> None:
+    """Responses, Messages, count_tokens and the pooling endpoints: a POST with a body, every error
+    status, and (Messages) Anthropic's error shape said in the description."""
+    surfaces = (
+        Endpoint.RESPONSES,
+        Endpoint.MESSAGES,
+        Endpoint.COUNT_TOKENS,
+        Endpoint.RERANK,
+        Endpoint.RERANK_UNVERSIONED,
+        Endpoint.SCORE,
+        Endpoint.POOLING,
+        Endpoint.CLASSIFY,
+    )
+    statuses = {str(status) for status in set(error_statuses().values()) if status not in (404, 405)}
+    for endpoint in surfaces:
+        operation = DOC["paths"][endpoint.value]["post"]
+        assert operation["requestBody"]["required"] is True
+        assert statuses <= set(operation["responses"]), endpoint
+        streamed = "text/event-stream" in operation["responses"]["200"]["content"]
+        assert streamed == endpoint.can_stream, endpoint
+        description = operation["responses"]["200"]["description"]
+        assert ("AnthropicErrorBody" in description) == (endpoint.surface is ApiSurface.ANTHROPIC)
+    assert "response.completed" in DOC["paths"]["/v1/responses"]["post"]["responses"]["200"]["description"]
 
 
 def test_every_reason_has_the_status_of_its_error_class() -> None:
@@ -120,9 +183,9 @@ def _documented_reasons(responses: dict[str, Any], status: int) -> list[str]:
     return reasons
 
 
-@pytest.mark.parametrize("endpoint", list(Endpoint))
-def test_every_proxied_reason_is_documented_on_every_proxied_operation(endpoint: Endpoint) -> None:
-    responses = DOC["paths"][endpoint.value]["post"]["responses"]
+@pytest.mark.parametrize(("path", "method"), PROXIED_OPERATIONS)
+def test_every_proxied_reason_is_documented_on_every_proxied_operation(path: str, method: str) -> None:
+    responses = DOC["paths"][path][method]["responses"]
     for code, status in error_statuses().items():
         if code in ROUTE_CODES or code is PASSTHROUGH:
             continue
@@ -173,6 +236,31 @@ def test_the_gateway_error_answers_match_their_documented_response(error: Gatewa
     Draft202012Validator(body_schema).validate(orjson.loads(answer.body))
 
 
+@pytest.mark.parametrize("error", [e for e in _instances() if e.code not in ROUTE_CODES], ids=str)
+@pytest.mark.parametrize(
+    ("path", "method"),
+    [("/v1/messages", "post"), ("/v1/responses", "post"), ("/v1/responses/{response_id}", "delete")],
+)
+def test_each_surface_renders_errors_as_its_operations_document(
+    error: GatewayError, path: str, method: str
+) -> None:
+    """The body the gateway sends on each surface (Anthropic's shape on /v1/messages, OpenAI's on the
+    Responses calls) is valid against the operation's documented response for that status, and the
+    reason header is one it lists."""
+    surface = Endpoint.MESSAGES.surface if path == "/v1/messages" else Endpoint.RESPONSES.surface
+    answer = to_response(error, surface)
+    responses = DOC["paths"][path][method]["responses"]
+    assert dict(answer.headers)[REJECT_REASON_HEADER] in _documented_reasons(responses, answer.status)
+    schema = {
+        **_resolve(responses[str(answer.status)])["content"]["application/json"]["schema"],
+        "components": DOC["components"],
+    }
+    body = orjson.loads(answer.body)
+    Draft202012Validator(schema).validate(body)
+    anthropic = {"$ref": "#/components/schemas/AnthropicErrorBody", "components": DOC["components"]}
+    assert Draft202012Validator(anthropic).is_valid(body) == (surface is ApiSurface.ANTHROPIC)
+
+
 def test_an_engine_error_body_passed_through_matches_the_documented_response() -> None:
     engine_body = orjson.dumps(
         {"error": {"message": "x", "type": "BadRequestError", "param": None, "code": 400}}
@@ -192,9 +280,9 @@ def test_the_gateway_headers_are_documented() -> None:
     parameters = DOC["components"]["parameters"]
     for name in GATEWAY_HEADERS:
         assert parameters[name]["in"] == "header" and parameters[name]["name"] == name
-    for endpoint in Endpoint:
-        operation = DOC["paths"][endpoint.value]["post"]
-        refs = {p["$ref"].rsplit("/", 1)[1] for p in operation["parameters"]}
+    for path, method in (param.values for param in PROXIED_OPERATIONS):
+        operation = DOC["paths"][path][method]
+        refs = {p["$ref"].rsplit("/", 1)[1] for p in operation["parameters"] if "$ref" in p}
         assert refs == set(GATEWAY_HEADERS)
         assert set(operation["responses"]["200"]["headers"]) == set(SUCCESS_HEADERS)
     for status in (429, 503):
