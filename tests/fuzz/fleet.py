@@ -43,7 +43,8 @@ FUZZ_SETTINGS = settings(
     deadline=2000,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-"""The bounds of every property here: 200 examples, 2 s each at most (the suite runs in well under 60 s)."""
+"""The bounds of every property here: 200 examples, 2 s each at most (the whole fuzz group, schemathesis
+included, ran in 55 s before the newer surfaces and 70 s with them, on 2 shared cores)."""
 
 
 @dataclass

@@ -18,6 +18,10 @@ from hypothesis import strategies as st
 from gateway.api.request_parsing import Endpoint
 from tests.fuzz.fleet import MAX_BODY_BYTES, MODEL, REWRITE
 
+STORED_MARK = "@stored:"
+"""`previous_response_id` values `STORED_MARK + <pool>` stand for the fleet's stored response of that pool
+(`Fleet.stored`; ids exist only once the fleet runs): the test puts the real id in (`with_stored_ids`)."""
+
 KEEP, DROP, REPLACE = "keep", "drop", "replace"
 EDGE_INTEGERS = [-1, 0, 1, 2**31, 2**53 + 1, 2**63 - 1, 2**63, 2**64, -(2**63) - 1, 10**30, 10**400]
 EDGE_FLOATS = [0.0, -0.0, 1.5, 2.0, 1e308, -1e308, 5e-324]
@@ -80,9 +84,25 @@ FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
     | st.lists(st.integers(-5, 2**20), max_size=5)
     | nested_values
     | json_values,
-    "input": unicode_text | st.lists(st.integers(0, 1000), max_size=5) | nested_values | json_values,
+    "input": unicode_text
+    | st.lists(st.integers(0, 1000), max_size=5)
+    | messages
+    | nested_values
+    | json_values,
     "tokens": st.lists(st.integers(0, 300) | st.sampled_from(TOKEN_EDGES), max_size=6) | json_values,
     "user": unicode_text | json_values,
+    "max_output_tokens": st.integers(0, 8) | st.sampled_from([*EDGE_INTEGERS, "5", True]) | json_values,
+    "previous_response_id": st.sampled_from(
+        [STORED_MARK + MODEL, STORED_MARK + REWRITE, "resp_unknown", "", None]
+    )
+    | unicode_text
+    | json_values,
+    "instructions": unicode_text | json_values,
+    "system": unicode_text | content_parts | nested_values | json_values,
+    "query": unicode_text | nested_values | json_values,
+    "documents": st.lists(unicode_text, max_size=3) | nested_values | json_values,
+    "text_1": unicode_text | st.lists(unicode_text, max_size=3) | nested_values | json_values,
+    "text_2": unicode_text | st.lists(unicode_text, max_size=3) | nested_values | json_values,
 }
 BASE: dict[Endpoint, dict[str, Any]] = {
     Endpoint.CHAT: {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 3},
@@ -90,10 +110,26 @@ BASE: dict[Endpoint, dict[str, Any]] = {
     Endpoint.EMBEDDINGS: {"model": MODEL, "input": "hello"},
     Endpoint.TOKENIZE: {"model": MODEL, "prompt": "hello"},
     Endpoint.DETOKENIZE: {"model": MODEL, "tokens": [104, 105]},
+    Endpoint.RESPONSES: {"model": MODEL, "input": "hello", "max_output_tokens": 3},
+    Endpoint.MESSAGES: {"model": MODEL, "max_tokens": 3, "messages": [{"role": "user", "content": "hello"}]},
+    Endpoint.COUNT_TOKENS: {"model": MODEL, "messages": [{"role": "user", "content": "hello"}]},
+    Endpoint.RERANK: {"model": MODEL, "query": "hello", "documents": ["hello world", "bye"]},
+    Endpoint.SCORE: {"model": MODEL, "text_1": "hello", "text_2": ["hello world", "bye"]},
+    Endpoint.POOLING: {"model": MODEL, "input": "hello"},
+    Endpoint.CLASSIFY: {"model": MODEL, "input": "hello"},
 }
 FUZZED_ENDPOINTS = tuple(BASE)
-"""The endpoints this fuzz suite models (the oracle's rules): the OpenAI ones. The pooling, Anthropic and
-Responses endpoints are covered by their contract and end-to-end tests, not fuzzed yet."""
+"""The endpoints this fuzz suite models (the oracle's rules): all but `/rerank`, the same endpoint as
+`/v1/rerank` on another path."""
+ENDPOINT_GROUPS: tuple[tuple[Endpoint, ...], ...] = (
+    *((endpoint,) for endpoint in FUZZED_ENDPOINTS[:5]),
+    (Endpoint.RESPONSES,),
+    (Endpoint.MESSAGES, Endpoint.COUNT_TOKENS),
+    (Endpoint.RERANK, Endpoint.SCORE, Endpoint.POOLING, Endpoint.CLASSIFY),
+)
+"""How the per-endpoint properties are parametrised: each OpenAI endpoint on its own, then one group per
+newer surface (Responses, Messages, pooling) whose examples are spread over its endpoints, so the run
+stays about a minute."""
 _FIELDS = (
     "model",
     "stream",
@@ -106,6 +142,13 @@ _FIELDS = (
     "tokens",
     "user",
 )
+_EXTRA_FIELDS: dict[Endpoint, tuple[str, ...]] = {
+    Endpoint.RESPONSES: ("max_output_tokens", "previous_response_id", "instructions"),
+    Endpoint.MESSAGES: ("system",),
+    Endpoint.COUNT_TOKENS: ("system",),
+    Endpoint.RERANK: ("query", "documents"),
+    Endpoint.SCORE: ("text_1", "text_2"),
+}
 
 
 @st.composite
@@ -114,25 +157,40 @@ def object_bodies(draw: st.DrawFn, endpoint: Endpoint) -> dict[str, Any]:
     bodies: the likeliest way to get a wrong type past the gateway to an engine), or each read field
     kept, dropped or replaced; and maybe extra fields."""
     body = dict(BASE[endpoint])
+    fields = _FIELDS + _EXTRA_FIELDS.get(endpoint, ())
     if draw(st.booleans()):
-        name = draw(st.sampled_from(_FIELDS))
+        name = draw(st.sampled_from(fields))
         actions = {name: draw(st.sampled_from([DROP, REPLACE, REPLACE, REPLACE]))}
     else:
         actions = {
-            name: draw(st.sampled_from([KEEP, KEEP, KEEP, KEEP, DROP, REPLACE, REPLACE])) for name in _FIELDS
+            name: draw(st.sampled_from([KEEP, KEEP, KEEP, KEEP, DROP, REPLACE, REPLACE])) for name in fields
         }
     for name, action in actions.items():
         if action == DROP:
             body.pop(name, None)
         elif action == REPLACE:
             body[name] = draw(FIELD_VALUES[name])
-    extra_names = st.text(min_size=1, max_size=8).filter(lambda k: k not in _FIELDS)
+    extra_names = st.text(min_size=1, max_size=8).filter(lambda k: k not in FIELD_VALUES)
     return {**body, **draw(st.dictionaries(extra_names, json_values, max_size=2))}
 
 
 def encode(body: Any, ensure_ascii: bool) -> bytes:
     """JSON as a client library writes it (Python's encoder: any integer, `NaN` is not produced)."""
     return json.dumps(body, ensure_ascii=ensure_ascii).encode("utf-8", "surrogatepass")
+
+
+@st.composite
+def routed_bodies(draw: st.DrawFn, endpoint: Endpoint) -> bytes:
+    """The endpoint's valid base for either pool or an unknown model, streamed or not (where it can
+    stream), and on the Responses API continuing either pool's stored response, an unknown one or none:
+    the routing side of each surface (served or not by the pool, state affinity, stream endings)."""
+    body = {**BASE[endpoint], "model": draw(st.sampled_from([MODEL, REWRITE, "no-such-model"]))}
+    if endpoint.can_stream:
+        body["stream"] = draw(st.booleans())
+    if endpoint is Endpoint.RESPONSES:
+        previous = [STORED_MARK + MODEL, STORED_MARK + REWRITE, "resp_unknown", None]
+        body["previous_response_id"] = draw(st.sampled_from(previous))
+    return encode(body, ensure_ascii=True)
 
 
 @st.composite
@@ -219,6 +277,22 @@ READ_FIELDS: dict[Endpoint, tuple[str, ...]] = {
     Endpoint.EMBEDDINGS: ("model", "stream", "input", "user"),
     Endpoint.TOKENIZE: ("model", "stream", "prompt", "messages", "user"),
     Endpoint.DETOKENIZE: ("model", "stream", "tokens", "user"),
+    Endpoint.RESPONSES: (
+        "model",
+        "stream",
+        "max_output_tokens",
+        "max_tokens",
+        "input",
+        "instructions",
+        "previous_response_id",
+        "user",
+    ),
+    Endpoint.MESSAGES: ("model", "stream", "max_tokens", "messages", "system"),
+    Endpoint.COUNT_TOKENS: ("model", "stream", "messages", "system"),
+    Endpoint.RERANK: ("model", "stream", "query", "documents"),
+    Endpoint.SCORE: ("model", "stream", "text_1", "text_2"),
+    Endpoint.POOLING: ("model", "stream", "input"),
+    Endpoint.CLASSIFY: ("model", "stream", "input"),
 }
 """The fields the gateway or an engine reads, per endpoint."""
 _VALID_TYPES: dict[str, tuple[type, ...]] = {
@@ -232,6 +306,14 @@ _VALID_TYPES: dict[str, tuple[type, ...]] = {
     "input": (str, list),
     "tokens": (list,),
     "user": (str,),
+    "max_output_tokens": (int,),
+    "previous_response_id": (str, type(None)),
+    "instructions": (str, type(None)),
+    "system": (str, list, type(None)),
+    "query": (str,),
+    "documents": (list,),
+    "text_1": (str, list),
+    "text_2": (str, list),
 }
 _BAD_ITEMS: st.SearchStrategy[list[Any]] = st.lists(
     st.sampled_from([None, True, 1.5, 7, "x", {}, [[]], {"role": []}]), min_size=1, max_size=3
@@ -239,7 +321,7 @@ _BAD_ITEMS: st.SearchStrategy[list[Any]] = st.lists(
 
 
 def _wrong_type(name: str, value: Any) -> bool:
-    if isinstance(value, bool) and name in ("max_tokens", "max_completion_tokens"):
+    if isinstance(value, bool) and name in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
         return True
     return not isinstance(value, _VALID_TYPES[name])
 
@@ -253,3 +335,10 @@ def wrong_type_bodies(draw: st.DrawFn, endpoint: Endpoint) -> bytes:
     if _VALID_TYPES[name] == (list,) or list in _VALID_TYPES[name]:
         values = values | _BAD_ITEMS
     return encode({**BASE[endpoint], name: draw(values)}, ensure_ascii=True)
+
+
+def with_stored_ids(raw: bytes, stored: dict[str, str]) -> bytes:
+    """`raw` with each `STORED_MARK + <pool>` string replaced by that pool's stored response id."""
+    for response_id, pool in stored.items():
+        raw = raw.replace(f'"{STORED_MARK}{pool}"'.encode(), f'"{response_id}"'.encode())
+    return raw

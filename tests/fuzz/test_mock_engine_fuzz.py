@@ -1,5 +1,6 @@
 """The mock engine itself under the same bodies (issue 19, item 10): a client's bad input is a 400 with
-vLLM's error body, never a 5xx, whatever the endpoint; a request it accepts is answered 200.
+vLLM's error body (Anthropic's on the Messages endpoints; on the Responses API a `previous_response_id`
+it never stored is vLLM's 404), never a 5xx, whatever the endpoint; a request it accepts is answered 200.
 
 Straight to an engine of the fuzz fleet (no gateway in between), so nothing is refused before it.
 """
@@ -15,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.api.request_parsing import Endpoint
+from gateway.api.surface import ApiSurface
 from tests.fuzz.fleet import FUZZ_SETTINGS, Fleet
 from tests.fuzz.strategies import FUZZED_ENDPOINTS, broken_bodies, object_requests, wrong_type_bodies
 
@@ -28,9 +30,17 @@ def _check(client: httpx.Client, endpoint: Endpoint, raw: bytes) -> None:
     assert status < 500, (status, response.text[:300], raw[:300])
     if status == 200:
         return
-    assert status == 400, (status, response.text[:300], raw[:300])
     assert response.headers["content-type"] == "application/json"
-    error: dict[str, Any] = orjson.loads(response.content)["error"]
+    body: dict[str, Any] = orjson.loads(response.content)
+    if endpoint is Endpoint.RESPONSES and status == 404:  # a previous_response_id it never stored
+        assert body["error"]["code"] == 404 and body["error"]["param"] == "previous_response_id", body
+        return
+    assert status == 400, (status, response.text[:300], raw[:300])
+    if endpoint.surface is ApiSurface.ANTHROPIC:  # Anthropic's shape, whatever the client got wrong
+        assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error", body
+        assert set(body["error"]) == {"type", "message"}, body
+        return
+    error: dict[str, Any] = body["error"]
     assert set(error) == {"message", "type", "param", "code"}, error
     assert error["type"] == "BadRequestError" and error["code"] == 400, error
     assert error["param"] is None or isinstance(error["param"], str), error
