@@ -49,6 +49,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.observability.observer import RequestObserver
 from gateway.observability.tracer import TracingUnavailable
 from gateway.prefix_sharing import share_prefix_indexes
+from gateway.proxy.adapter_loading import AdapterLoader
 from gateway.proxy.admit import build_admission, tenant_directory
 from gateway.proxy.disagg_admit import add_pair_admissions
 from gateway.proxy.disagg_legs import BootstrapPorts
@@ -195,6 +196,7 @@ class Components:
         self.proxy = ProxyHandler(
             settings=s,
             catalog=self.catalog,
+            adapters=AdapterLoader(self.registry, self.control_client, metrics, self._engine_keys(), clock),
             tenants=self.tenants,
             admission=admission,
             server=server,

@@ -147,6 +147,12 @@ class GatewayMetrics:
             ["replica"],
             registry=r,
         )
+        self.adapter_loads_total = Counter(
+            f"{PREFIX}_adapter_loads_total",
+            "LoRA adapters the gateway loaded onto a replica at run time, by outcome (loaded, failed, full)",
+            ["model", "outcome"],
+            registry=r,
+        )
         self.fallbacks_total = Counter(
             f"{PREFIX}_fallbacks_total",
             "Requests a pool refused and passed to its fallback pool, by refusal",

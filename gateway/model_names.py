@@ -18,7 +18,7 @@ def check_model_names(pools: Sequence[PoolSettings], aliases: Mapping[str, str])
     """Raise `ValueError` naming the first conflict (see the module docstring)."""
     owner: dict[str, str] = {}
     for pool in pools:
-        for name in (pool.model, *pool.models.names):
+        for name in (pool.model, *pool.models.names, *pool.models.adapters):
             if name in owner:
                 raise ValueError(f"model {name!r} is configured by more than one pool")
             owner[name] = pool.model

@@ -21,7 +21,7 @@ base model's.
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from gateway.strict_model import StrictModel
 
@@ -33,6 +33,14 @@ class ServedModelSettings(StrictModel):
     discover: bool = False
     refresh_s: float = Field(30.0, gt=0, allow_inf_nan=False)
     timeout_s: float = Field(2.0, gt=0, allow_inf_nan=False)
+    adapters: dict[str, str] = Field(default_factory=dict)
+    """LoRA adapters the gateway may load at run time, name → the path the engine loads it from
+    (`gateway.proxy.adapter_loading`; vLLM with `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`). Needs
+    `discover`: the gateway must know which replicas already hold them."""
+    max_adapters_per_replica: int | None = Field(None, ge=1)
+    """The most adapters the gateway leaves loaded on one replica (those it lists beyond the pool's
+    declared names); None: no bound. The gateway never unloads one."""
+    load_timeout_s: float = Field(30.0, gt=0, allow_inf_nan=False)
 
     @field_validator("names")
     @classmethod
@@ -42,3 +50,14 @@ class ServedModelSettings(StrictModel):
         if len(set(names)) != len(names):
             raise ValueError("model names must be distinct")
         return names
+
+    @model_validator(mode="after")
+    def _loading_needs_discovery(self) -> ServedModelSettings:
+        if self.adapters and not self.discover:
+            raise ValueError("adapters: loading adapters at run time needs discover: true")
+        overlap = set(self.adapters) & set(self.names)
+        if overlap:
+            raise ValueError(
+                f"adapters: {', '.join(sorted(overlap))} also in names (served everywhere already)"
+            )
+        return self

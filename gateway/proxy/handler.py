@@ -53,6 +53,7 @@ from gateway.errors import (
 from gateway.metrics import GatewayMetrics
 from gateway.observability.request_record import RequestRecord
 from gateway.proxy.account import OUTCOME_CLIENT_DISCONNECT, OUTCOME_SUCCESS, RequestAccounting
+from gateway.proxy.adapter_loading import AdapterLoader
 from gateway.proxy.admit import Admission
 from gateway.proxy.context import RequestContext, build_context
 from gateway.proxy.fallback import Fallback
@@ -85,6 +86,7 @@ class ProxyHandler:
         *,
         settings: Settings,
         catalog: ModelCatalog,
+        adapters: AdapterLoader,
         tenants: TenantDirectory,
         admission: Admission,
         server: RequestServer,
@@ -95,6 +97,7 @@ class ProxyHandler:
     ) -> None:
         self._settings = settings
         self._catalog = catalog
+        self._adapters = adapters
         self._fallback = Fallback(metrics)
         self._tenants = tenants
         self._admission = admission
@@ -260,7 +263,9 @@ class ProxyHandler:
         return parsed, (previous, await self._affinity.locate(previous))
 
     async def _serve(self, ctx: RequestContext, reply: Reply) -> None:
-        """Serve, or replay / record a non-streamed request that carries an `Idempotency-Key`."""
+        """Serve (a loadable LoRA adapter nobody serves loaded first: `gateway.proxy.adapter_loading`),
+        or replay / record a non-streamed request that carries an `Idempotency-Key`."""
+        await self._adapters.ensure(ctx.pool, ctx.served_model)
         if not ctx.idempotency_key or ctx.stream:
             await self._server.serve(ctx, reply)
             return

@@ -2,9 +2,9 @@
 
 A name resolves, in order: through `model_aliases` to its target; to the pool whose `model` it is; to
 the pool that declares it (`models.names`) or whose replicas listed it (`models.discover`,
-`gateway.upstream.model_discovery`) — declared names first, then discovered ones, pools in config
-order, so a discovered name another pool already serves stays with that pool. Unknown: None (the
-handler's 404 `model_not_found`).
+`gateway.upstream.model_discovery`) or may load it (`models.adapters`) — configured names first,
+then discovered ones, pools in config order, so a discovered name another pool already serves stays
+with that pool. Unknown: None (the handler's 404 `model_not_found`).
 
 The engine is sent the served name, except that the pool's own model goes out as its
 `upstream_model` when one is set; the body is rewritten only when that differs from what the client
@@ -12,7 +12,7 @@ sent (`gateway.api.request_parsing.rewrite_body`).
 
 `/v1/models` through the gateway lists what the fleet serves now: each client-facing pool with an
 eligible replica, then its declared names (config order) and the adapters its eligible replicas list
-(sorted, with `parent`, as vLLM lists them), then the aliases of listed names.
+or it may load (sorted, with `parent`, as vLLM lists them), then the aliases of listed names.
 """
 
 from __future__ import annotations
@@ -58,9 +58,8 @@ class ModelCatalog:
         pool = self._registry.pool(name)
         if pool is None:
             pools = self._client_pools()
-            pool = next((p for p in pools if name in p.declared_models), None) or next(
-                (p for p in pools if name in p.discovered_models), None
-            )
+            configured = (p for p in pools if name in p.declared_models or name in p.loadable_models)
+            pool = next(configured, None) or next((p for p in pools if name in p.discovered_models), None)
         return None if pool is None else ServedModel(pool, name, requested)
 
     def pool(self, model: str) -> Pool | None:
@@ -84,14 +83,15 @@ class ModelCatalog:
         for pool in self._client_pools():
             if not pool.has_eligible_replica():
                 continue
-            names = [pool.model, *pool.settings.models.names, *sorted(pool.discovered_models)]
-            for name in names:
-                if name in listed or not pool.has_eligible_replica(name):
+            adapters = sorted(pool.discovered_models | pool.loadable_models)
+            for name in [pool.model, *pool.settings.models.names, *adapters]:
+                loadable = name in pool.loadable_models
+                if name in listed or not (loadable or pool.has_eligible_replica(name)):
                     continue
                 entry: dict[str, object] = {
                     "id": name, "object": "model", "created": created, "owned_by": "llm-gateway"
                 }  # fmt: skip
-                if name in pool.discovered_models:
+                if name in pool.discovered_models or loadable:
                     entry["parent"] = pool.model
                 data.append(entry)
                 listed.add(name)

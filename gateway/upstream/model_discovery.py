@@ -93,6 +93,7 @@ class ModelDiscovery:
 
     async def _read(self, replica: Replica) -> None:
         settings = self._pool.settings.models
+        before = replica.models
         try:
             async with asyncio.timeout(settings.timeout_s):
                 response = await self._client.get(
@@ -106,5 +107,7 @@ class ModelDiscovery:
             if self._on_error is not None:
                 self._on_error(replica.replica_id)
             return
-        if replica.replica_id in self._pool.replicas:  # not removed while it was read
+        # not removed while it was read, and no adapter loaded meanwhile (this answer may predate it;
+        # the next read sees it)
+        if replica.replica_id in self._pool.replicas and replica.models is before:
             self._publish(self._pool, replica, names)

@@ -60,6 +60,8 @@ class Pool:
         """Panic mode as last evaluated (`in_panic`, `snapshot`): routing ignores breakers."""
         self.replicas: dict[str, Replica] = {}
         self.declared_models = frozenset({settings.model, *settings.models.names})
+        self.loadable_models = frozenset(settings.models.adapters)
+        """Adapters the gateway may load onto a replica at run time (`gateway.proxy.adapter_loading`)."""
         """The names every replica is taken to serve until its /v1/models says otherwise."""
         self.discovered_models: frozenset[str] = frozenset()
         """Names only some replicas serve, learned from their /v1/models (`models.discover`)."""
@@ -87,8 +89,10 @@ class Pool:
         return replica
 
     def serves(self, model: str) -> bool:
-        """A name of this pool: its model, a declared name, or one a replica listed."""
-        return model in self.declared_models or model in self.discovered_models
+        """A name of this pool: its model, a declared name, one a replica listed, or a loadable adapter."""
+        return (
+            model in self.declared_models or model in self.discovered_models or model in self.loadable_models
+        )
 
     def set_replica_models(self, replica: Replica, models: frozenset[str]) -> bool:
         """What `replica` serves now (its /v1/models, read by `gateway.upstream.model_discovery`);

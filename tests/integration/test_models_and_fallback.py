@@ -205,3 +205,68 @@ def test_a_full_queue_falls_back_and_a_pool_with_room_answers_itself(
     assert wait_until(lambda: gateway.app.state.registry.total_inflight() == 0)
     direct = _chat(gateway.url, "small")
     assert direct.headers["x-gateway-pool"] == "small" and _fallbacks(gateway, "queue_full") == 1
+
+
+@pytest.fixture
+def loading_fleet(
+    mock_engines: Callable[..., ServerThread], gateways: Callable[[dict[str, Any]], ServerThread]
+) -> tuple[ServerThread, list[ServerThread]]:
+    """Two replicas that load adapters at run time; the gateway may load three, one per replica."""
+    engines = [mock_engines(model=BASE, allow_runtime_lora=True) for _ in range(2)]
+    adapters = {name: f"/loras/{name}" for name in ("sql-lora", "chat-lora", "code-lora")}
+    models = {"discover": True, "refresh_s": 0.1, "adapters": adapters, "max_adapters_per_replica": 1}
+    gateway = gateways(gateway_settings([pool(engines, model=BASE, models=models)]))
+    return gateway, engines
+
+
+def _engine_adapters(engine: ServerThread) -> set[str]:
+    data = httpx.get(engine.url + "/v1/models").json()["data"]
+    return {m["id"] for m in data if m.get("parent")}
+
+
+def _loads(gateway: ServerThread, outcome: str) -> float:
+    return float(gateway.app.state.metrics.adapter_loads_total.labels(BASE, outcome)._value.get())
+
+
+def test_an_adapter_nobody_serves_is_loaded_once_onto_one_replica_then_routed_there(
+    loading_fleet: tuple[ServerThread, list[ServerThread]],
+) -> None:
+    gateway, engines = loading_fleet
+    listed = {m["id"]: m.get("parent") for m in httpx.get(gateway.url + "/v1/models").json()["data"]}
+    assert listed["sql-lora"] == BASE, "a loadable adapter is listed before it is loaded"
+    answers: list[httpx.Response] = []
+    threads = [
+        threading.Thread(target=lambda: answers.append(_chat(gateway.url, "sql-lora"))) for _ in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    assert [a.status_code for a in answers] == [200] * 4, [a.text for a in answers]
+    holders = [e for e in engines if "sql-lora" in _engine_adapters(e)]
+    assert len(holders) == 1, "concurrent requests share one load"
+    assert {a.headers["x-gateway-replica"] for a in answers} == {_replica_id(holders[0])}
+    assert _loads(gateway, "loaded") == 1
+    second = _chat(gateway.url, "chat-lora")
+    assert second.status_code == 200
+    other = next(e for e in engines if e is not holders[0])
+    assert _engine_adapters(other) == {"chat-lora"}, "the first replica holds its bound of one adapter"
+    refused = _chat(gateway.url, "code-lora")
+    assert refused.status_code == 503 and refused.headers["x-gateway-reject-reason"] == "no_replica"
+    assert "code-lora" in refused.json()["error"]["message"] and int(refused.headers["retry-after"]) >= 1
+    assert _loads(gateway, "full") == 1 and _loads(gateway, "loaded") == 2
+    time.sleep(0.3)  # discovery reads the replicas again: the loaded adapters stay where they are
+    assert _chat(gateway.url, "sql-lora").headers["x-gateway-replica"] == _replica_id(holders[0])
+
+
+def test_a_load_the_engine_refuses_is_a_503_naming_the_adapter(
+    mock_engines: Callable[..., ServerThread], gateways: Callable[[dict[str, Any]], ServerThread]
+) -> None:
+    engine = mock_engines(model=BASE, lora_modules=["other"])  # runtime loading off: the route is a 404
+    models = {"discover": True, "refresh_s": 0.1, "adapters": {"sql-lora": "/loras/sql"}}
+    gateway = gateways(gateway_settings([pool([engine], model=BASE, models=models)]))
+    refused = _chat(gateway.url, "sql-lora")
+    assert refused.status_code == 503 and refused.headers["x-gateway-reject-reason"] == "no_replica"
+    assert "could not be loaded" in refused.json()["error"]["message"]
+    assert _loads(gateway, "failed") == 1
+    assert wait_until(lambda: gateway.app.state.registry.total_inflight() == 0)

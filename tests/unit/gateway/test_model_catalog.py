@@ -162,6 +162,17 @@ def test_fallbacks_are_the_listed_pools_that_serve_the_endpoint_in_order() -> No
         ([_pool(BASE, fallback=[BASE])], {}, "fallback 'llama' is not another pool's model"),
         ([_pool(BASE, fallback=["ghost"])], {}, "fallback 'ghost' is not another pool's model"),
         ([_pool(BASE, fallback=["s", "s"]), _pool("s")], {}, "fallback lists a pool twice"),
+        ([_pool(BASE, models={"adapters": {"a": "/a"}})], {}, "needs discover: true"),
+        (
+            [_pool(BASE, models={"names": ["a"], "adapters": {"a": "/a"}, "discover": True})],
+            {},
+            "also in names",
+        ),
+        (
+            [_pool(BASE, models={"adapters": {"x": "/x"}, "discover": True}), _pool("x")],
+            {},
+            "more than one pool",
+        ),
     ],
 )
 def test_conflicting_names_fail_the_start_naming_them(
