@@ -224,6 +224,7 @@ def build_routing_request(
     exclude: frozenset[str] = frozenset(),
     slo_ttft_s: float | None = None,
     slo_tpot_s: float | None = None,
+    lora_adapter: bool = False,
 ) -> RoutingRequest:
     """The `RoutingRequest` the gateway hands to `Policy.decide`, keys included.
 
@@ -245,4 +246,5 @@ def build_routing_request(
         block_size_chars=(settings or KeySettings()).block_size_chars,
         slo_ttft_s=slo_ttft_s,
         slo_tpot_s=slo_tpot_s,
+        lora_adapter=lora_adapter,
     )

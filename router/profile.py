@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from router.eligibility import eligible_replicas
+from router.lora import lora_slots
 from router.types import Branch, Decision, ReplicaView, RoutingRequest
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ class Profile:
         self._filters = tuple(filters)
 
     def decide(self, request: RoutingRequest, replicas: Sequence[ReplicaView]) -> Decision | None:
-        candidates = eligible_replicas(request, replicas)
+        candidates = lora_slots(request, eligible_replicas(request, replicas))
         for narrow in self._filters:
             if not candidates:
                 break

@@ -54,6 +54,8 @@ class EngineLoad:
     stale: bool = False
     running_adapters: frozenset[str] = frozenset()
     """LoRA adapters with requests running on the engine now (vLLM); empty when unknown."""
+    max_loras: int | None = None
+    """How many adapters the engine runs in one batch (vLLM's `max_lora`); None when unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +105,7 @@ class RoutingRequest:
     first K blocks (both built by `router.keys.build_routing_request`; empty / None when unknown), each
     block `block_size_chars` long. `slo_ttft_s` / `slo_tpot_s` are the request's latency objectives
     (its `x-slo-ttft-ms` / `x-slo-tpot-ms` headers, else the pool's `slo`; None: no bound).
+    `model` is the name it is served under (an alias resolved), part of its prefix keys.
     """
 
     model: str
@@ -116,6 +119,9 @@ class RoutingRequest:
     block_size_chars: int = 64
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
+    lora_adapter: bool = False
+    """`model` is a LoRA adapter (one a replica lists with a parent, or the pool may load): routing keeps
+    it off replicas whose LoRA slots are full of other adapters (`router.lora`)."""
 
     @property
     def estimated_total_tokens(self) -> int:

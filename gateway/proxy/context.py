@@ -104,6 +104,7 @@ def build_context(
         max_tokens=parsed.max_tokens,
         slo_ttft_s=slo_ttft_s,
         slo_tpot_s=slo_tpot_s,
+        lora_adapter=served.lora_adapter,
     )
     timers = request_timers(
         pool.settings.timeouts, header(scope, TTFT_HEADER.encode()), header(scope, IDLE_HEADER.encode())

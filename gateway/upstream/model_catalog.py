@@ -41,6 +41,12 @@ class ServedModel:
         return self.name
 
     @property
+    def lora_adapter(self) -> bool:
+        """A LoRA adapter: listed with a parent by a replica, or loadable (`models.adapters`). A
+        declared name (`models.names`) may be an adapter or a model of a multi-model server: not known."""
+        return self.name in self.pool.discovered_models or self.name in self.pool.loadable_models
+
+    @property
     def aliased(self) -> bool:
         return self.name != self.requested
 

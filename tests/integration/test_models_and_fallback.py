@@ -13,6 +13,7 @@ import httpx
 import openai
 import pytest
 
+from gateway.upstream.replica import Replica
 from tests.integration.conftest import pool
 from tests.servers import ServerThread, gateway_settings, wait_until
 
@@ -270,3 +271,43 @@ def test_a_load_the_engine_refuses_is_a_503_naming_the_adapter(
     assert "could not be loaded" in refused.json()["error"]["message"]
     assert _loads(gateway, "failed") == 1
     assert wait_until(lambda: gateway.app.state.registry.total_inflight() == 0)
+
+
+def test_an_adapter_request_avoids_a_replica_whose_lora_slots_are_full(
+    mock_engines: Callable[..., ServerThread], gateways: Callable[[dict[str, Any]], ServerThread]
+) -> None:
+    """max_loras 1 on both replicas: one runs adapter `a`, the other a base-model request (the same
+    in-flight count). A request for adapter `b` goes where a LoRA slot is free, not where it would wait."""
+    engines = [mock_engines(model=BASE, lora_modules=["a", "b"], token_delay_ms=5.0) for _ in range(2)]
+    settings = pool(
+        engines,
+        model=BASE,
+        models={"discover": True, "refresh_s": 0.1},
+        scrape={"interval_s": 0.05, "timeout_s": 0.04},
+    )
+    gateway = gateways(gateway_settings([settings]))
+    assert wait_until(
+        lambda: {"a", "b"} <= {m["id"] for m in httpx.get(gateway.url + "/v1/models").json()["data"]}, 5
+    )
+    holders = [
+        threading.Thread(target=_chat, args=(gateway.url, "a"), kwargs={"max_tokens": 300}),
+        threading.Thread(target=_chat, args=(gateway.url, BASE), kwargs={"max_tokens": 300}),
+    ]
+    holders[0].start()
+    registry = gateway.app.state.registry
+    replicas = registry.pools[BASE].replicas
+
+    def running_a() -> list[Replica]:
+        return [r for r in replicas.values() if r.engine is not None and "a" in r.engine.running_adapters]
+
+    assert wait_until(lambda: len(running_a()) == 1, timeout_s=5), "the scrape sees adapter a running"
+    holders[1].start()
+    assert wait_until(lambda: registry.total_inflight() == 2, timeout_s=5)
+    busy = running_a()[0].replica_id
+    free = next(rid for rid in replicas if rid != busy)
+    for _ in range(3):
+        answer = _chat(gateway.url, "b", max_tokens=2)
+        assert answer.status_code == 200 and answer.headers["x-gateway-replica"] == free
+    for holder in holders:
+        holder.join(10)
+    assert wait_until(lambda: registry.total_inflight() == 0)

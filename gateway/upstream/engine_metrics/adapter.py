@@ -93,11 +93,13 @@ class FlavourSpec:
         object.__setattr__(self, "wanted", frozenset(names))
 
 
-def lora_adapters(exposition: Exposition, names: Sequence[str]) -> tuple[frozenset[str], frozenset[str]]:
-    """The LoRA adapters with running and with waiting requests, from vLLM's info gauge: its labels
-    `running_lora_adapters` / `waiting_lora_adapters` hold comma-joined names and its value is the time
-    the label set was last set, so the newest label set (largest finite value) is the current one —
-    older sets stay exposed. Empty sets when the gauge is absent."""
+def lora_adapters(
+    exposition: Exposition, names: Sequence[str]
+) -> tuple[frozenset[str], frozenset[str], int | None]:
+    """The LoRA adapters with running and with waiting requests, and `max_lora`, from vLLM's info gauge:
+    its labels `running_lora_adapters` / `waiting_lora_adapters` hold comma-joined names and its value is
+    the time the label set was last set, so the newest label set (largest finite value) is the current
+    one — older sets stay exposed. Empty sets and None when the gauge is absent."""
     for name in names:
         samples = [s for s in exposition.get(name, []) if math.isfinite(s.value)]
         if samples:
@@ -106,8 +108,10 @@ def lora_adapters(exposition: Exposition, names: Sequence[str]) -> tuple[frozens
             def split(label: str, labels: dict[str, str] = newest) -> frozenset[str]:
                 return frozenset(part for part in labels.get(label, "").split(",") if part)
 
-            return split("running_lora_adapters"), split("waiting_lora_adapters")
-    return frozenset(), frozenset()
+            max_lora = newest.get("max_lora", "")
+            slots = int(max_lora) if max_lora.isdigit() and int(max_lora) > 0 else None
+            return split("running_lora_adapters"), split("waiting_lora_adapters"), slots
+    return frozenset(), frozenset(), None
 
 
 def _clamp_ratio(value: float) -> float:
@@ -177,7 +181,7 @@ class SpecAdapter:
             )
         kv = read.first(self.spec.kv_usage, _mean)
         ratio, hits, queries = self._hit_ratio(read, previous)
-        running_adapters, waiting_adapters = lora_adapters(exposition, self.spec.lora_info)
+        running_adapters, waiting_adapters, max_loras = lora_adapters(exposition, self.spec.lora_info)
         return EngineSample(
             running=_clamp_count(running),
             waiting=_clamp_count(waiting),
@@ -188,6 +192,7 @@ class SpecAdapter:
             prefix_cache_queries_tokens=queries,
             running_adapters=running_adapters,
             waiting_adapters=waiting_adapters,
+            max_loras=max_loras,
         )
 
     def _hit_ratio(

@@ -55,6 +55,7 @@ class EngineSample:
     """LoRA adapters with requests running / waiting on the engine (vLLM's `vllm:lora_requests_info`;
     empty for flavours that do not export it)."""
     waiting_adapters: frozenset[str] = frozenset()
+    max_loras: int | None = None
 
     def to_load(self, now_s: float) -> EngineLoad:
         """The routing view of this sample at `now_s` (fresh; a missing KV ratio reads as 0.0)."""
@@ -66,4 +67,5 @@ class EngineSample:
             age_s=max(0.0, now_s - self.taken_at_s),
             stale=False,
             running_adapters=self.running_adapters,
+            max_loras=self.max_loras,
         )

@@ -226,6 +226,7 @@ def test_vllm_lora_info_reads_the_newest_label_set_of_running_and_waiting_adapte
     got = sample("vllm", fixtures.VLLM_V1 + LORA_INFO, model=fixtures.VLLM_MODEL)
     assert got.running_adapters == {"sql", "chat"}
     assert got.waiting_adapters == {"x"}
+    assert got.max_loras == 2 and got.to_load(10.0).max_loras == 2
     assert got.to_load(10.0).running_adapters == {"sql", "chat"}
     assert ADAPTERS["vllm"].exports_lora and not ADAPTERS["sglang"].exports_lora
 
