@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +15,9 @@ import httpx
 import pytest
 
 from mock_engine.faults import FaultSettings
+from router.eligibility import is_routable
 from tests.faults.conftest import MATRIX
+from tests.faults.surface_traffic import MESSAGES, RESPONSES, SurfaceOutcome, run_surface_traffic
 from tests.faults.traffic import MODEL, VIOLATIONS, Outcome, run_traffic, tally
 from tests.servers import ServerThread, free_port, gateway_settings, wait_until
 
@@ -160,3 +163,104 @@ def test_all_replicas_down(gateways) -> None:
     )
     assert after.status_code == 503 and after.headers["x-gateway-reject-reason"] == "no_replica"
     assert int(after.headers["retry-after"]) >= 1, "computed from the replicas' hold and probe timers"
+
+
+# The Responses and Anthropic Messages streams (issue 16). The relay holds a stream's bytes until its
+# first content event (a Responses `response.*.delta`, a Messages `content_block_delta`), so a stall
+# before it is a TTFT timeout before the first byte: another replica is tried, and when every try stalls
+# the client gets a 504 `upstream_ttft_timeout` in the surface's error shape, never a started stream.
+# (The engine sends its first events — `response.created`, `message_start` — at once, so the idle
+# timeout also runs before the first content event: these rows set it above the TTFT deadline, as the
+# defaults are (15 s, 30 s); with this matrix's 0.4 s idle timeout the same stall ends as a 504
+# `upstream_idle_timeout`.)
+# A break after the first event ends with the surface's terminal `event: error`: the pool continues
+# broken chat/completions streams (vLLM flavour), but there is no continuation for these two surfaces
+# (gateway.proxy.continuation builds none), so none is counted.
+SURFACE_REQUESTS = 12
+LOST_AT_ONCE = {"response_state_lost", "upstream_connect", "no_replica"}
+"""A stored response's replica killed a moment ago: the pinned try cannot connect (502, not retried on
+another replica: the pin excludes them), or the gateway has already marked it down (404), or it went down
+between the pin and the routing (503)."""
+SURFACE_ERRORS = {
+    # surface -> (the 504 of an idle timeout, the 502 of a reset) as the terminal event names them
+    RESPONSES: ("sse:upstream_idle_timeout", "sse:upstream_protocol"),
+    MESSAGES: ("sse:timeout_error", "sse:api_error"),
+}
+
+
+def _continuations(gateway: ServerThread) -> float:
+    return float(gateway.app.state.metrics.stream_continuations_total.labels(MODEL)._value.get())
+
+
+@pytest.mark.parametrize("surface", [RESPONSES, MESSAGES])
+@pytest.mark.parametrize("faulty", [1, 3], ids=["one of three", "all three"])
+def test_a_surface_stream_stalled_before_its_first_event(surface: str, faulty: int, mock_engines, gateways):
+    engines = _fleet(mock_engines, FaultSettings(stall_after_tokens=0), faulty=faulty)
+    gateway = _gateway(gateways, [e.url for e in engines])
+    idle_over_ttft = {"x-gateway-idle-timeout-ms": "1500"}
+    outcomes = asyncio.run(
+        run_surface_traffic(gateway.url, surface, SURFACE_REQUESTS, headers=idle_over_ttft)
+    )
+    name = f"{surface} stream: stall before the first event ({faulty} of 3)"
+    if faulty == 3:  # every try stalls: the 504 before any byte, in the surface's shape
+        _check(name, outcomes, {"upstream_ttft_timeout"}, gateway, engines)
+        return
+    _check(name, outcomes, {"ok", "upstream_ttft_timeout"}, gateway, engines)
+    assert tally(outcomes)["ok"] >= SURFACE_REQUESTS // 2, "a stalled try fails over before the first byte"
+
+
+@pytest.mark.parametrize("surface", [RESPONSES, MESSAGES])
+@pytest.mark.parametrize("fault", ["stall", "reset"])
+def test_a_surface_stream_broken_mid_way(surface: str, fault: str, mock_engines, gateways) -> None:
+    faults = FaultSettings(stall_after_tokens=3) if fault == "stall" else FaultSettings(crash_after_tokens=3)
+    engines = _fleet(mock_engines, faults)
+    gateway = _gateway(gateways, [e.url for e in engines])
+    outcomes = asyncio.run(run_surface_traffic(gateway.url, surface, SURFACE_REQUESTS))
+    terminal = SURFACE_ERRORS[surface][0 if fault == "stall" else 1]
+    _check(f"{surface} stream: {fault} mid-stream", outcomes, {"ok", terminal}, gateway, engines)
+    counts = tally(outcomes)
+    assert counts[terminal] >= 1 and counts["ok"] >= SURFACE_REQUESTS // 2, counts
+    assert _continuations(gateway) == 0, "these surfaces are not continued: the terminal event ends them"
+
+
+def test_a_stored_response_whose_replica_is_gone(mock_engines, gateways) -> None:
+    """Chained Responses streams after the replica holding some of the stored responses is killed: the
+    others continue on their replica; the lost ones are never answered by another replica — a
+    documented error at once (`LOST_AT_ONCE`; mostly 502 `upstream_connect`), then 404
+    `response_state_lost` for every one once the gateway has marked the replica down."""
+    engines = [mock_engines(model=MODEL, token_delay_ms=5) for _ in range(3)]
+    gateway = _gateway(gateways, [e.url for e in engines])
+    first = asyncio.run(run_surface_traffic(gateway.url, RESPONSES, SURFACE_REQUESTS, max_tokens=4))
+    assert tally(first) == {"ok": SURFACE_REQUESTS}
+    held = Counter(o.replica for o in first)
+    gone = held.most_common(1)[0][0]
+    (victim,) = [e for e in engines if e.url.endswith(f":{gone.rpartition(':')[2]}")]
+    victim.kill()
+    previous: list[str | None] = [o.response_id for o in first]
+    lost = {i for i, o in enumerate(first) if o.replica == gone}
+
+    def chained() -> list[SurfaceOutcome]:
+        return asyncio.run(
+            run_surface_traffic(gateway.url, RESPONSES, SURFACE_REQUESTS, max_tokens=4, previous_ids=previous)
+        )
+
+    right_away = chained()
+    pool = gateway.app.state.registry.pool(MODEL)
+
+    def routable() -> bool:
+        return any(v.replica_id == gone and is_routable(v) for v in pool.snapshot())
+
+    assert wait_until(lambda: not routable(), timeout_s=3), "the kill was noticed"
+    noticed = chained()
+    live = [e for e in engines if e is not victim]
+    for name, outcomes, allowed_lost in (
+        ("responses: replica gone for a stored response (at once)", right_away, LOST_AT_ONCE),
+        ("responses: replica gone for a stored response (noticed)", noticed, {"response_state_lost"}),
+    ):
+        _check(name, outcomes, {"ok", *allowed_lost}, gateway, live)
+        for i, outcome in enumerate(outcomes):
+            if i in lost:
+                assert outcome.kind in allowed_lost, (name, outcome)
+            else:
+                assert (outcome.kind, outcome.replica) == ("ok", first[i].replica), (name, outcome)
+    assert Counter(o.kind for i, o in enumerate(noticed) if i in lost) == {"response_state_lost": len(lost)}
