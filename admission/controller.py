@@ -15,14 +15,21 @@
 Event-driven, never polling. Three events move the queue:
 - a release: the gateway calls `on_release()` (synchronous, on the loop's thread) whenever a replica
   slot may have freed — a slot released, a replica added or back to healthy. It schedules one pump
-  (`call_soon`; never re-entered in place) that dispatches heads while `try_dispatch` answers with a
-  slot: peek the head (highest class, WFQ order), ask `try_dispatch`, pop it only when a slot came
-  back. `None` stops the round (no slot for anyone: the pool is uniform);
+  (`call_soon`; never re-entered in place) that walks the waiters in dispatch order (highest class,
+  WFQ order) and asks `try_dispatch` for each, taking it out only when a slot came back. `None` stops
+  the round (no slot for anyone: the pool is uniform);
 - an arrival: its fast-path probe is its wake-up. When it probed and got None there is no free slot;
   when it skipped the probe, others wait because there was none at the last release. Either way a
-  further `try_dispatch` would only repeat a known answer (one wasted routing decision per arrival);
-- one timer, at the queue's earliest deadline (`Timers.call_at`), answers expired waiters. The timer
-  is re-armed only when a new deadline is earlier; a timer that fires early re-arms itself.
+  further `try_dispatch` would only repeat a known answer — unless the last round passed over held
+  waiters (below): a slot may be free, so a queued arrival schedules a pump;
+- one timer, at the queue's earliest deadline (`Timers.call_at`), answers expired waiters (re-armed
+  only when a new deadline is earlier; one that fires early re-arms itself); it also pumps when a hold
+  runs out.
+
+Holds (`admission.holds`, optional `prefer_wait` hook, asked before `try_dispatch`): a waiter may
+rather wait for one resource (the replica holding its prefix) until a time. The pump passes over it,
+so those behind it may take the slot it declined (no head-of-line blocking), and asks it again at the
+next pump; at its `until_s` it is let go. An arrival that holds is queued. Without the hook: unchanged.
 
 `try_dispatch(request) -> slot | None` is the only place that decides whether a replica has a free
 slot: it routes `request.routing`, claims the slot synchronously and returns it (see
@@ -51,12 +58,11 @@ from typing import Generic
 
 from admission.config import AdmissionConfig
 from admission.dispatch_rate import DispatchRateMeter
+from admission.early_refusal import hopeless
+from admission.holds import Hold, Holds, PreferWait
 from admission.observer import AdmissionObserver, AdmissionStats
 from admission.outcomes import AdmissionRefused, RejectReason
-from admission.priority_queue import (
-    PriorityQueue,
-    QueueEntry,
-)
+from admission.priority_queue import PriorityQueue, QueueEntry
 from admission.release_forecast import ReleaseForecast
 from admission.retry_after import clamp_retry_after_s, queue_retry_after_s
 from admission.tenant_gate import TenantGate
@@ -64,16 +70,15 @@ from admission.ticket import AdmissionRequest, S, Ticket
 from admission.timers import LoopTimers, TimerHandle, Timers
 from core.clock import Clock
 
-_SLACK = 1e-9  # float noise in sums of rates must not cost a slot
-OVERTAKE_MARGIN_SIGMAS = 2.0
-"""Higher-class arrivals during a wait are Poisson: early refusal plans for their mean plus this many
-standard deviations (√mean), so that a burst of them rarely turns an admitted waiter into a timeout."""
-
 
 @dataclass(eq=False, slots=True)
 class _Waiter(Generic[S]):
     request: AdmissionRequest
     future: asyncio.Future[tuple[S, float, int]]  # slot, queue wait, release-forecast key
+    hold: Hold | None = None  # its last answer from the prefer_wait hook
+
+    def answered(self) -> bool:
+        return self.future.done()
 
 
 class AdmissionController(Generic[S]):
@@ -89,6 +94,7 @@ class AdmissionController(Generic[S]):
         observer: AdmissionObserver | None = None,
         timers: Timers | None = None,
         full_by_own_caps: Callable[[], bool] | None = None,
+        prefer_wait: PreferWait | None = None,
     ) -> None:
         self._config = config or AdmissionConfig()
         self._try_dispatch = try_dispatch
@@ -103,6 +109,7 @@ class AdmissionController(Generic[S]):
         self._meter = DispatchRateMeter(clock)
         self._class_meters = {name: DispatchRateMeter(clock) for name in self._queue.class_names}
         self._forecast = ReleaseForecast(clock)
+        self._holds = Holds(prefer_wait, clock)
         self.stats = AdmissionStats()
         self._timer: TimerHandle | None = None
         self._timer_at_s = math.inf
@@ -205,11 +212,17 @@ class AdmissionController(Generic[S]):
     async def _acquire_slot(self, request: AdmissionRequest) -> tuple[S, float, int]:
         priority = request.priority
         self._expire_due()
-        if self._queue.ahead_of(priority) == 0:
-            slot = self._try_dispatch(request)
+        probed = self._queue.ahead_of(priority) == 0
+        hold: Hold | None = None
+        if probed:
+            max_wait_s = self._queue.priority_class(priority).max_wait_s
+            hold = self._holds.at_arrival(request, max_wait_s, self._forecast.mean_hold_s)
+            slot = None if hold is not None else self._try_dispatch(request)
             if slot is not None:
                 return slot, 0.0, self._record_dispatch(priority, 0.0, fast_path=True)
-        self._refuse_if_hopeless(priority)
+            self._holds.may_be_free = hold is not None
+        if hold is None:
+            self._refuse_if_hopeless(priority)
         waiter: _Waiter[S] = _Waiter(request, asyncio.get_running_loop().create_future())
         pushed = self._queue.push(
             waiter, priority, request.tenant.name, request.estimated_tokens, request.weight
@@ -221,7 +234,11 @@ class AdmissionController(Generic[S]):
             self._refuse(pushed.displaced, RejectReason.QUEUE_FULL, "displaced by a higher-priority request")
             changed.add(pushed.displaced.priority)
         self._publish_depths(changed)
+        if hold is not None:
+            self._holds.set(waiter, hold)
         self._arm_timer()
+        if not probed and self._holds.may_be_free:
+            self.on_release()  # waiters held out in the last round: a slot may be free for this one
         try:
             return await waiter.future
         except asyncio.CancelledError:
@@ -229,7 +246,7 @@ class AdmissionController(Generic[S]):
             raise
 
     def _refuse_if_hopeless(self, priority: str) -> None:
-        """Early refusal (see `AdmissionConfig.early_refusal_ratio`)."""
+        """Early refusal (see `AdmissionConfig.early_refusal_ratio`, `admission.early_refusal`)."""
         config = self._config
         if config.early_refusal_ratio is None:
             return
@@ -238,32 +255,17 @@ class AdmissionController(Generic[S]):
             return
         if self._full_by_own_caps is not None and not self._full_by_own_caps():
             return  # blocked by a limit shared with other pools: their releases free slots too
-        capacity = self.capacity_rate_per_s()
-        max_wait_s = self._queue.priority_class(priority).max_wait_s
-        budget_s = config.early_refusal_ratio * max_wait_s
-        if capacity is None or not math.isfinite(capacity * budget_s):
-            return
-        above = self.above_rate_per_s(priority)
-        margin = OVERTAKE_MARGIN_SIGMAS * math.sqrt(above * budget_s)
-        need = ahead + 1 + above * budget_s + margin
-        available = capacity - above
-        if need > capacity * budget_s + _SLACK:
-            if available <= 0:
-                why = f"the classes above {priority} take all of this pool's capacity"
-                raise self._early_refusal(priority, why, max_wait_s)  # nothing sooner is known
-            wait_s = (ahead + 1 + margin) / available
-            burst = " with a burst of higher-class arrivals" if margin > 0 else ""
-            why = f"the {priority} queue would take about {wait_s:.1f} s{burst}"
-            why += f", over its {max_wait_s:g} s limit"
-            raise self._early_refusal(priority, why, wait_s)
-        releases = math.ceil(need - _SLACK)
-        if self._forecast.releases_due(releases, budget_s) is False:
-            why = (
-                f"the {priority} queue needs {releases} replica slots freed within {budget_s:g} s "
-                "and the requests running now are not expected to free them in time"
-            )
-            due_s = self._forecast.time_until_releases_s(releases)
-            raise self._early_refusal(priority, why, None if due_s is None else due_s - budget_s)
+        verdict = hopeless(
+            priority=priority,
+            ratio=config.early_refusal_ratio,
+            max_wait_s=self._queue.priority_class(priority).max_wait_s,
+            ahead=ahead,
+            capacity_per_s=self.capacity_rate_per_s(),
+            above_per_s=self.above_rate_per_s(priority),
+            forecast=self._forecast,
+        )
+        if verdict is not None:
+            raise self._early_refusal(priority, verdict.why, verdict.wait_s)
 
     def _early_refusal(self, priority: str, why: str, wait_s: float | None) -> AdmissionRefused:
         """429 `queue_full` at arrival; Retry-After is `wait_s`, when a retry could be admitted (the
@@ -280,25 +282,32 @@ class AdmissionController(Generic[S]):
         self._arm_timer()
 
     def _dispatch_ready(self) -> None:
-        while (entry := self._queue.peek_next()) is not None:
+        self._holds.start_round()
+        mean_hold_s = self._forecast.mean_hold_s
+        for entry in self._queue.in_dispatch_order():
             waiter = entry.item
             if waiter.future.done():  # cancelled; its task has not run its handler yet
                 self._drop(entry)
                 continue
             try:
-                slot = self._try_dispatch(waiter.request)
+                waited_s = entry.waited_s(self._clock.now_s())
+                hold = self._holds.in_round(waiter, waited_s, entry.deadline_s, mean_hold_s)
+                slot = None if hold is not None else self._try_dispatch(waiter.request)
             except Exception as exc:  # a refusal (e.g. no_replica) or a bug: this waiter gets it
                 self._drop(entry)
                 waiter.future.set_exception(exc)
                 continue
+            if hold is not None:
+                continue  # held out: the waiters behind it may take the slot it declined
             if slot is None:
+                self._holds.end_round(stopped=True)
                 return
-            popped = self._queue.pop_next()
-            assert popped is entry, "peek_next and pop_next disagree"
+            self._queue.take(entry)  # queued: walked in dispatch order, nothing removed it since
             queue_wait_s = entry.waited_s(self._clock.now_s())
             hold_key = self._record_dispatch(entry.priority, queue_wait_s, fast_path=False)
             waiter.future.set_result((slot, queue_wait_s, hold_key))
             self._publish_depths({entry.priority})
+        self._holds.end_round(stopped=False)
 
     def _abandon(self, entry: QueueEntry[_Waiter[S]]) -> None:
         """The waiter's task was cancelled: leave the queue, or give back a slot granted meanwhile."""
@@ -362,7 +371,8 @@ class AdmissionController(Generic[S]):
             self._observer.queue_depth_changed(priority, self._queue.depth(priority))
 
     def _arm_timer(self) -> None:
-        next_s = self._queue.next_expiry_s()
+        expiry_s, hold_s = self._queue.next_expiry_s(), self._holds.next_s()
+        next_s = expiry_s if hold_s is None else hold_s if expiry_s is None else min(expiry_s, hold_s)
         if next_s is None:
             self._cancel_timer()
             return
@@ -381,5 +391,10 @@ class AdmissionController(Generic[S]):
     def _on_timer(self) -> None:
         self._timer = None
         self._timer_at_s = math.inf
+        if self._holds.pop_due():
+            if self._pump_handle is not None:  # this pump does its work now
+                self._pump_handle.cancel()
+            self._pump()  # a hold ran out: that waiter may now take a slot elsewhere
+            return
         self._expire_due()
         self._arm_timer()

@@ -23,6 +23,7 @@ structure empties, `V` resets to 0 so tags stay small.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 _MIN_COST_TOKENS = 1.0
@@ -109,6 +110,32 @@ class FairShareQueue:
                 return key
             heapq.heappop(self._heap)
         return None
+
+    def in_order(self) -> Iterator[int]:
+        """The live keys in `pop()` order, lazily (a walk of a copy of the heap: k keys cost
+        O(n + k log k), nothing is sorted up front); keys removed or taken meanwhile are skipped."""
+        heap = list(self._heap)
+        frontier = [(heap[0], 0)] if heap else []
+        while frontier:
+            (finish_tag, key), at = heapq.heappop(frontier)
+            for child in (2 * at + 1, 2 * at + 2):
+                if child < len(heap):
+                    heapq.heappush(frontier, (heap[child], child))
+            tagged = self._live.get(key)
+            if tagged is not None and tagged.finish_tag == finish_tag:
+                yield key
+
+    def take(self, key: int) -> bool:
+        """Remove live `key` as if `pop()` had returned it, wherever it stands in the order: V becomes
+        max(V, its finish tag), so keys passed over keep their (earlier) tags and stay ahead of
+        newcomers. Returns False when it was not live."""
+        tagged = self._live.get(key)
+        if tagged is None:
+            return False
+        self._virtual_time = max(self._virtual_time, tagged.finish_tag)
+        self._forget(key, tagged)
+        self._maybe_compact()
+        return True
 
     def remove(self, key: int) -> bool:
         """Drop a live key (its client left or it expired). Returns False when it was not live."""

@@ -9,7 +9,9 @@ No asyncio inside and time comes from an injected `Clock`; the gateway's control
 - on the timer set to `next_expiry_s()`: `expire()` → entries to answer 429 `queue_timeout`;
 - on a released slot: `pop_next()` → the entry to dispatch (already-expired entries are never
   returned: they stay queued until `expire()` collects them, so nobody's abandoned work is dispatched);
-  `peek_next()` shows that entry without removing it (ask a replica first, then pop).
+  `peek_next()` shows that entry without removing it (ask a replica first, then pop);
+  `in_dispatch_order()` walks every waiter in that order and `take(entry)` dispatches any of them
+  (a dispatcher that passes over waiters holding out for a specific replica: `admission.holds`);
 
 Rules:
 - Classes are ordered highest priority first (default `critical > interactive > batch`, max waits
@@ -31,7 +33,7 @@ keeps that window short.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -252,6 +254,27 @@ class PriorityQueue(Generic[T]):
                     return entry
                 lane.fair.pop()  # out of the dispatch order; left in `fifo` for expire() to answer
         return None
+
+    def in_dispatch_order(self) -> Iterator[QueueEntry[T]]:
+        """The unexpired entries in the order `pop_next()` would return them (classes highest first,
+        fair-share order within), lazily; entries removed or taken while iterating are skipped. For a
+        dispatcher that may pass over some (`take` the one it dispatches)."""
+        for lane in self._lanes:
+            for seq in lane.fair.in_order():
+                entry = lane.fifo.get(seq)
+                if entry is not None and self._clock.now_s() < entry.deadline_s:
+                    yield entry
+
+    def take(self, entry: QueueEntry[T]) -> bool:
+        """Remove `entry` for dispatch, as `pop_next()` would have (the fair-share clock advances to
+        it); False when it is no longer queued."""
+        lane = self._by_name.get(entry.priority)
+        if lane is None or lane.fifo.get(entry.seq) is not entry:
+            return False
+        del lane.fifo[entry.seq]
+        lane.fair.take(entry.seq)
+        self._size -= 1
+        return True
 
     def _lane(self, priority: str) -> _Lane[T]:
         lane = self._by_name.get(priority)

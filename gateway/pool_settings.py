@@ -17,7 +17,7 @@ from gateway.errors import ErrorCode
 from gateway.model_settings import ServedModelSettings
 from gateway.strict_model import StrictModel
 from gateway.upstream.discovery.settings import ReplicaSources
-from gateway.upstream.latency_settings import LatencyModelSettings
+from gateway.upstream.latency_settings import LatencyModelSettings, PrefixWaitSettings
 from gateway.upstream.scraper import ScrapeSettings
 from router.keys import KeySettings
 from router.plugins import build_profile
@@ -320,6 +320,7 @@ class PoolSettings(StrictModel):
     latency_model: LatencyModelSettings = Field(default_factory=LatencyModelSettings)
     """The per-replica latency model learned online and the batch cap it finds
     (gateway/upstream/latency_settings.py)."""
+    prefix_wait: PrefixWaitSettings = Field(default_factory=PrefixWaitSettings)  # latency_settings.py
     endpoints: list[ServedEndpoint] | None = None
     """The endpoints this pool's engine serves (`ENDPOINTS_BY_ENGINE` when None); a request for another
     is a 404 `endpoint_not_served` naming the pool."""

@@ -7,7 +7,9 @@ tenant's rate limits and bulkhead and either dispatches at once (a replica under
 or queues the request by class (FIFO within a class, weighted fair share across tenants) until a slot
 frees up, its class's max wait passes (429 `queue_timeout`), or a higher class displaces it (429
 `queue_full`). Routing runs at dispatch time, so a queued request goes where it is cheapest when it
-leaves the queue. What admission gives is a `Ticket` (`admission.ticket`) holding the `Slot`.
+leaves the queue; with the pool's `prefix_wait` on, it may instead keep waiting for the replica holding
+its prefix while that fits its TTFT objective (`PoolAdmission.prefer_wait`, `router.prefix_wait`).
+What admission gives is a `Ticket` (`admission.ticket`) holding the `Slot`.
 
 `PoolAdmission.claim` is the one synchronous "route and take a slot" step; admission's `try_dispatch`
 and the retry loop both use it, and `PoolAdmission.no_replica` is the one `no_replica` refusal. State
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from admission.config import AdmissionConfig
 from admission.controller import AdmissionController
+from admission.holds import Hold, WaitContext
 from admission.outcomes import AdmissionRefused, RejectReason
 from admission.priority_queue import PriorityClass
 from admission.slo_wait import slo_bounded_classes
@@ -38,6 +41,8 @@ from gateway.settings import AdmissionSettings, Settings
 from gateway.upstream.registry import Pool, ReplicaRegistry
 from gateway.upstream.slot import Slot
 from gateway.upstream.slot_credits import SlotCredits
+from router.prefix_index import policy_prefix_index
+from router.prefix_wait import QueueState, owner_wait
 from router.types import Decision, RoutingRequest
 
 if TYPE_CHECKING:
@@ -108,6 +113,7 @@ class PoolAdmission:
                 config=self._config,
                 observer=MetricsObserver(self._metrics, model),
                 full_by_own_caps=self.full_by_own_caps,
+                prefer_wait=self.prefer_wait if self.pool.settings.prefix_wait.enabled else None,
             )
         return controller
 
@@ -178,6 +184,26 @@ class PoolAdmission:
         if slot is None and not self.pool.has_eligible_replica(request.routing.model):
             raise self.no_replica(request.routing.model)
         return slot
+
+    def prefer_wait(self, request: AdmissionRequest, context: WaitContext) -> Hold | None:
+        """Admission's hold hook (`prefix_wait.enabled`): keep waiting for the replica that holds the
+        request's prefix while a free slot elsewhere would be a cache miss and the wait fits its TTFT
+        objective (`router.prefix_wait.owner_wait`); None without a prefix index or at the process's
+        connection limit (no slot anywhere: nothing to hold out against)."""
+        index = policy_prefix_index(self.pool.policy)
+        routing = request.routing
+        if index is None or routing is None:
+            return None
+        if self._max_inflight is not None and self._registry.total_inflight() >= self._max_inflight:
+            return None
+        if self._credits is not None:
+            self._credits.sync(self.pool)
+        queue = QueueState(
+            context.now_s, context.waited_s, context.deadline_s, context.mean_hold_s, context.ahead_by_key
+        )
+        ratio = self.pool.settings.prefix_wait.min_match_ratio
+        wait = owner_wait(routing, self.pool.snapshot(), index, queue, ratio)
+        return None if wait is None else Hold(wait.replica_id, wait.until_s)
 
     def claim_excluding(self, routing: RoutingRequest, excluded: frozenset[str]) -> Slot | None:
         """A slot for a retry: routing again with the replicas that failed this request excluded."""

@@ -1,4 +1,5 @@
-"""Settings of a pool's learned latency model and the batch cap it finds (`latency_model:` of a pool).
+"""Settings of a pool's learned latency model and the batch cap it finds (`latency_model:` of a pool),
+and of queued requests waiting for their prefix's replica (`prefix_wait:`, `PrefixWaitSettings`).
 
 Read by `gateway.upstream.replica_cost` (one model per replica, `router.latency_model`). The model is
 always learned when enabled (it costs a few dozen float operations per request); what uses it:
@@ -26,6 +27,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from router.latency_model import DEFAULT_FORGETTING_FACTOR, DEFAULT_WARM_AFTER
+from router.prefix_wait import DEFAULT_MIN_MATCH_RATIO
 
 
 class LatencyModelSettings(BaseModel):
@@ -40,3 +42,18 @@ class LatencyModelSettings(BaseModel):
     """Observations before a model's predictions are used."""
     adaptive_cap: bool = False
     min_cap_per_replica: int = Field(8, ge=1)
+
+
+class PrefixWaitSettings(BaseModel):
+    """A pool's `prefix_wait:`: a queued request keeps waiting for the replica that holds its prompt's
+    prefix, while another replica's free slot would make it a cache miss, as long as its expected wait
+    there plus its predicted TTFT keeps within its TTFT objective (router/prefix_wait.py; the
+    controller's holds: admission/holds.py). Needs a policy with a prefix index (`prefix-index`,
+    `sticky-prefix`, `predicted-latency`) and matters only with a cap (`max_concurrency_per_replica`,
+    or the learned one): without one no replica is ever full, so nothing waits."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = False
+    min_match_ratio: float = Field(DEFAULT_MIN_MATCH_RATIO, ge=0, le=1)
+    """The share of a prompt's blocks a replica must hold for the request to wait for it."""

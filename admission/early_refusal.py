@@ -1,0 +1,68 @@
+"""Early refusal's arithmetic: is an arrival that found no free slot expected to be dispatched in time?
+
+The rule and its inputs are `AdmissionConfig.early_refusal_ratio`'s (admission/config.py); the
+controller gathers them (queue, meters, forecast) and turns a `Hopeless` answer into the 429
+`queue_full` refusal. Kept apart from the controller so the arithmetic reads in one place:
+
+    B      = ratio × max_wait_s(class)
+    m      = OVERTAKE_MARGIN_SIGMAS × √(λ_above × B)
+    need   = ahead + 1 + λ_above × B + m                slot releases within B
+    hopeless ⇔ need > C × B                              (expected wait (ahead + 1 + m) / (C − λ_above))
+            or the held tickets are not expected to free ⌈need⌉ slots within B (`ReleaseForecast`)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from admission.release_forecast import ReleaseForecast
+
+SLACK = 1e-9  # float noise in sums of rates must not cost a slot
+OVERTAKE_MARGIN_SIGMAS = 2.0
+"""Higher-class arrivals during a wait are Poisson: early refusal plans for their mean plus this many
+standard deviations (√mean), so that a burst of them rarely turns an admitted waiter into a timeout."""
+
+
+@dataclass(frozen=True, slots=True)
+class Hopeless:
+    """Why the arrival is refused, and when a retry could be admitted (`wait_s`; None: unknown)."""
+
+    why: str
+    wait_s: float | None
+
+
+def hopeless(
+    *,
+    priority: str,
+    ratio: float,
+    max_wait_s: float,
+    ahead: int,
+    capacity_per_s: float | None,
+    above_per_s: float,
+    forecast: ReleaseForecast,
+) -> Hopeless | None:
+    """The early-refusal verdict for an arrival of class `priority` with `ahead` waiters at or above
+    it (module docstring); None: queue it (also when there is no evidence: no capacity measured)."""
+    budget_s = ratio * max_wait_s
+    if capacity_per_s is None or not math.isfinite(capacity_per_s * budget_s):
+        return None
+    margin = OVERTAKE_MARGIN_SIGMAS * math.sqrt(above_per_s * budget_s)
+    need = ahead + 1 + above_per_s * budget_s + margin
+    available = capacity_per_s - above_per_s
+    if need > capacity_per_s * budget_s + SLACK:
+        if available <= 0:
+            return Hopeless(f"the classes above {priority} take all of this pool's capacity", max_wait_s)
+        wait_s = (ahead + 1 + margin) / available
+        burst = " with a burst of higher-class arrivals" if margin > 0 else ""
+        why = f"the {priority} queue would take about {wait_s:.1f} s{burst}, over its {max_wait_s:g} s limit"
+        return Hopeless(why, wait_s)
+    releases = math.ceil(need - SLACK)
+    if forecast.releases_due(releases, budget_s) is False:
+        why = (
+            f"the {priority} queue needs {releases} replica slots freed within {budget_s:g} s "
+            "and the requests running now are not expected to free them in time"
+        )
+        due_s = forecast.time_until_releases_s(releases)
+        return Hopeless(why, None if due_s is None else due_s - budget_s)
+    return None

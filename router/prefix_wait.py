@@ -1,0 +1,121 @@
+"""Wait for the replica that holds the prefix, or spill to a free one? The decision for a queued request.
+
+A request queued in admission is dispatched, when a slot frees, to whichever eligible replica routing
+picks; with every replica at its cap (`max_concurrency_per_replica`) the only eligible one is the one
+that just freed a slot, whatever prefix it holds. Past a fleet's knee that turns most queued requests
+into prefix-cache misses (docs/BENCHMARKS.md, issue 15: hit ratio 80 % → 44 % with a cap of 64), and
+every miss prefills the whole prompt and evicts another prefix. So, while another replica has a free
+slot, a request may keep waiting for its *owner* — the replica the prefix index believes holds most
+of its prompt — as long as that wait still lets it meet its TTFT objective.
+
+Inputs: the request's blocks (n = `len(prefix_hashes)`), its `slo_ttft_s`, the pool's views and prefix
+index, and what admission knows about the queue (`QueueState`): now, how long it has waited, its queue
+deadline (`queue_timeout` at that time), the mean hold time S of a replica slot (dispatch → release,
+`admission.release_forecast`) and how many waiters ahead of it already wait for each replica.
+
+    candidates  = routable replicas serving the model, not excluded (retries)
+    matched_i   = leading request blocks replica i holds (the prefix index)
+    worth_it    = matched_i ≥ min_match_ratio × n                 (default ratio 0.5)
+    wait only when  some candidate has a free slot  and  no candidate with a free slot is worth it
+    owner       = the full candidate with the most matched blocks, worth it (ties: the soonest wait)
+    W           = (ahead_owner + 1) × S / inflight_owner          expected wait for a slot there: a full
+                                                                  replica frees inflight / S slots per s
+    T           = owner's predicted TTFT with its prefix hit (`router.latency_model`; 0 while cold)
+    slack       = min(slo_ttft − waited − W − T,  deadline − now − W)
+    wait ⇔ slack > 0, until now + slack; then it spills (or, if the owner freed first, goes there)
+
+The second term keeps the expected slot before the queue's deadline, so a request never times out
+waiting for its owner while a slot elsewhere was free. No decision (None) when the request has no
+blocks or no TTFT objective, before S is known, when nothing is free elsewhere (it waits anyway: the
+pump stops there as before), or when no full replica holds enough of the prompt.
+
+Limits: one S for every replica and request (alike lengths assumed, as the release forecast does);
+W assumes the owner's slots go to the waiters holding for it in queue order, while a waiter that holds
+for nothing may take one first; T is the model's prediction for a dispatch now, not when the slot
+frees. Pure and synchronous: the caller (the gateway's admission) re-asks at every release, so a
+stale answer lives at most until the next one or until `until_s`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from router.eligibility import is_routable
+from router.load import queued_prefill_tokens, running_sequences, waiting_requests
+from router.prefix_index import PrefixIndex
+from router.types import ReplicaView, RoutingRequest
+
+DEFAULT_MIN_MATCH_RATIO = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class QueueState:
+    """What admission knows about one queued request (clock seconds; see the module docstring)."""
+
+    now_s: float
+    waited_s: float
+    deadline_s: float
+    mean_hold_s: float | None
+    ahead_by_replica: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerWait:
+    """Wait for `replica_id` until `until_s`; `expected_wait_s` (W) and `predicted_ttft_s` (T) say why."""
+
+    replica_id: str
+    until_s: float
+    expected_wait_s: float
+    predicted_ttft_s: float
+
+
+def owner_wait(
+    request: RoutingRequest,
+    replicas: Sequence[ReplicaView],
+    index: PrefixIndex,
+    queue: QueueState,
+    min_match_ratio: float = DEFAULT_MIN_MATCH_RATIO,
+) -> OwnerWait | None:
+    """Whether `request` should keep waiting for its prefix's owner, and until when (module docstring);
+    None: take whatever slot routing finds (spill)."""
+    blocks = len(request.prefix_hashes)
+    slo_s, hold_s = request.slo_ttft_s, queue.mean_hold_s
+    if blocks == 0 or slo_s is None or hold_s is None or hold_s <= 0:
+        return None
+    candidates = [
+        r
+        for r in replicas
+        if is_routable(r) and r.serves(request.model) and r.replica_id not in request.exclude
+    ]
+    needed = min_match_ratio * blocks
+    matched = {r.replica_id: index.matched_blocks(r.replica_id, request.prefix_hashes) for r in candidates}
+    free = [r for r in candidates if r.has_free_slot]
+    if not free or any(matched[r.replica_id] >= needed for r in free):
+        return None
+    best: tuple[int, float, ReplicaView] | None = None
+    for replica in candidates:
+        held = matched[replica.replica_id]
+        if replica.has_free_slot or held < needed or held == 0:
+            continue
+        ahead = queue.ahead_by_replica.get(replica.replica_id, 0)
+        wait_s = (ahead + 1) * hold_s / max(1, replica.inflight_requests)
+        if best is None or (held, -wait_s) > (best[0], -best[1]):
+            best = (held, wait_s, replica)
+    if best is None:
+        return None
+    held, wait_s, owner = best
+    ttft_s = _predicted_ttft_s(owner, request, held)
+    slack_s = min(slo_s - queue.waited_s - wait_s - ttft_s, queue.deadline_s - queue.now_s - wait_s)
+    if slack_s <= 0:
+        return None
+    return OwnerWait(owner.replica_id, queue.now_s + slack_s, wait_s, ttft_s)
+
+
+def _predicted_ttft_s(replica: ReplicaView, request: RoutingRequest, matched_blocks: int) -> float:
+    """The replica's learned TTFT for `request` with `matched_blocks` cached; 0 while its model is cold."""
+    if replica.latency is None:
+        return 0.0
+    queued = queued_prefill_tokens(replica, request, matched_blocks)
+    predicted = replica.latency.ttft_s(queued, running_sequences(replica), waiting_requests(replica))
+    return 0.0 if predicted is None else predicted

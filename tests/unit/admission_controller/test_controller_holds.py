@@ -1,0 +1,278 @@
+"""Holds (admission/holds.py): a waiter that would rather wait for its own replica is passed over by the
+pump (those behind it take the free slot), goes to its replica when that one frees, spills when its
+hold runs out, still times out at its class's max wait, and leaves nothing held behind."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import pytest
+
+from admission.config import AdmissionConfig
+from admission.controller import AdmissionController
+from admission.holds import Hold, WaitContext
+from admission.outcomes import AdmissionRefused, RejectReason
+from admission.tenant_gate import TenantGate
+from admission.tenants import Tenant
+from admission.ticket import AdmissionRequest, Ticket
+from admission.timers import ManualTimers
+from core.clock import FakeClock
+from router.types import RoutingRequest
+
+from .fakes import settle
+
+
+class Slot:
+    def __init__(self, fleet: KeyedFleet, replica: str, label: str) -> None:
+        self.fleet, self.replica, self.label = fleet, replica, label
+        self.released = False
+
+    def release(self) -> None:
+        if self.released:
+            return
+        self.released = True
+        self.fleet.in_use[self.replica] -= 1
+        assert self.fleet.controller is not None
+        self.fleet.controller.on_release()
+
+
+@dataclass
+class KeyedFleet:
+    """Replicas with caps; a request's owner travels in `routing.session_key`. `try_dispatch` takes the
+    owner when it has room, else the first replica with room; the hook holds for a full owner while
+    another replica has room, until `budget_s` after the waiter arrived (None: never hold)."""
+
+    caps: dict[str, int]
+    budget_s: float | None = 3.0
+    in_use: dict[str, int] = field(default_factory=dict)
+    placed: list[tuple[str, str]] = field(default_factory=list)
+    asked: list[str] = field(default_factory=list)
+    contexts: list[WaitContext] = field(default_factory=list)
+    ahead_seen: list[dict[str, int]] = field(default_factory=list)
+    fail: set[str] = field(default_factory=set)
+    controller: AdmissionController[Slot] | None = None
+
+    def __post_init__(self) -> None:
+        self.in_use = dict.fromkeys(self.caps, 0)
+
+    def has_room(self, replica: str) -> bool:
+        return self.in_use[replica] < self.caps[replica]
+
+    def try_dispatch(self, request: AdmissionRequest) -> Slot | None:
+        label, owner = _label(request), _owner(request)
+        free = [owner] if self.has_room(owner) else [r for r in self.caps if self.has_room(r)]
+        if not free:
+            return None
+        self.in_use[free[0]] += 1
+        self.placed.append((label, free[0]))
+        return Slot(self, free[0], label)
+
+    def prefer_wait(self, request: AdmissionRequest, context: WaitContext) -> Hold | None:
+        label, owner = _label(request), _owner(request)
+        self.asked.append(label)
+        self.contexts.append(context)
+        self.ahead_seen.append(dict(context.ahead_by_key))
+        if label in self.fail:
+            raise RuntimeError(f"hook failed for {label}")
+        if self.budget_s is None or self.has_room(owner) or not any(map(self.has_room, self.caps)):
+            return None
+        return Hold(owner, context.now_s - context.waited_s + self.budget_s)
+
+
+@dataclass
+class Harness:
+    clock: FakeClock
+    timers: ManualTimers
+    fleet: KeyedFleet
+    controller: AdmissionController[Slot]
+
+    def admit(self, label: str, owner: str, priority: str = "interactive") -> asyncio.Task[Ticket[Slot]]:
+        routing = RoutingRequest(model="m", prompt_text=label, session_key=owner)
+        request = AdmissionRequest(Tenant("t"), priority, 100, routing)
+        return asyncio.create_task(self.controller.admit(request))
+
+
+def make(
+    caps: dict[str, int], budget_s: float | None = 3.0, early_refusal_ratio: float | None = None
+) -> Harness:
+    clock = FakeClock(start_s=1000.0)
+    timers = ManualTimers(clock)
+    fleet = KeyedFleet(caps, budget_s)
+    gate = TenantGate.in_memory(clock, timers)
+    config = AdmissionConfig(early_refusal_ratio=early_refusal_ratio)
+    controller: AdmissionController[Slot] = AdmissionController(
+        fleet.try_dispatch, gate, clock=clock, config=config, timers=timers, prefer_wait=fleet.prefer_wait
+    )
+    fleet.controller = controller
+    return Harness(clock, timers, fleet, controller)
+
+
+def _label(request: AdmissionRequest) -> str:
+    assert request.routing is not None
+    return request.routing.prompt_text
+
+
+def _owner(request: AdmissionRequest) -> str:
+    assert request.routing is not None and request.routing.session_key is not None
+    return request.routing.session_key
+
+
+async def granted(task: asyncio.Task[Ticket[Slot]]) -> Ticket[Slot]:
+    await settle()
+    assert task.done(), "expected a dispatch"
+    return task.result()
+
+
+async def test_a_held_waiter_is_passed_over_and_the_one_behind_takes_the_free_slot() -> None:
+    h = make({"A": 1, "B": 1})
+    a0, b0 = await granted(h.admit("a0", "A")), await granted(h.admit("b0", "B"))
+    a1, b1 = h.admit("a1", "A"), h.admit("b1", "B")
+    await settle()
+    assert len(h.controller) == 2  # all full: both wait, nothing held (nothing free to hold out against)
+    await b0.release()  # B frees: a1 (first in line) would rather wait for A, b1 behind it takes B
+    b1_ticket = await granted(b1)
+    assert not a1.done() and h.fleet.placed[-1] == ("b1", "B")
+    await a0.release()
+    a1_ticket = await granted(a1)
+    assert h.fleet.placed[-1] == ("a1", "A")
+    assert a1_ticket.queue_wait_s == 0.0  # no time passed on the fake clock
+    for ticket in (a1_ticket, b1_ticket):
+        await ticket.release()
+    assert h.fleet.in_use == {"A": 0, "B": 0} and len(h.controller) == 0 and h.timers.pending == 0
+
+
+async def test_an_arrival_whose_owner_is_full_waits_for_it_and_later_arrivals_take_the_free_slot() -> None:
+    h = make({"A": 1, "B": 1})
+    a0 = await granted(h.admit("a0", "A"))
+    a1 = h.admit("a1", "A")  # A full, B free: held, not sent to B
+    await settle()
+    assert not a1.done() and h.fleet.in_use == {"A": 1, "B": 0}
+    assert h.timers.next_when_s() == pytest.approx(1003.0)  # the hold's end, before the 10 s expiry
+    b1 = h.admit("b1", "B")  # queued behind a1 (no fast path); the last round held out, so it pumps
+    b1_ticket = await granted(b1)
+    assert h.fleet.placed[-1] == ("b1", "B")
+    h.clock.advance(1.0)
+    await a0.release()
+    a1_ticket = await granted(a1)
+    assert h.fleet.placed[-1] == ("a1", "A") and a1_ticket.queue_wait_s == pytest.approx(1.0)
+    await a1_ticket.release()
+    await b1_ticket.release()
+    assert h.fleet.in_use == {"A": 0, "B": 0} and h.timers.pending == 0
+
+
+async def test_a_waiter_whose_owner_never_frees_spills_when_its_hold_runs_out() -> None:
+    h = make({"A": 1, "B": 1}, budget_s=3.0)
+    a0 = await granted(h.admit("a0", "A"))  # never released while a1 waits
+    a1 = h.admit("a1", "A")
+    await settle()
+    h.timers.advance(2.9)
+    await settle()
+    assert not a1.done()
+    h.timers.advance(0.1)  # the hold ends: the timer's pump lets it take B
+    ticket = await granted(a1)
+    assert h.fleet.placed[-1] == ("a1", "B") and ticket.queue_wait_s == pytest.approx(3.0)
+    await ticket.release()
+    await a0.release()
+    assert h.fleet.in_use == {"A": 0, "B": 0} and len(h.controller) == 0 and h.timers.pending == 0
+
+
+async def test_queue_timeout_still_answers_at_max_wait_whatever_the_hold_says() -> None:
+    h = make({"A": 1, "B": 1}, budget_s=100.0)  # a hook that would hold past the 10 s interactive limit
+    a0 = await granted(h.admit("a0", "A"))
+    a1 = h.admit("a1", "A")
+    await settle()
+    h.timers.advance(9.99)
+    await settle()
+    assert not a1.done()
+    h.timers.advance(0.01)
+    await settle()
+    with pytest.raises(AdmissionRefused) as refused:
+        a1.result()
+    assert refused.value.reason is RejectReason.QUEUE_TIMEOUT
+    await a0.release()
+    assert h.fleet.in_use == {"A": 0, "B": 0} and len(h.controller) == 0 and h.timers.pending == 0
+
+
+async def test_one_hook_call_per_held_key_per_round_and_the_ones_ahead_are_counted() -> None:
+    h = make({"A": 1, "B": 1, "C": 1}, budget_s=5.0)
+    a0 = await granted(h.admit("a0", "A"))
+    held = [h.admit(f"a{n}", "A") for n in range(1, 6)]
+    await settle()
+    assert len(h.controller) == 5 and h.fleet.in_use == {"A": 1, "B": 0, "C": 0}
+    assert h.fleet.ahead_seen[-4:] == [{"A": n} for n in range(1, 5)]  # a2..a5 first asked in one round
+    h.fleet.asked.clear()
+    h.controller.on_release()  # a round with nothing freed at A: only the first holder is asked
+    await settle()
+    assert h.fleet.asked == ["a1"] and h.fleet.ahead_seen[-1] == {}
+    h.clock.advance(0.5)
+    await a0.release()  # A frees: a1 takes it; a2 is asked (A is full again) and holds; a3..a5 are not
+    await settle()
+    assert held[0].done() and h.fleet.asked[1:] == ["a1", "a2"]
+    assert h.fleet.contexts[-1].waited_s == pytest.approx(0.5) and h.fleet.ahead_seen[-1] == {}
+    h.controller.on_release()
+    await settle()
+    assert h.fleet.asked[3:] == ["a2"]
+    h.timers.advance(4.5)  # every hold ends (5 s after arrival): two spill to B and C, two wait on
+    await settle()
+    spilled = [t for t in held[1:] if t.done()]
+    assert sorted(t.result().slot().replica for t in spilled) == ["B", "C"]
+    assert [label for label, _ in h.fleet.placed[-2:]] == ["a2", "a3"]  # in queue order
+    for task in [held[0], *spilled]:
+        await task.result().release()
+    await settle()
+    for task in held:
+        await (await granted(task)).release()
+    assert h.fleet.in_use == {"A": 0, "B": 0, "C": 0} and len(h.controller) == 0 and h.timers.pending == 0
+
+
+async def test_a_hook_error_fails_only_that_waiter() -> None:
+    h = make({"A": 1, "B": 1})
+    a0, b0 = await granted(h.admit("a0", "A")), await granted(h.admit("b0", "B"))
+    bad, good = h.admit("bad", "A"), h.admit("good", "B")
+    await settle()
+    h.fleet.fail.add("bad")
+    await b0.release()
+    await settle()
+    assert isinstance(bad.exception(), RuntimeError)
+    ticket = await granted(good)
+    assert h.fleet.placed[-1] == ("good", "B")
+    await ticket.release()
+    await a0.release()
+    assert h.fleet.in_use == {"A": 0, "B": 0} and len(h.controller) == 0
+
+
+async def test_a_cancelled_holder_leaves_and_its_hold_no_longer_wakes_the_queue() -> None:
+    h = make({"A": 1, "B": 1})
+    a0 = await granted(h.admit("a0", "A"))
+    a1 = h.admit("a1", "A")
+    await settle()
+    a1.cancel()
+    await settle()
+    assert len(h.controller) == 0 and h.timers.pending == 0
+    await a0.release()
+    assert h.fleet.in_use == {"A": 0, "B": 0}
+
+
+async def test_no_waiter_starves_and_every_count_returns_to_zero_under_churn() -> None:
+    h = make({"A": 2, "B": 2, "C": 2}, budget_s=1.5)
+    owners = "AABACAABBCAAAB" * 3
+    tasks = [h.admit(f"r{n}", owner) for n, owner in enumerate(owners)]
+    await settle()
+    for _ in range(60):
+        h.timers.advance(0.25)
+        await settle()
+        running = [
+            t.result() for t in tasks if t.done() and t.exception() is None and not t.result().released
+        ]
+        if running:
+            await running[0].release()  # the oldest held slot frees, one every 0.25 s
+        await settle()
+    for task in tasks:
+        assert task.done(), "answered: dispatched or refused at its max wait"
+        if task.exception() is None and not task.result().released:
+            await task.result().release()
+    refused = [t for t in tasks if t.exception() is not None]
+    assert all(isinstance(t.exception(), AdmissionRefused) for t in refused)
+    assert h.fleet.in_use == {"A": 0, "B": 0, "C": 0} and len(h.controller) == 0
+    assert h.controller.held_tickets() == 0 and h.timers.pending == 0

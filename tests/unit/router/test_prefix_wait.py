@@ -1,0 +1,133 @@
+"""The "wait for the prefix's owner or spill" decision (router/prefix_wait.py), against hand-computed
+budgets: W = (ahead + 1) × S / inflight, slack = min(slo − waited − W − T, deadline − now − W)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from router.latency_model import LatencyEstimate
+from router.prefix_index import PrefixIndex
+from router.prefix_wait import OwnerWait, QueueState, owner_wait
+from router.types import RoutingRequest
+from tests.unit.router.snapshots import fleet
+
+HASHES = tuple(range(100, 110))  # a 10-block prompt
+FULL = {"inflight_requests": 4, "max_concurrency": 4}
+FREE = {"inflight_requests": 1, "max_concurrency": 4}
+
+
+def request(**fields: Any) -> RoutingRequest:
+    values: dict[str, Any] = {"prefix_hashes": HASHES, "slo_ttft_s": 4.0, "estimated_prompt_tokens": 160}
+    values.update(fields)
+    return RoutingRequest(model="m", **values)
+
+
+def queue(**fields: Any) -> QueueState:
+    values: dict[str, Any] = {
+        "now_s": 100.0,
+        "waited_s": 0.0,
+        "deadline_s": 102.0,
+        "mean_hold_s": 8.0,
+        "ahead_by_replica": {},
+    }
+    values.update(fields)
+    return QueueState(**values)
+
+
+def index_with(**matched: int) -> PrefixIndex:
+    """An index where replica `id` holds the first `matched[id]` blocks of HASHES."""
+    index = PrefixIndex()
+    for replica_id, blocks in matched.items():
+        index.record(replica_id, HASHES[:blocks])
+    return index
+
+
+def test_waits_for_the_full_owner_while_another_replica_is_free() -> None:
+    views = fleet(("r0", "r1"), r0=FULL, r1=FREE)
+    wait = owner_wait(request(), views, index_with(r0=10), queue())
+    # W = 1 × 8 / 4 = 2 s; slack = min(4 − 0 − 2 − 0, 102 − 100 − 2) = 0 → no: the deadline term binds
+    assert wait is None
+    wait = owner_wait(request(), views, index_with(r0=10), queue(deadline_s=103.0))
+    assert wait == OwnerWait("r0", until_s=101.0, expected_wait_s=2.0, predicted_ttft_s=0.0)
+
+
+def test_the_ttft_objective_bounds_the_wait_with_the_time_already_waited() -> None:
+    views = fleet(("r0", "r1"), r0=FULL, r1=FREE)
+    wait = owner_wait(request(), views, index_with(r0=10), queue(waited_s=1.5, deadline_s=110.0))
+    assert wait is not None and wait.until_s == pytest.approx(100.5)  # 4 − 1.5 − 2
+    assert owner_wait(request(), views, index_with(r0=10), queue(waited_s=2.0, deadline_s=110.0)) is None
+
+
+def test_waiters_ahead_for_the_same_owner_lengthen_the_expected_wait() -> None:
+    views = fleet(("r0", "r1"), r0=FULL, r1=FREE)
+    ahead = queue(deadline_s=110.0, ahead_by_replica={"r0": 2, "r1": 5})
+    wait = owner_wait(request(slo_ttft_s=10.0), views, index_with(r0=10), ahead)
+    assert wait is not None and wait.expected_wait_s == pytest.approx(6.0)  # (2 + 1) × 8 / 4
+    assert owner_wait(request(), views, index_with(r0=10), ahead) is None  # 6 s > the 4 s objective
+
+
+def test_the_owners_predicted_ttft_with_its_prefix_hit_counts_against_the_objective() -> None:
+    slow = LatencyEstimate(ttft=(1.5, 0.0, 0.0, 0.0))  # 1.5 s whatever it finds
+    views = fleet(("r0", "r1"), r0={**FULL, "latency": slow}, r1=FREE)
+    wait = owner_wait(request(), views, index_with(r0=10), queue(deadline_s=110.0))
+    assert wait is not None and wait.predicted_ttft_s == pytest.approx(1.5)
+    assert wait.until_s == pytest.approx(100.5)  # 4 − 2 − 1.5
+    cold = LatencyEstimate()  # no warm model: no TTFT term
+    views = fleet(("r0", "r1"), r0={**FULL, "latency": cold}, r1=FREE)
+    cold_wait = owner_wait(request(), views, index_with(r0=10), queue(deadline_s=110.0))
+    assert cold_wait is not None and cold_wait.predicted_ttft_s == 0.0
+
+
+@pytest.mark.parametrize(
+    ("why", "req", "views", "state"),
+    [
+        ("no blocks", {"prefix_hashes": ()}, None, {}),
+        ("no TTFT objective", {"slo_ttft_s": None}, None, {}),
+        ("no hold time measured yet", {}, None, {"mean_hold_s": None}),
+        ("nothing free elsewhere", {}, {"r0": FULL, "r1": FULL}, {}),
+        ("the owner has a free slot", {}, {"r0": FREE, "r1": FREE}, {}),
+        ("the owner is excluded (a retry)", {"exclude": frozenset({"r0"})}, None, {}),
+        ("the owner is down", {}, {"r0": {**FULL, "healthy": False}, "r1": FREE}, {}),
+        (
+            "the owner does not serve the model",
+            {},
+            {"r0": {**FULL, "models": frozenset({"x"})}, "r1": FREE},
+            {},
+        ),
+    ],
+)
+def test_spills_or_waits_anyway_without_a_reason_to_hold(
+    why: str, req: dict[str, Any], views: dict[str, Any] | None, state: dict[str, Any]
+) -> None:
+    per_replica = views or {"r0": FULL, "r1": FREE}
+    snapshot = fleet(("r0", "r1"), **per_replica)
+    assert (
+        owner_wait(request(**req), snapshot, index_with(r0=10), queue(deadline_s=110.0, **state)) is None
+    ), why
+
+
+def test_a_match_under_the_ratio_is_not_worth_waiting_for() -> None:
+    views = fleet(("r0", "r1"), r0=FULL, r1=FREE)
+    state = queue(deadline_s=110.0)
+    assert owner_wait(request(), views, index_with(r0=4), state) is None  # 4 of 10 < half
+    assert owner_wait(request(), views, index_with(r0=5), state) is not None  # exactly half
+    assert owner_wait(request(), views, index_with(r0=4), state, min_match_ratio=0.3) is not None
+
+
+def test_a_free_replica_holding_enough_of_the_prompt_takes_it_instead() -> None:
+    views = fleet(("r0", "r1", "r2"), r0=FULL, r1=FREE, r2=FREE)
+    state = queue(deadline_s=110.0)
+    assert owner_wait(request(), views, index_with(r0=10, r1=6), state) is None
+    wait = owner_wait(request(), views, index_with(r0=10, r1=3), state)  # r1's 3 blocks: not worth it
+    assert wait is not None and wait.replica_id == "r0"
+
+
+def test_among_full_owners_the_best_match_then_the_soonest_slot_is_waited_for() -> None:
+    views = fleet(("r0", "r1", "r2"), r0=FULL, r1=FULL, r2=FREE)
+    state = queue(deadline_s=110.0, ahead_by_replica={"r0": 1})
+    best_match = owner_wait(request(slo_ttft_s=10.0), views, index_with(r0=10, r1=8), state)
+    assert best_match is not None and best_match.replica_id == "r0"
+    tie = owner_wait(request(slo_ttft_s=10.0), views, index_with(r0=10, r1=10), state)
+    assert tie is not None and tie.replica_id == "r1" and tie.expected_wait_s == pytest.approx(2.0)
