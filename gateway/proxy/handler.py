@@ -269,8 +269,11 @@ class ProxyHandler:
         if not ctx.idempotency_key or ctx.stream:
             await self._server.serve(ctx, reply)
             return
-        scoped = idempotency_scope(
-            ctx.parsed.endpoint.value, ctx.model, ctx.authorization, ctx.idempotency_key
+        scoped = idempotency_scope(  # method and upstream path: each `/v1/responses/{id}` call is its own
+            f"{ctx.parsed.method} {ctx.parsed.upstream_path}",
+            ctx.model,
+            ctx.authorization,
+            ctx.idempotency_key,
         )
         stored = await self._idempotency.claim(scoped, body_digest(ctx.parsed.raw))
         if stored is not None:

@@ -175,7 +175,8 @@ def replay_headers(stored: StoredResponse, request_id: str) -> list[tuple[str, s
 
 
 def idempotency_scope(endpoint: str, model: str, authorization: str | None, key: str) -> tuple[str, ...]:
-    """Cache key: the endpoint, the model, a digest of the client's credentials (never the key itself),
-    the header — the same key on chat and on completions names two different requests."""
+    """Cache key: the endpoint (method and upstream path: `POST /v1/chat/completions`, `GET
+    /v1/responses/resp_1`), the model, a digest of the client's credentials (never the key itself), the
+    header — the same key on chat and on completions, or on two response ids, names two requests."""
     client = hashlib.sha256((authorization or "").encode()).hexdigest()[:32]
     return (endpoint, model, client, key)

@@ -188,12 +188,6 @@ def test_an_id_the_gateway_never_relayed_is_not_found(fleet: Fleet) -> None:
     assert wait_until(lambda: set(fleet.inflight().values()) == {0}), "in-flight back to zero"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ProxyHandler._serve scopes an Idempotency-Key by the endpoint's path (/v1/responses) and the "
-    "body digest (empty for every id call), not by method and path: a key reused on another id or method "
-    "replays the first call's answer",
-)
 def test_an_idempotency_key_is_scoped_to_its_response_id_call(fleet: Fleet) -> None:
     client = _client(fleet)
     first, second = (_create(client, input=f"r {i}")[0] for i in range(2))
