@@ -86,6 +86,11 @@ _REQUEST_HEADERS: list[tuple[str, Schema, str]] = [
 ]
 _SUCCESS_HEADERS: list[tuple[str, Schema, str]] = [
     ("x-request-id", {"type": "string"}, "The request id (the client's, or generated)."),
+    (
+        "x-gateway-pool",
+        {"type": "string"},
+        "The pool that served the request (a fallback pool's, after one).",
+    ),
     ("x-gateway-replica", {"type": "string"}, "The replica that served the request."),
     ("x-gateway-route", {"type": "string"}, "`policy=…; branch=…; hops=…[; prefix_blocks=…]`."),
     ("x-gateway-queue-ms", {"type": "string", "pattern": "^[0-9]+$"}, "Time spent queued, in ms."),

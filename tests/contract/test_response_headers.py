@@ -1,4 +1,5 @@
-"""Response headers (DESIGN §4): `x-request-id` (echoed, or generated when absent), `x-gateway-replica`,
+"""Response headers (DESIGN §4): `x-request-id` (echoed, or generated when absent), `x-gateway-pool`,
+`x-gateway-replica`,
 `x-gateway-route` (policy and branch), `x-gateway-queue-ms`, and `Server-Timing` with `queue` and
 `upstream-ttft`, on streamed and non-streamed answers; the request id on error answers too."""
 
@@ -36,6 +37,7 @@ def test_a_served_request_carries_the_gateway_headers(
 
     replicas = {replica_id(engine.url) for engine in contract_gateway.engines[MODEL]}
     assert echoed.headers["x-gateway-replica"] in replicas
+    assert echoed.headers["x-gateway-pool"] == MODEL
     assert ROUTE.fullmatch(echoed.headers["x-gateway-route"]), echoed.headers["x-gateway-route"]
     queue_ms = echoed.headers["x-gateway-queue-ms"]
     assert queue_ms.isdigit(), "whole milliseconds"

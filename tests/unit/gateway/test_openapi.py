@@ -49,6 +49,7 @@ GATEWAY_HEADERS = (
 )
 SUCCESS_HEADERS = (
     "x-request-id",
+    "x-gateway-pool",
     "x-gateway-replica",
     "x-gateway-route",
     "x-gateway-queue-ms",
