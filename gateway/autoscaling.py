@@ -17,7 +17,6 @@ else 1.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Mapping
 
 from prometheus_client import Gauge
@@ -25,6 +24,7 @@ from prometheus_client import Gauge
 from capacity.autoscale import GaugeSample, PoolAutoscaler
 from capacity.autoscale_settings import AutoscaleSettings, PoolCapacity
 from core.clock import Clock
+from core.tasks import cancel_and_wait
 from gateway.instance_membership import traffic_share
 from gateway.metrics import GatewayMetrics
 from gateway.settings import PoolSettings
@@ -118,10 +118,7 @@ class AutoscaleSignals:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait([task])
 
     async def _run(self) -> None:
         while True:

@@ -21,12 +21,12 @@ admission decision: `state.on_error` does not apply.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
 from core.clock import Clock
 from core.shared_state import LUA_PRELUDE, RedisBackend, RedisOperation
+from core.tasks import cancel_and_wait
 from gateway.proxy.quarantine import MemoryQuarantine
 
 logger = logging.getLogger(__name__)
@@ -122,11 +122,8 @@ class QuarantineSync:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="quarantine-sync")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        await cancel_and_wait([task])
 
     async def _run(self) -> None:
         while True:

@@ -10,7 +10,6 @@ first probe; passive signals catch a dead one fast). Membership changes are pick
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 import httpx
 
 from core.clock import Clock
+from core.tasks import cancel_and_wait
 from gateway.settings import HealthCheckSettings
 from gateway.upstream.registry import Pool, ReplicaRegistry
 from gateway.upstream.replica import Replica
@@ -58,11 +58,7 @@ class HealthChecker:
                 self._tasks.append(asyncio.create_task(self._run(pool), name=f"health-{pool.model}"))
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         self._tasks.clear()
 
     async def _run(self, pool: Pool) -> None:

@@ -17,12 +17,12 @@ named in `models.names`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Collection, Mapping
 
 import httpx
 
+from core.tasks import cancel_and_wait
 from gateway.upstream.pool import Pool
 from gateway.upstream.replica import Replica
 
@@ -73,10 +73,7 @@ class ModelDiscovery:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait([task])
 
     async def poll_once(self) -> None:
         """Read every current replica once, concurrently, and publish what was read."""

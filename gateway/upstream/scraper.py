@@ -42,6 +42,7 @@ from typing import Protocol
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from core.tasks import cancel_and_wait
 from gateway.upstream.engine_metrics import (
     EngineMetricsError,
     EngineSample,
@@ -183,11 +184,7 @@ class EngineScraper:
         tasks = [self._task] if self._task is not None else []
         tasks += [s.task for s in self._states.values() if s.task is not None]
         self._task = None
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(tasks)
 
     async def poll_once(self) -> None:
         """Scrape every current replica now, concurrently, and publish (for tests, or a caller's loop)."""

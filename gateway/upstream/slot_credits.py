@@ -53,6 +53,7 @@ from typing import TypeVar
 
 from admission.leases import Lease, LeaseStore
 from core.clock import Clock
+from core.tasks import cancel_and_wait
 from gateway.upstream.registry import Pool
 from gateway.upstream.replica import Replica
 from gateway.upstream.slot_credit_ledger import (
@@ -152,10 +153,7 @@ class SlotCredits:
     async def aclose(self) -> None:
         """Stop the refiller and give every credit and presence back (best effort, bounded)."""
         self._closed = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait([self._task])
         held: list[HeldCredit] = []
         for pc in self._pools.values():
             for rc in pc.replicas.values():
