@@ -88,10 +88,12 @@ def owner_wait(
         for r in replicas
         if is_routable(r) and r.serves(request.model) and r.replica_id not in request.exclude
     ]
+    free = [r for r in candidates if r.has_free_slot]
+    if not free or len(free) == len(candidates):  # nothing to spill to, or no owner can be full
+        return None
     needed = min_match_ratio * blocks
     matched = {r.replica_id: index.matched_blocks(r.replica_id, request.prefix_hashes) for r in candidates}
-    free = [r for r in candidates if r.has_free_slot]
-    if not free or any(matched[r.replica_id] >= needed for r in free):
+    if any(matched[r.replica_id] >= needed for r in free):
         return None
     best: tuple[int, float, ReplicaView] | None = None
     for replica in candidates:
