@@ -56,6 +56,7 @@ from typing import Any, Protocol
 from prometheus_client import Counter, Gauge
 
 from core.shared_state import LUA_PRELUDE, RedisBackend, RedisOperation
+from core.tasks import cancel_and_wait
 from gateway.instance_membership import new_instance_id
 from gateway.metrics import PREFIX, GatewayMetrics
 from router.prefix_index import PrefixIndex, policy_prefix_index
@@ -236,9 +237,7 @@ class PrefixIndexSharing:
     async def stop(self) -> None:
         """Stop the loop, publish what is pending (one last bounded try) and stop listening."""
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait([self._task])
             self._task = None
             if self._pending:
                 with contextlib.suppress(Exception):
