@@ -252,8 +252,10 @@ def test_a_second_adapter_waits_for_the_first_and_the_lora_metric_shows_it(engin
     finished: dict[str, float] = {}
     first_token: dict[str, float] = {}
 
-    def run(model: str) -> None:
-        body = {"model": model, "prompt": "x", "max_tokens": 10, "stream": True}
+    def run(
+        model: str,
+    ) -> None:  # `a` runs 1.2 s: the checks below happen while it runs, even on a busy machine
+        body = {"model": model, "prompt": "x", "max_tokens": 40 if model == "a" else 10, "stream": True}
         with httpx.stream("POST", server.url + COMPLETIONS, json=body, timeout=TIMEOUT) as streamed:
             for line in streamed.iter_lines():
                 if line.startswith("data: {"):
