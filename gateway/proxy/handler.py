@@ -21,6 +21,7 @@ clients' header) when no `Authorization` is sent.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import Any
 
@@ -198,7 +199,7 @@ class ProxyHandler:
 
         def context(served: ServedModel) -> RequestContext:
             reply.pool = served.pool.model
-            return build_context(
+            built = build_context(
                 request_id=reply.request_id,
                 started_s=reply.started_s,
                 scope=scope,
@@ -209,6 +210,9 @@ class ProxyHandler:
                 engine_key=self._engine_keys.get(served.pool.model),
                 record=record,
             )
+            if endpoint is Endpoint.RESPONSES:  # the id's replica is recorded before the last byte
+                reply.before_end = functools.partial(self._affinity.remember, built, reply)
+            return built
 
         ctx = context(served)
         ctx = ctx if stored is None else self._affinity.pin(ctx, *stored)
@@ -216,7 +220,7 @@ class ProxyHandler:
         async with DisconnectWatcher(receive) as watcher:
             reply.watcher = watcher
             ctx = await self._fallback.serve(ctx, reply, self._serve, fallbacks, context)
-        await self._affinity.remember(ctx, reply)
+        await reply.run_before_end()  # when no relayed response ended (an idempotent replay: a no-op)
         return watcher.disconnected
 
     def _tenant(self, scope: Scope) -> Tenant:

@@ -75,7 +75,9 @@ async def _start(reply: Reply, status: int, content_type: str, extra: list[tuple
 
 
 async def finish_body(reply: Reply, body: bytes = b"") -> None:
-    """Send the last body message; the disconnect watcher is disarmed first (see `DisconnectWatcher`)."""
+    """Send the last body message, after the reply's `before_end` hook; the disconnect watcher is disarmed
+    first (see `DisconnectWatcher`)."""
+    await reply.run_before_end()
     if reply.watcher is not None:
         reply.watcher.disarm()
     await reply.send({"type": "http.response.body", "body": body, "more_body": False})

@@ -14,6 +14,7 @@ arrival of the whole body (the client sees nothing earlier, so that is its TTFT 
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,10 @@ class Reply:
     """Set by a shutdown that ends the request: the handler answers with it."""
     response_id: str | None = None
     """The stored response's id a Responses API answer carried (state affinity remembers its replica)."""
+    before_end: Callable[[], Awaitable[None]] | None = None
+    """Runs once, just before the response's last byte (`gateway.proxy.relay.finish_body`): Responses
+    state affinity records the response id's replica there, so a client that chains on the id at once —
+    through any gateway instance — finds the record."""
     status: int | None = None
     """The HTTP status the relayed response started with (None before it started, and for an idempotent
     replay or an error answer, which the relay does not send)."""
@@ -49,6 +54,12 @@ class Reply:
     def elapsed_s(self) -> float:
         """Seconds since the request arrived."""
         return time.perf_counter() - self.started_s
+
+    async def run_before_end(self) -> None:
+        """Run `before_end` if it has not run yet."""
+        hook, self.before_end = self.before_end, None
+        if hook is not None:
+            await hook()
 
     def mark_first_output(self) -> None:
         """Record the first output now (once; later calls keep the first)."""

@@ -6,9 +6,11 @@ of every response id it relays (`remember`, after the response: the id from the 
 stream's `response.created` event) in the `ResponseState` (`gateway.proxy.response_state`; Redis when
 configured, so every instance agrees), and pins such requests to it (`pin`): routing may pick that one
 replica only (every other replica of the pool is excluded, retries included), admission and timers as
-for any request. A `DELETE /v1/responses/{id}` the engine answered with a 2xx forgets the id
-(`remember` again: it runs once the response went out, and reads the relayed status), so a later call
-on it is the gateway's own 404 `response_not_found`, never forwarded; a refused or failed delete keeps it.
+for any request. `remember` runs just before the response's last byte (the reply's `before_end` hook),
+so a client that chains on the id at once, through any instance, finds the record. A `DELETE
+/v1/responses/{id}` the engine answered with a 2xx forgets the id (`remember` again, reading the
+relayed status), so a later call on it is the gateway's own 404 `response_not_found`, never forwarded;
+a refused or failed delete keeps it.
 
 Failures are explicit, never a silent answer from a replica without the state:
 - an id with no record (never relayed by the gateway, or its record expired) → 404 `response_not_found`;

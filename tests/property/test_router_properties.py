@@ -16,7 +16,9 @@ from router.presets import PolicyContext, build_policy, known_policies
 from router.ring import HashRing
 from router.types import Branch, EngineLoad, ReplicaView, RoutingRequest
 
-PROPERTY_SETTINGS = settings(deadline=None, max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY_SETTINGS = settings(
+    deadline=None, max_examples=150, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
+)
 RING_POLICIES = ("prefix-affinity", "session-affinity")
 HASH = st.integers(min_value=0, max_value=2**64 - 1)
 REPLICA_ID = st.text(alphabet=string.ascii_lowercase + string.digits + "-.:", min_size=1, max_size=12)

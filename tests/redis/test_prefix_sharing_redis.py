@@ -176,7 +176,8 @@ async def test_requests_are_served_while_redis_is_away_and_sharing_resumes(
         assert errors >= 1
 
     await redis_proxy.start()
-    assert await until(lambda: _sample(a, "llm_gateway_prefix_index_sharing_up") == 1.0)
+    for gateway in (a, b):  # both back: b applies only what a publishes from now on
+        assert await until(lambda g=gateway: _sample(g, "llm_gateway_prefix_index_sharing_up") == 1.0)
     applied = _applied(b)
     replica, _ = await ask(a, 99, "after the outage")
     assert await until(lambda: _applied(b) > applied)
