@@ -53,7 +53,7 @@ def test_a_queued_request_waits_for_the_replica_holding_its_prefix(mock_engines,
         policy="prefix-index",
         max_concurrency_per_replica=1,
         slo={"ttft_s": 10.0, "tpot_s": None},  # interactive waits at most 5 s
-        prefix_wait={"enabled": True},
+        prefix_wait={"enabled": True},  # the default, spelled out
     )
     gateway = gateways(gateway_settings([settings]))
     registry = gateway.app.state.registry
@@ -71,7 +71,11 @@ def test_a_queued_request_waits_for_the_replica_holding_its_prefix(mock_engines,
 def test_without_prefix_wait_the_queued_request_takes_the_free_replica(mock_engines, gateways) -> None:
     engines = [mock_engines(model=MODEL, token_delay_ms=20) for _ in range(2)]
     settings = pool(
-        engines, policy="prefix-index", max_concurrency_per_replica=1, slo={"ttft_s": 10.0, "tpot_s": None}
+        engines,
+        policy="prefix-index",
+        max_concurrency_per_replica=1,
+        slo={"ttft_s": 10.0, "tpot_s": None},
+        prefix_wait={"enabled": False},
     )
     gateway = gateways(gateway_settings([settings]))
     registry = gateway.app.state.registry
