@@ -7,8 +7,9 @@ return to zero; this handler then accounts the request (`gateway.proxy.account`)
 
 Order of the checks, and so of the answers: draining (503) → API key (401, before the body is read) →
 body size (413; a declared length before any of the body is read) → body deadline (408) → JSON and
-fields (400) → model (404; aliases resolved, `gateway.upstream.model_catalog`) → endpoint served by the
-pool (404 `endpoint_not_served`) → stored response (Responses API: 404 `response_not_found` /
+fields (400) → a stored response the gateway knows (Responses API: 404 `response_not_found`; an id
+call's model is its record's) → model (404; aliases resolved, `gateway.upstream.model_catalog`) →
+endpoint served by the pool (404 `endpoint_not_served`) → the stored response's replica routable (404
 `response_state_lost`) → priority class and timer headers (400) → idempotent replay → admission
 (429/503; a refusal may pass to the pool's fallback, `gateway.proxy.fallback`) → upstream. Each write
 to the client has a deadline too (`gateway.api.asgi_io.ClientIO`).
