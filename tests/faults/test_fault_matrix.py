@@ -39,7 +39,9 @@ def _gateway(
         "timeouts": TIMEOUTS,
         "retries": RETRIES,
         "breaker": {"consecutive_failures": 3, "open_s": 0.5, "max_open_s": 2},
-        "health": {"interval_s": 0.3, "unhealthy_threshold": 1, "healthy_threshold": 1, "timeout_s": 0.3},
+        # a probe may take 2 s: on a busy CI machine a 0.3 s bound once marked all three down at once
+        # (40 × no_replica); a killed or refusing replica still fails its probe at once
+        "health": {"interval_s": 0.3, "unhealthy_threshold": 1, "healthy_threshold": 1, "timeout_s": 2.0},
         "scrape": {"enabled": False},
         **overrides,
     }
