@@ -143,7 +143,7 @@ class GatewayMetrics:
         )
         self.model_discovery_errors_total = Counter(
             f"{PREFIX}_model_discovery_errors_total",
-            "Failed reads of a replica's /v1/models (its last known list is kept)",
+            'Failed reads of a replica\'s /v1/models (last list kept); replica="loop": the loop failed',
             ["replica"],
             registry=r,
         )

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from gateway.upstream.pool import Pool
 from gateway.upstream.registry import ReplicaRegistry
+from router.eligibility import any_routable
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +46,6 @@ class ServedModel:
         """A LoRA adapter: listed with a parent by a replica, or loadable (`models.adapters`). A
         declared name (`models.names`) may be an adapter or a model of a multi-model server: not known."""
         return self.name in self.pool.discovered_models or self.name in self.pool.loadable_models
-
-    @property
-    def aliased(self) -> bool:
-        return self.name != self.requested
 
 
 class ModelCatalog:
@@ -87,12 +84,13 @@ class ModelCatalog:
         data: list[dict[str, object]] = []
         listed: set[str] = set()
         for pool in self._client_pools():
-            if not pool.has_eligible_replica():
+            views = pool.snapshot()  # one snapshot per pool, every name checked against it
+            if not any_routable(views):
                 continue
             adapters = sorted(pool.discovered_models | pool.loadable_models)
             for name in [pool.model, *pool.settings.models.names, *adapters]:
                 loadable = name in pool.loadable_models
-                if name in listed or not (loadable or pool.has_eligible_replica(name)):
+                if name in listed or not (loadable or any_routable(views, name)):
                     continue
                 entry: dict[str, object] = {
                     "id": name, "object": "model", "created": created, "owned_by": "llm-gateway"

@@ -6,7 +6,8 @@ concurrently (each bounded by `timeout_s`, with the pool's engine key when it ha
 `--api-key` guards `/v1/models` too) and hands what it read to the registry
 (`ReplicaRegistry.set_replica_models`). A failed read (connect, timeout, status, a body that is not an
 OpenAI model list) changes nothing: the replica keeps its last known list, and the failure is counted
-in `llm_gateway_model_discovery_errors_total{replica}`. Health is the health checker's business, not
+in `llm_gateway_model_discovery_errors_total{replica}` (`replica="loop"`: the loop itself failed, logged
+with its stack trace). Health is the health checker's business, not
 this loop's: a replica that cannot answer here is not marked down.
 
 `served_models` is the pure rule: the pool's model always (the engine's base model, whatever its
@@ -27,6 +28,9 @@ from gateway.upstream.pool import Pool
 from gateway.upstream.replica import Replica
 
 _log = logging.getLogger(__name__)
+
+LOOP_ERROR_LABEL = "loop"
+"""The `replica` label of `model_discovery_errors_total` when the loop itself failed (a bug), not a read."""
 
 
 def served_models(listing: object, pool_model: str, declared: Collection[str]) -> frozenset[str] | None:
@@ -84,8 +88,10 @@ class ModelDiscovery:
         while True:
             try:
                 await self.poll_once()
-            except Exception:  # a bug, not a failed read: keep discovering, say it loudly
+            except Exception:  # a bug, not a failed read: keep discovering, say it loudly and count it
                 _log.exception("model discovery of pool %s failed", self._pool.model)
+                if self._on_error is not None:
+                    self._on_error(LOOP_ERROR_LABEL)
             await asyncio.sleep(self._pool.settings.models.refresh_s)
 
     async def _read(self, replica: Replica) -> None:
@@ -96,9 +102,11 @@ class ModelDiscovery:
                 response = await self._client.get(
                     replica.url + "/v1/models", headers=self._headers, timeout=settings.timeout_s
                 )
+            if response.status_code != 200:
+                raise ValueError(f"status {response.status_code}")
             names = served_models(response.json(), self._pool.model, self._pool.declared_models)
-            if response.status_code != 200 or names is None:
-                raise ValueError(f"status {response.status_code}, not a model list")
+            if names is None:
+                raise ValueError("not an OpenAI model list")
         except (TimeoutError, httpx.HTTPError, ValueError) as exc:
             _log.debug("model discovery: %s: %s", replica.replica_id, exc)
             if self._on_error is not None:

@@ -88,12 +88,6 @@ class Pool:
         self.replicas[rid] = replica
         return replica
 
-    def serves(self, model: str) -> bool:
-        """A name of this pool: its model, a declared name, one a replica listed, or a loadable adapter."""
-        return (
-            model in self.declared_models or model in self.discovered_models or model in self.loadable_models
-        )
-
     def set_replica_models(self, replica: Replica, models: frozenset[str]) -> bool:
         """What `replica` serves now (its /v1/models, read by `gateway.upstream.model_discovery`);
         True when the pool's names changed."""

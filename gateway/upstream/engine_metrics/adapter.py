@@ -104,14 +104,15 @@ def lora_adapters(
         samples = [s for s in exposition.get(name, []) if math.isfinite(s.value)]
         if samples:
             newest = max(samples, key=lambda s: s.value).labels
-
-            def split(label: str, labels: dict[str, str] = newest) -> frozenset[str]:
-                return frozenset(part for part in labels.get(label, "").split(",") if part)
-
             max_lora = newest.get("max_lora", "")
             slots = int(max_lora) if max_lora.isdigit() and int(max_lora) > 0 else None
-            return split("running_lora_adapters"), split("waiting_lora_adapters"), slots
+            return _names(newest, "running_lora_adapters"), _names(newest, "waiting_lora_adapters"), slots
     return frozenset(), frozenset(), None
+
+
+def _names(labels: dict[str, str], label: str) -> frozenset[str]:
+    """The comma-joined names of `label` (empty when absent)."""
+    return frozenset(part for part in labels.get(label, "").split(",") if part)
 
 
 def _clamp_ratio(value: float) -> float:

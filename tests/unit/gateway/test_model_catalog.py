@@ -114,8 +114,9 @@ def test_an_alias_resolves_to_its_target_and_the_engine_gets_the_target_or_the_u
     catalog, _ = _catalog(pools, {"fast": BASE, "sql": "sql-lora"})
     fast, sql, base = catalog.resolve("fast"), catalog.resolve("sql"), catalog.resolve(BASE)
     assert fast is not None and fast.name == BASE and fast.upstream_name == "meta-llama/Llama-3.1-8B"
-    assert sql is not None and sql.name == "sql-lora" and sql.upstream_name == "sql-lora" and sql.aliased
-    assert base is not None and not base.aliased
+    assert sql is not None and sql.name == "sql-lora" and sql.upstream_name == "sql-lora"
+    assert sql.requested == "sql", "served under its target, asked for by its alias"
+    assert base is not None and base.requested == base.name
 
 
 def test_the_prefix_key_of_an_adapter_is_its_own() -> None:
