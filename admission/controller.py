@@ -22,7 +22,7 @@ Event-driven, never polling. Three events move the queue:
   when it skipped the probe, others wait because there was none at the last release. Either way a
   further `try_dispatch` would only repeat a known answer — unless the last round passed over held
   waiters (below): a slot may be free, so a queued arrival schedules a pump;
-- one timer, at the queue's earliest deadline (`Timers.call_at`), answers expired waiters (re-armed
+- one timer (`EarliestTimer`), at the queue's earliest deadline, answers expired waiters (re-armed
   only when a new deadline is earlier; one that fires early re-arms itself); it also pumps when a hold
   runs out.
 
@@ -67,7 +67,7 @@ from admission.release_forecast import ReleaseForecast
 from admission.retry_after import clamp_retry_after_s, queue_retry_after_s
 from admission.tenant_gate import TenantGate
 from admission.ticket import AdmissionRequest, S, Ticket
-from admission.timers import LoopTimers, TimerHandle, Timers
+from admission.timers import EarliestTimer, LoopTimers, Timers
 from core.clock import Clock
 
 
@@ -102,7 +102,6 @@ class AdmissionController(Generic[S]):
         self._gate = gate
         self._clock = clock
         self._observer = observer
-        self._timers: Timers = timers or LoopTimers(clock)
         self._queue: PriorityQueue[_Waiter[S]] = PriorityQueue(
             clock, self._config.classes, self._config.max_queue_depth
         )
@@ -111,8 +110,7 @@ class AdmissionController(Generic[S]):
         self._forecast = ReleaseForecast(clock)
         self._holds = Holds(prefer_wait, clock)
         self.stats = AdmissionStats()
-        self._timer: TimerHandle | None = None
-        self._timer_at_s = math.inf
+        self._timer = EarliestTimer(timers or LoopTimers(clock), self._on_timer)
         self._pump_handle: asyncio.Handle | None = None
 
     def __len__(self) -> int:
@@ -373,24 +371,9 @@ class AdmissionController(Generic[S]):
     def _arm_timer(self) -> None:
         expiry_s, hold_s = self._queue.next_expiry_s(), self._holds.next_s()
         next_s = expiry_s if hold_s is None else hold_s if expiry_s is None else min(expiry_s, hold_s)
-        if next_s is None:
-            self._cancel_timer()
-            return
-        if self._timer is not None and self._timer_at_s <= next_s:
-            return  # fires no later than needed; `_on_timer` re-arms
-        self._cancel_timer()
-        self._timer = self._timers.call_at(next_s, self._on_timer)
-        self._timer_at_s = next_s
-
-    def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = None
-        self._timer_at_s = math.inf
+        self._timer.arm(next_s)  # re-armed only when earlier; `_on_timer` re-arms for the rest
 
     def _on_timer(self) -> None:
-        self._timer = None
-        self._timer_at_s = math.inf
         if self._holds.pop_due():
             if self._pump_handle is not None:  # this pump does its work now
                 self._pump_handle.cancel()

@@ -10,6 +10,9 @@ the tenant gate one timer per held bulkhead lease (its renewal). Both ask a `Tim
 - `ManualTimers(clock)`: for tests with a `FakeClock`; `advance(delta_s)` moves the clock and runs
   every due callback in deadline order (callbacks scheduled while running that are already due run
   in the same call), so expiry is tested without sleeping.
+
+`EarliestTimer` is the controller's one timer on top of a `Timers`: set to the earliest of deadlines
+that keep changing, it is re-armed only when a deadline comes earlier than the one it waits for.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -50,6 +54,43 @@ class LoopTimers:
         """Schedule on `asyncio.get_running_loop()` (call from inside the loop)."""
         delay_s = max(0.0, when_s - self._clock.now_s())
         return asyncio.get_running_loop().call_later(delay_s, callback)
+
+
+class EarliestTimer:
+    """One timer that runs `callback` at the earliest deadline it was armed with.
+
+    `arm(at_s)` with a deadline no earlier than the pending one keeps the pending timer (it fires no
+    later than needed; the callback is expected to re-arm for whatever is left), an earlier one
+    replaces it, None cancels it. So a stream of later deadlines costs no timer churn."""
+
+    def __init__(self, timers: Timers, callback: Callable[[], None]) -> None:
+        self._timers = timers
+        self._callback = callback
+        self._handle: TimerHandle | None = None
+        self._at_s = math.inf
+
+    def arm(self, at_s: float | None) -> None:
+        """Fire no later than `at_s` (clock seconds); None: nothing to wait for (cancel)."""
+        if at_s is None:
+            self.cancel()
+            return
+        if self._handle is not None and self._at_s <= at_s:
+            return
+        self.cancel()
+        self._handle = self._timers.call_at(at_s, self._fire)
+        self._at_s = at_s
+
+    def cancel(self) -> None:
+        """No timer pending any more (idempotent)."""
+        if self._handle is not None:
+            self._handle.cancel()
+        self._handle = None
+        self._at_s = math.inf
+
+    def _fire(self) -> None:
+        self._handle = None
+        self._at_s = math.inf
+        self._callback()
 
 
 @dataclass(eq=False, slots=True)

@@ -1,11 +1,11 @@
-"""ManualTimers / LoopTimers, and the peek additions to FairShareQueue and PriorityQueue."""
+"""ManualTimers / LoopTimers / EarliestTimer, and the peek additions to FairShareQueue and PriorityQueue."""
 
 import asyncio
 import time
 
 from admission.fair_share import FairShareQueue
 from admission.priority_queue import PriorityQueue
-from admission.timers import LoopTimers, ManualTimers
+from admission.timers import EarliestTimer, LoopTimers, ManualTimers
 from core.clock import FakeClock, SystemClock
 
 
@@ -33,6 +33,26 @@ async def test_loop_timers_fire_on_the_running_loop() -> None:
     LoopTimers(clock).call_at(clock.now_s() + 0.01, cancelled.set).cancel()
     await asyncio.wait_for(fired.wait(), timeout=2.0)
     assert time.monotonic() - started_s >= 0.015 and not cancelled.is_set()
+
+
+def test_earliest_timer_re_arms_only_for_an_earlier_deadline_and_cancels_on_none() -> None:
+    clock = FakeClock()
+    timers = ManualTimers(clock)
+    fired: list[float] = []
+    timer = EarliestTimer(timers, lambda: fired.append(clock.now_s()))
+    timer.arm(5.0)
+    timer.arm(7.0)  # later: the pending 5 s timer stays, no second one
+    assert timers.pending == 1 and timers.next_when_s() == 5.0
+    timer.arm(3.0)  # earlier: replaces it
+    assert timers.pending == 1 and timers.next_when_s() == 3.0
+    timers.advance(3.0)
+    assert fired == [3.0] and timers.pending == 0
+    timer.arm(4.0)  # after firing, any deadline arms a new timer
+    assert timers.next_when_s() == 4.0
+    timer.arm(None)
+    assert timers.pending == 0
+    timers.advance(5.0)
+    assert fired == [3.0]
 
 
 def test_fair_share_peek_matches_pop_and_skips_removed_keys() -> None:
