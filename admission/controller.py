@@ -30,6 +30,8 @@ Holds (`admission.holds`, optional `prefer_wait` hook, asked before `try_dispatc
 rather wait for one resource (the replica holding its prefix) until a time. The pump passes over it,
 so those behind it may take the slot it declined (no head-of-line blocking), and asks it again at the
 next pump; at its `until_s` it is let go. An arrival that holds is queued. Without the hook: unchanged.
+With `slot_key` (slot → replica id), each ticket's hold time also feeds its replica's own mean hold
+(`ReleaseForecast.mean_hold_s_by_key`), which the hook reads in its `WaitContext`.
 
 `try_dispatch(request) -> slot | None` is the only place that decides whether a replica has a free
 slot: it routes `request.routing`, claims the slot synchronously and returns it (see
@@ -57,7 +59,7 @@ from dataclasses import dataclass
 from typing import Generic
 
 from admission.config import AdmissionConfig
-from admission.dispatch_rate import DispatchRateMeter
+from admission.dispatch_rate import PoolRates
 from admission.early_refusal import hopeless
 from admission.holds import Hold, Holds, PreferWait
 from admission.observer import AdmissionObserver, AdmissionStats
@@ -95,6 +97,7 @@ class AdmissionController(Generic[S]):
         timers: Timers | None = None,
         full_by_own_caps: Callable[[], bool] | None = None,
         prefer_wait: PreferWait | None = None,
+        slot_key: Callable[[S], str] | None = None,
     ) -> None:
         self._config = config or AdmissionConfig()
         self._try_dispatch = try_dispatch
@@ -105,10 +108,10 @@ class AdmissionController(Generic[S]):
         self._queue: PriorityQueue[_Waiter[S]] = PriorityQueue(
             clock, self._config.classes, self._config.max_queue_depth
         )
-        self._meter = DispatchRateMeter(clock)
-        self._class_meters = {name: DispatchRateMeter(clock) for name in self._queue.class_names}
         self._forecast = ReleaseForecast(clock)
-        self._holds = Holds(prefer_wait, clock)
+        self._rates = PoolRates(clock, self._queue.class_names, self._forecast)
+        self._holds = Holds(prefer_wait, clock, self._forecast)
+        self._slot_key = slot_key
         self.stats = AdmissionStats()
         self._timer = EarliestTimer(timers or LoopTimers(clock), self._on_timer)
         self._pump_handle: asyncio.Handle | None = None
@@ -128,35 +131,23 @@ class AdmissionController(Generic[S]):
 
     def dispatch_rate_per_s(self) -> float | None:
         """Measured dispatches per second (None before the first)."""
-        return self._meter.rate_per_s()
+        return self._rates.rate_per_s()
 
     def held_tickets(self) -> int:
         """Tickets given out and not yet released (the release forecast's population)."""
         return len(self._forecast)
 
     def above_rate_per_s(self, priority: str) -> float:
-        """λ_above: measured dispatches per second of the classes strictly above `priority` (0 for the
-        highest class, exactly)."""
-        names = self._queue.class_names
-        above = names[: names.index(self._queue.priority_class(priority).name)]
-        return sum(self._class_meters[name].rate_per_s() or 0.0 for name in above)
+        """λ_above of class `priority` (`PoolRates.above_per_s`)."""
+        return self._rates.above_per_s(self._queue.priority_class(priority).name)
 
     def available_rate_per_s(self, priority: str) -> float | None:
-        """C − λ_above (≥ 0): the dispatches per second left to class `priority` and those below it
-        while the pool is full (C: the measured dispatch rate until a ticket has been released); None
-        before any dispatch. The rate of Retry-After estimates."""
-        capacity = self.capacity_rate_per_s() or self._meter.rate_per_s()
-        if capacity is None:
-            return None
-        return max(0.0, capacity - self.above_rate_per_s(priority))
+        """C − λ_above of class `priority` (`PoolRates.available_per_s`): the rate of Retry-After."""
+        return self._rates.available_per_s(self._queue.priority_class(priority).name)
 
     def capacity_rate_per_s(self) -> float | None:
-        """C: dispatches per second the pool sustains while full — held tickets ÷ mean hold time; None
-        before a ticket has been released or while none is held (no evidence)."""
-        mean_hold_s = self._forecast.mean_hold_s
-        if mean_hold_s is None or mean_hold_s <= 0 or not len(self._forecast):
-            return None
-        return len(self._forecast) / mean_hold_s
+        """C = held tickets ÷ mean hold time (`PoolRates.capacity_per_s`)."""
+        return self._rates.capacity_per_s()
 
     async def admit(self, request: AdmissionRequest) -> Ticket[S]:
         """Admit `request` or raise `AdmissionRefused`; ValueError for an unknown class or negative
@@ -214,10 +205,10 @@ class AdmissionController(Generic[S]):
         hold: Hold | None = None
         if probed:
             max_wait_s = self._queue.priority_class(priority).max_wait_s
-            hold = self._holds.at_arrival(request, max_wait_s, self._forecast.mean_hold_s)
+            hold = self._holds.at_arrival(request, max_wait_s)
             slot = None if hold is not None else self._try_dispatch(request)
             if slot is not None:
-                return slot, 0.0, self._record_dispatch(priority, 0.0, fast_path=True)
+                return slot, 0.0, self._record_dispatch(priority, 0.0, self._key_of(slot))
             self._holds.may_be_free = hold is not None
         if hold is None:
             self._refuse_if_hopeless(priority)
@@ -281,7 +272,6 @@ class AdmissionController(Generic[S]):
 
     def _dispatch_ready(self) -> None:
         self._holds.start_round()
-        mean_hold_s = self._forecast.mean_hold_s
         for entry in self._queue.in_dispatch_order():
             waiter = entry.item
             if waiter.future.done():  # cancelled; its task has not run its handler yet
@@ -289,7 +279,7 @@ class AdmissionController(Generic[S]):
                 continue
             try:
                 waited_s = entry.waited_s(self._clock.now_s())
-                hold = self._holds.in_round(waiter, waited_s, entry.deadline_s, mean_hold_s)
+                hold = self._holds.in_round(waiter, waited_s, entry.deadline_s)
                 slot = None if hold is not None else self._try_dispatch(waiter.request)
             except Exception as exc:  # a refusal (e.g. no_replica) or a bug: this waiter gets it
                 self._drop(entry)
@@ -302,7 +292,7 @@ class AdmissionController(Generic[S]):
                 return
             self._queue.take(entry)  # queued: walked in dispatch order, nothing removed it since
             queue_wait_s = entry.waited_s(self._clock.now_s())
-            hold_key = self._record_dispatch(entry.priority, queue_wait_s, fast_path=False)
+            hold_key = self._record_dispatch(entry.priority, queue_wait_s, self._key_of(slot), queued=True)
             waiter.future.set_result((slot, queue_wait_s, hold_key))
             self._publish_depths({entry.priority})
         self._holds.end_round(stopped=False)
@@ -353,14 +343,19 @@ class AdmissionController(Generic[S]):
         self._queue.remove(entry)
         self._publish_depths({entry.priority})
 
-    def _record_dispatch(self, priority: str, queue_wait_s: float, fast_path: bool) -> int:
-        """Count a dispatch; returns its release-forecast key (the slot is held from now on)."""
-        self._meter.record()
-        self._class_meters[priority].record()
-        self.stats.record_dispatch(priority, queue_wait_s, fast_path)
+    def _key_of(self, slot: S) -> str | None:
+        return None if self._slot_key is None else self._slot_key(slot)
+
+    def _record_dispatch(
+        self, priority: str, queue_wait_s: float, slot_key: str | None, queued: bool = False
+    ) -> int:
+        """Count a dispatch; returns its release-forecast key (the slot is held from now on, on the
+        replica `slot_key` names)."""
+        self._rates.record(priority)
+        self.stats.record_dispatch(priority, queue_wait_s, fast_path=not queued)
         if self._observer is not None:
             self._observer.dispatched(priority, queue_wait_s)
-        return self._forecast.hold()
+        return self._forecast.hold(slot_key)
 
     def _publish_depths(self, priorities: set[str]) -> None:
         if self._observer is None:

@@ -16,12 +16,17 @@ enough that Retry-After follows a change of fleet size within a few tens of seco
 `rate_per_s()` is None until the first dispatch is recorded (the caller then uses its fallback, see
 `retry_after.queue_retry_after_s`); after that it is a float that decays towards 0 while nothing is
 dispatched, which is the honest reading of a stalled queue.
+
+`PoolRates` is what the admission controller divides by: one meter for the pool and one per class,
+and the capacity the release forecast implies, C = held tickets ÷ mean hold time.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
+from admission.release_forecast import ReleaseForecast
 from core.clock import Clock
 
 DEFAULT_TIME_CONSTANT_S = 10.0
@@ -71,3 +76,45 @@ class DispatchRateMeter:
 
     def _decayed_at(self, now_s: float) -> float:
         return self._decayed_count * math.exp(-max(0.0, now_s - self._updated_s) / self._tau_s)
+
+
+class PoolRates:
+    """A pool's dispatch rates: measured in total and per class (highest first), and its capacity."""
+
+    def __init__(self, clock: Clock, class_names: Sequence[str], forecast: ReleaseForecast) -> None:
+        self._names = tuple(class_names)
+        self._meter = DispatchRateMeter(clock)
+        self._class_meters = {name: DispatchRateMeter(clock) for name in self._names}
+        self._forecast = forecast
+
+    def record(self, class_name: str) -> None:
+        """One dispatch of class `class_name` now."""
+        self._meter.record()
+        self._class_meters[class_name].record()
+
+    def rate_per_s(self) -> float | None:
+        """Measured dispatches per second of every class (None before the first)."""
+        return self._meter.rate_per_s()
+
+    def above_per_s(self, class_name: str) -> float:
+        """λ_above: measured dispatches per second of the classes strictly above `class_name` (0 for
+        the highest class, exactly)."""
+        above = self._names[: self._names.index(class_name)]
+        return sum(self._class_meters[name].rate_per_s() or 0.0 for name in above)
+
+    def capacity_per_s(self) -> float | None:
+        """C: dispatches per second the pool sustains while full — held tickets ÷ mean hold time; None
+        before a ticket has been released or while none is held (no evidence)."""
+        mean_hold_s = self._forecast.mean_hold_s
+        if mean_hold_s is None or mean_hold_s <= 0 or not len(self._forecast):
+            return None
+        return len(self._forecast) / mean_hold_s
+
+    def available_per_s(self, class_name: str) -> float | None:
+        """C − λ_above (≥ 0): the dispatches per second left to class `class_name` and those below it
+        while the pool is full (C: the measured rate until a ticket has been released); None before
+        any dispatch. The rate of Retry-After estimates."""
+        capacity = self.capacity_per_s() or self._meter.rate_per_s()
+        if capacity is None:
+            return None
+        return max(0.0, capacity - self.above_per_s(class_name))

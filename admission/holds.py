@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from admission.release_forecast import ReleaseForecast
 from admission.ticket import AdmissionRequest
 from core.clock import Clock
 
@@ -49,13 +50,16 @@ class WaitContext:
 
     `deadline_s`: when its class's `max_wait_s` answers `queue_timeout`; `mean_hold_s`: the mean time a
     slot is held, dispatch → release (`ReleaseForecast.mean_hold_s`, None before the first release);
-    `ahead_by_key`: waiters ahead of it holding for each key (module docstring)."""
+    `ahead_by_key`: waiters ahead of it holding for each key (module docstring); `mean_hold_s_by_key`:
+    each key's own mean hold, for keys with enough holds (`ReleaseForecast.mean_hold_s_by_key`; empty
+    when the controller has no `slot_key`). Both mappings are live views: read them during the call."""
 
     now_s: float
     waited_s: float
     deadline_s: float
     mean_hold_s: float | None
     ahead_by_key: Mapping[str, int]
+    mean_hold_s_by_key: Mapping[str, float]
 
 
 PreferWait = Callable[[AdmissionRequest, WaitContext], Hold | None]
@@ -76,23 +80,22 @@ class Holds:
     """The controller's side of holds: asks the hook, remembers each waiter's answer and the held-out
     keys of the current pump round, and keeps the holds' deadlines (module docstring)."""
 
-    def __init__(self, prefer_wait: PreferWait | None, clock: Clock) -> None:
+    def __init__(self, prefer_wait: PreferWait | None, clock: Clock, forecast: ReleaseForecast) -> None:
         self._prefer_wait = prefer_wait
         self._clock = clock
+        self._forecast = forecast
         self._deadlines = HoldDeadlines()
         self._held_out: set[str] = set()
         self._ahead: Counter[str] = Counter()
         self.may_be_free = False
         """The last pump round ended with waiters held out (a slot may be free), not on a None."""
 
-    def at_arrival(
-        self, request: AdmissionRequest, max_wait_s: float, mean_hold_s: float | None
-    ) -> Hold | None:
+    def at_arrival(self, request: AdmissionRequest, max_wait_s: float) -> Hold | None:
         """The hook's answer for an arrival that nobody of its class or above waits before."""
         if self._prefer_wait is None:
             return None
         now_s = self._clock.now_s()
-        context = WaitContext(now_s, 0.0, now_s + max_wait_s, mean_hold_s, {})
+        context = self._context(now_s, 0.0, now_s + max_wait_s, {})
         return live_hold(self._prefer_wait(request, context), now_s)
 
     def start_round(self) -> None:
@@ -100,9 +103,7 @@ class Holds:
         self._held_out.clear()
         self._ahead.clear()
 
-    def in_round(
-        self, waiter: HeldWaiter, waited_s: float, deadline_s: float, mean_hold_s: float | None
-    ) -> Hold | None:
+    def in_round(self, waiter: HeldWaiter, waited_s: float, deadline_s: float) -> Hold | None:
         """The waiter's hold in this round: its last one, unasked, while it has not run out and its key
         was already held out for in this round (nothing frees during a round); else the hook's answer.
         A hold counts the waiter as ahead of the later ones holding for the same key."""
@@ -111,13 +112,21 @@ class Holds:
         now_s = self._clock.now_s()
         hold = live_hold(waiter.hold, now_s)
         if hold is None or hold.key not in self._held_out:
-            context = WaitContext(now_s, waited_s, deadline_s, mean_hold_s, self._ahead)
+            context = self._context(now_s, waited_s, deadline_s, self._ahead)
             hold = live_hold(self._prefer_wait(waiter.request, context), now_s)
             self.set(waiter, hold)
         if hold is not None:
             self._held_out.add(hold.key)
             self._ahead[hold.key] += 1
         return hold
+
+    def _context(
+        self, now_s: float, waited_s: float, deadline_s: float, ahead: Mapping[str, int]
+    ) -> WaitContext:
+        forecast = self._forecast
+        return WaitContext(
+            now_s, waited_s, deadline_s, forecast.mean_hold_s, ahead, forecast.mean_hold_s_by_key
+        )
 
     def end_round(self, stopped: bool) -> None:
         """The round ended on a None (`stopped`: no slot for anyone) or after the last waiter."""

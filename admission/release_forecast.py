@@ -18,6 +18,11 @@ before the first completion.
 Tickets are kept in dispatch order (the clock is monotonic), so "are at least k releases due within h"
 is one look at the k-th oldest held ticket: O(k) in C, no sorting.
 
+Each ticket may carry the key of the replica it was dispatched to (`hold(key)`); its hold time then
+also feeds that key's own mean (`mean_hold_s_by_key`, `admission.hold_times`), which a wait for one
+replica's next slot reads instead of S once the replica has enough holds. A retry that moves the
+ticket to another replica still counts for the first one.
+
 Limits: one S for every ticket assumes requests of broadly similar length. With a strongly mixed pool
 (short embeddings beside long generations) the forecast is approximate in both directions: overdue long
 requests count as releasing at once, and young short ones count as holding on for S. A per-request
@@ -27,8 +32,10 @@ consults it when no slot is free, and only to refuse; the rate estimate still ap
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from itertools import islice
 
+from admission.hold_times import DEFAULT_MIN_SAMPLES, HoldTimesByKey
 from core.clock import Clock
 
 DEFAULT_SMOOTHING = 0.05
@@ -37,14 +44,20 @@ DEFAULT_SMOOTHING = 0.05
 class ReleaseForecast:
     """Held tickets by dispatch time, and the mean hold time of completed ones (see the module doc)."""
 
-    def __init__(self, clock: Clock, smoothing: float = DEFAULT_SMOOTHING) -> None:
+    def __init__(
+        self,
+        clock: Clock,
+        smoothing: float = DEFAULT_SMOOTHING,
+        min_samples_per_key: int = DEFAULT_MIN_SAMPLES,
+    ) -> None:
         if not 0.0 < smoothing <= 1.0:
             raise ValueError(f"smoothing must be in (0, 1] (got {smoothing})")
         self._clock = clock
         self._smoothing = smoothing
-        self._held: dict[int, float] = {}
+        self._held: dict[int, tuple[float, str | None]] = {}  # ticket → (dispatched at, replica key)
         self._next_key = 0
         self._mean_hold_s: float | None = None
+        self._by_key = HoldTimesByKey(smoothing, min_samples_per_key)
 
     def __len__(self) -> int:
         """Tickets held now."""
@@ -55,11 +68,16 @@ class ReleaseForecast:
         """S: the smoothed hold time of completed tickets (None before the first completion)."""
         return self._mean_hold_s
 
-    def hold(self) -> int:
-        """A ticket was dispatched now; returns its key for `release`."""
+    @property
+    def mean_hold_s_by_key(self) -> Mapping[str, float]:
+        """Replica key → its own mean hold time, for keys with enough holds (`admission.hold_times`)."""
+        return self._by_key
+
+    def hold(self, replica_key: str | None = None) -> int:
+        """A ticket was dispatched now (to `replica_key`, when known); returns its key for `release`."""
         key = self._next_key
         self._next_key += 1
-        self._held[key] = self._clock.now_s()
+        self._held[key] = (self._clock.now_s(), replica_key)
         return key
 
     def discard(self, key: int) -> None:
@@ -67,16 +85,19 @@ class ReleaseForecast:
         self._held.pop(key, None)
 
     def release(self, key: int) -> None:
-        """The ticket `key` released its slot now (its hold time updates S). Unknown keys are ignored,
-        so a double release cannot skew S."""
-        dispatched_at_s = self._held.pop(key, None)
-        if dispatched_at_s is None:
+        """The ticket `key` released its slot now (its hold time updates S, and its replica's mean).
+        Unknown keys are ignored, so a double release cannot skew either."""
+        held = self._held.pop(key, None)
+        if held is None:
             return
+        dispatched_at_s, replica_key = held
         hold_s = max(0.0, self._clock.now_s() - dispatched_at_s)
         if self._mean_hold_s is None:
             self._mean_hold_s = hold_s
         else:
             self._mean_hold_s += self._smoothing * (hold_s - self._mean_hold_s)
+        if replica_key is not None:
+            self._by_key.record(replica_key, hold_s)
 
     def time_until_releases_s(self, count: int) -> float | None:
         """Seconds until `count` held tickets are expected to have released (the k-th oldest's due
@@ -106,4 +127,5 @@ class ReleaseForecast:
 
     def _kth_oldest_dispatch_s(self, count: int) -> float | None:
         """Dispatch time of the `count`-th oldest held ticket (count ≥ 1), None when fewer are held."""
-        return next(islice(iter(self._held.values()), count - 1, None), None)
+        held = next(islice(iter(self._held.values()), count - 1, None), None)
+        return None if held is None else held[0]

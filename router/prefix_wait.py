@@ -10,16 +10,18 @@ of its prompt — as long as that wait still lets it meet its TTFT objective.
 
 Inputs: the request's blocks (n = `len(prefix_hashes)`), its `slo_ttft_s`, the pool's views and prefix
 index, and what admission knows about the queue (`QueueState`): now, how long it has waited, its queue
-deadline (`queue_timeout` at that time), the mean hold time S of a replica slot (dispatch → release,
-`admission.release_forecast`) and how many waiters ahead of it already wait for each replica.
+deadline (`queue_timeout` at that time), the pool's mean hold time S of a replica slot (dispatch →
+release, `admission.release_forecast`), each replica's own mean hold time S_i where it has enough
+holds (`admission.hold_times`: 10) and how many waiters ahead of it already wait for each replica.
 
     candidates  = routable replicas serving the model, not excluded (retries)
     matched_i   = leading request blocks replica i holds (the prefix index)
     worth_it    = matched_i ≥ min_match_ratio × n                 (default ratio 0.5)
     wait only when  some candidate has a free slot  and  no candidate with a free slot is worth it
     owner       = the full candidate with the most matched blocks, worth it (ties: the soonest wait)
-    W           = (ahead_owner + 1) × S / inflight_owner          expected wait for a slot there: a full
-                                                                  replica frees inflight / S slots per s
+    S_owner     = the owner's own mean hold S_i, else S           (no samples yet, or not > 0)
+    W           = (ahead_owner + 1) × S_owner / inflight_owner    expected wait for a slot there: a full
+                                                                  replica frees inflight / S_i slots per s
     T           = owner's predicted TTFT with its prefix hit (`router.latency_model`; 0 while cold)
     slack       = min(slo_ttft − waited − W − T,  deadline − now − W)
     wait ⇔ slack > 0, until now + slack; then it spills (or, if the owner freed first, goes there)
@@ -29,17 +31,18 @@ waiting for its owner while a slot elsewhere was free. No decision (None) when t
 blocks or no TTFT objective, before S is known, when nothing is free elsewhere (it waits anyway: the
 pump stops there as before), or when no full replica holds enough of the prompt.
 
-Limits: one S for every replica and request (alike lengths assumed, as the release forecast does);
-W assumes the owner's slots go to the waiters holding for it in queue order, while a waiter that holds
-for nothing may take one first; T is the model's prediction for a dispatch now, not when the slot
-frees. Pure and synchronous: the caller (the gateway's admission) re-asks at every release, so a
-stale answer lives at most until the next one or until `until_s`.
+Limits: one S_i for every request on a replica (its recent mix; a replica that serves longer contexts
+or misses more shows it in S_i, but a long request among short ones does not); W assumes the owner's
+slots go to the waiters holding for it in queue order, while a waiter that holds for nothing may take
+one first; T is the model's prediction for a dispatch now, not when the slot frees. Pure and
+synchronous: the caller (the gateway's admission) re-asks at every release, so a stale answer
+lives at most until the next one or until `until_s`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from router.eligibility import is_routable
 from router.load import queued_prefill_tokens, running_sequences, waiting_requests
@@ -51,13 +54,15 @@ DEFAULT_MIN_MATCH_RATIO = 0.5
 
 @dataclass(frozen=True, slots=True)
 class QueueState:
-    """What admission knows about one queued request (clock seconds; see the module docstring)."""
+    """What admission knows about one queued request (clock seconds; see the module docstring).
+    `mean_hold_s_by_replica` holds only replicas with enough holds; the others use `mean_hold_s`."""
 
     now_s: float
     waited_s: float
     deadline_s: float
     mean_hold_s: float | None
     ahead_by_replica: Mapping[str, int]
+    mean_hold_s_by_replica: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +106,9 @@ def owner_wait(
         if replica.has_free_slot or held < needed or held == 0:
             continue
         ahead = queue.ahead_by_replica.get(replica.replica_id, 0)
-        wait_s = (ahead + 1) * hold_s / max(1, replica.inflight_requests)
+        own_hold_s = queue.mean_hold_s_by_replica.get(replica.replica_id)
+        owner_hold_s = own_hold_s if own_hold_s is not None and own_hold_s > 0 else hold_s
+        wait_s = (ahead + 1) * owner_hold_s / max(1, replica.inflight_requests)
         if best is None or (held, -wait_s) > (best[0], -best[1]):
             best = (held, wait_s, replica)
     if best is None:

@@ -114,6 +114,7 @@ class PoolAdmission:
                 observer=MetricsObserver(self._metrics, model),
                 full_by_own_caps=self.full_by_own_caps,
                 prefer_wait=self.prefer_wait if self.pool.settings.prefix_wait.enabled else None,
+                slot_key=_replica_id,
             )
         return controller
 
@@ -199,7 +200,12 @@ class PoolAdmission:
         if self._credits is not None:
             self._credits.sync(self.pool)
         queue = QueueState(
-            context.now_s, context.waited_s, context.deadline_s, context.mean_hold_s, context.ahead_by_key
+            context.now_s,
+            context.waited_s,
+            context.deadline_s,
+            context.mean_hold_s,
+            context.ahead_by_key,
+            context.mean_hold_s_by_key,
         )
         ratio = self.pool.settings.prefix_wait.min_match_ratio
         wait = owner_wait(routing, self.pool.snapshot(), index, queue, ratio)
@@ -220,6 +226,11 @@ class PoolAdmission:
                 "all that do are down, draining or circuit-open)"
             )
         return AdmissionRefused(RejectReason.NO_REPLICA, self.pool.retry_after_s(model), why)
+
+
+def _replica_id(slot: Slot) -> str:
+    """The key admission times a slot's hold under (each replica's own mean hold, for `prefix_wait`)."""
+    return slot.replica.replica_id
 
 
 class Admission:

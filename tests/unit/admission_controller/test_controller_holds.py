@@ -11,6 +11,7 @@ import pytest
 
 from admission.config import AdmissionConfig
 from admission.controller import AdmissionController
+from admission.hold_times import DEFAULT_MIN_SAMPLES
 from admission.holds import Hold, WaitContext
 from admission.outcomes import AdmissionRefused, RejectReason
 from admission.tenant_gate import TenantGate
@@ -94,7 +95,10 @@ class Harness:
 
 
 def make(
-    caps: dict[str, int], budget_s: float | None = 3.0, early_refusal_ratio: float | None = None
+    caps: dict[str, int],
+    budget_s: float | None = 3.0,
+    early_refusal_ratio: float | None = None,
+    keyed: bool = True,
 ) -> Harness:
     clock = FakeClock(start_s=1000.0)
     timers = ManualTimers(clock)
@@ -102,7 +106,13 @@ def make(
     gate = TenantGate.in_memory(clock, timers)
     config = AdmissionConfig(early_refusal_ratio=early_refusal_ratio)
     controller: AdmissionController[Slot] = AdmissionController(
-        fleet.try_dispatch, gate, clock=clock, config=config, timers=timers, prefer_wait=fleet.prefer_wait
+        fleet.try_dispatch,
+        gate,
+        clock=clock,
+        config=config,
+        timers=timers,
+        prefer_wait=fleet.prefer_wait,
+        slot_key=(lambda slot: slot.replica) if keyed else None,
     )
     fleet.controller = controller
     return Harness(clock, timers, fleet, controller)
@@ -276,3 +286,20 @@ async def test_no_waiter_starves_and_every_count_returns_to_zero_under_churn() -
     assert all(isinstance(t.exception(), AdmissionRefused) for t in refused)
     assert h.fleet.in_use == {"A": 0, "B": 0, "C": 0} and len(h.controller) == 0
     assert h.controller.held_tickets() == 0 and h.timers.pending == 0
+
+
+@pytest.mark.parametrize("keyed", [True, False])
+async def test_the_hook_sees_each_replicas_own_mean_hold_once_it_has_enough_holds(keyed: bool) -> None:
+    h = make({"A": 1, "B": 1}, budget_s=None, keyed=keyed)  # the hook never holds: only its contexts
+    for n in range(DEFAULT_MIN_SAMPLES):
+        a, b = await granted(h.admit(f"a{n}", "A")), await granted(h.admit(f"b{n}", "B"))
+        assert h.fleet.contexts[-1].mean_hold_s_by_key == {}, "no replica has enough holds yet"
+        h.clock.advance(1.0)
+        await a.release()  # A holds 1 s
+        h.clock.advance(2.0)
+        await b.release()  # B holds 3 s
+    last = await granted(h.admit("last", "A"))
+    seen = dict(h.fleet.contexts[-1].mean_hold_s_by_key)  # a live view: read before the next release
+    assert seen == ({"A": pytest.approx(1.0), "B": pytest.approx(3.0)} if keyed else {})
+    assert 1.0 < (h.fleet.contexts[-1].mean_hold_s or 0.0) < 3.0  # the pool's S mixes both
+    await last.release()

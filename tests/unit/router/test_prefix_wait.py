@@ -1,5 +1,6 @@
 """The "wait for the prefix's owner or spill" decision (router/prefix_wait.py), against hand-computed
-budgets: W = (ahead + 1) × S / inflight, slack = min(slo − waited − W − T, deadline − now − W)."""
+budgets: W = (ahead + 1) × S_owner / inflight (S_owner: the owner's own mean hold, else the pool's),
+slack = min(slo − waited − W − T, deadline − now − W)."""
 
 from __future__ import annotations
 
@@ -131,3 +132,40 @@ def test_among_full_owners_the_best_match_then_the_soonest_slot_is_waited_for() 
     assert best_match is not None and best_match.replica_id == "r0"
     tie = owner_wait(request(slo_ttft_s=10.0), views, index_with(r0=10, r1=10), state)
     assert tie is not None and tie.replica_id == "r1" and tie.expected_wait_s == pytest.approx(2.0)
+
+
+def test_the_owners_own_mean_hold_time_sets_its_expected_wait() -> None:
+    views = fleet(("r0", "r1"), r0=FULL, r1=FREE)
+    state = queue(deadline_s=110.0, mean_hold_s_by_replica={"r0": 12.0, "r1": 1.0})
+    wait = owner_wait(request(slo_ttft_s=10.0), views, index_with(r0=10), state)
+    assert wait is not None and wait.expected_wait_s == pytest.approx(3.0)  # 1 × 12 / 4, not 8 / 4
+    assert wait.until_s == pytest.approx(107.0)  # 10 − 3
+    slow = queue(deadline_s=110.0, mean_hold_s_by_replica={"r0": 18.0})
+    assert owner_wait(request(), views, index_with(r0=10), slow) is None  # 4.5 s > the 4 s objective
+
+
+@pytest.mark.parametrize(
+    ("why", "by_replica"),
+    [
+        ("no samples yet for any replica", {}),
+        ("samples for others only (the owner is new)", {"r1": 40.0}),
+        ("a removed replica's mean is never read", {"gone": 40.0}),
+        ("a nonsensical own mean", {"r0": 0.0}),
+    ],
+)
+def test_without_a_usable_own_mean_the_pool_mean_is_used(why: str, by_replica: dict[str, float]) -> None:
+    views = fleet(("r0", "r1"), r0=FULL, r1=FREE)
+    state = queue(deadline_s=110.0, mean_hold_s_by_replica=by_replica)
+    wait = owner_wait(request(), views, index_with(r0=10, gone=10), state)
+    assert wait is not None and wait.replica_id == "r0", why
+    assert wait.expected_wait_s == pytest.approx(2.0), why  # 1 × 8 / 4
+
+
+def test_between_equal_matches_the_replica_that_frees_slots_faster_is_waited_for() -> None:
+    views = fleet(("r0", "r1", "r2"), r0=FULL, r1=FULL, r2=FREE)
+    state = queue(deadline_s=110.0, mean_hold_s_by_replica={"r0": 4.0, "r1": 16.0})
+    wait = owner_wait(request(slo_ttft_s=10.0), views, index_with(r0=10, r1=10), state)
+    assert wait is not None and wait.replica_id == "r0" and wait.expected_wait_s == pytest.approx(1.0)
+    state = queue(deadline_s=110.0, mean_hold_s_by_replica={"r0": 16.0, "r1": 4.0})
+    wait = owner_wait(request(slo_ttft_s=10.0), views, index_with(r0=10, r1=10), state)
+    assert wait is not None and wait.replica_id == "r1"
