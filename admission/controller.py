@@ -31,7 +31,9 @@ rather wait for one resource (the replica holding its prefix) until a time. The 
 so those behind it may take the slot it declined (no head-of-line blocking), and asks it again at the
 next pump; at its `until_s` it is let go. An arrival that holds is queued. Without the hook: unchanged.
 With `slot_key` (slot → replica id), each ticket's hold time also feeds its replica's own mean hold
-(`ReleaseForecast.mean_hold_s_by_key`), which the hook reads in its `WaitContext`.
+(`ReleaseForecast.mean_hold_s_by_key`), which the hook reads in its `WaitContext`, and a holder's
+dispatch is told apart: to the key it held for, or elsewhere. Each holder is reported to the observer
+when it first holds and when it leaves the queue (`held`, `HoldOutcome`; `stats.holds`).
 
 `try_dispatch(request) -> slot | None` is the only place that decides whether a replica has a free
 slot: it routes `request.routing`, claims the slot synchronously and returns it (see
@@ -63,7 +65,7 @@ from admission.dispatch_rate import PoolRates
 from admission.early_refusal import hopeless
 from admission.holds import Hold, Holds, PreferWait
 from admission.observer import AdmissionObserver, AdmissionStats
-from admission.outcomes import AdmissionRefused, RejectReason
+from admission.outcomes import AdmissionRefused, HoldOutcome, RejectReason
 from admission.priority_queue import PriorityQueue, QueueEntry
 from admission.release_forecast import ReleaseForecast
 from admission.retry_after import clamp_retry_after_s, queue_retry_after_s
@@ -78,6 +80,8 @@ class _Waiter(Generic[S]):
     request: AdmissionRequest
     future: asyncio.Future[tuple[S, float, int]]  # slot, queue wait, release-forecast key
     hold: Hold | None = None  # its last answer from the prefer_wait hook
+    held_since_s: float | None = None  # its first hold, until reported ended (admission.holds)
+    held_for: str | None = None  # the key of its last hold
 
     def answered(self) -> bool:
         return self.future.done()
@@ -110,7 +114,7 @@ class AdmissionController(Generic[S]):
         )
         self._forecast = ReleaseForecast(clock)
         self._rates = PoolRates(clock, self._queue.class_names, self._forecast)
-        self._holds = Holds(prefer_wait, clock, self._forecast)
+        self._holds = Holds(prefer_wait, clock, self._forecast, self._report_hold)
         self._slot_key = slot_key
         self.stats = AdmissionStats()
         self._timer = EarliestTimer(timers or LoopTimers(clock), self._on_timer)
@@ -233,6 +237,8 @@ class AdmissionController(Generic[S]):
         except asyncio.CancelledError:
             self._abandon(pushed.entry)
             raise
+        finally:
+            self._holds.left(waiter, cancelled=waiter.future.cancelled())
 
     def _refuse_if_hopeless(self, priority: str) -> None:
         """Early refusal (see `AdmissionConfig.early_refusal_ratio`, `admission.early_refusal`)."""
@@ -292,7 +298,9 @@ class AdmissionController(Generic[S]):
                 return
             self._queue.take(entry)  # queued: walked in dispatch order, nothing removed it since
             queue_wait_s = entry.waited_s(self._clock.now_s())
-            hold_key = self._record_dispatch(entry.priority, queue_wait_s, self._key_of(slot), queued=True)
+            slot_key = self._key_of(slot)
+            hold_key = self._record_dispatch(entry.priority, queue_wait_s, slot_key, queued=True)
+            self._holds.dispatched(waiter, slot_key)
             waiter.future.set_result((slot, queue_wait_s, hold_key))
             self._publish_depths({entry.priority})
         self._holds.end_round(stopped=False)
@@ -356,6 +364,11 @@ class AdmissionController(Generic[S]):
         if self._observer is not None:
             self._observer.dispatched(priority, queue_wait_s)
         return self._forecast.hold(slot_key)
+
+    def _report_hold(self, outcome: HoldOutcome, held_s: float) -> None:
+        self.stats.holds[outcome] += 1
+        if self._observer is not None:
+            self._observer.held(outcome, held_s)
 
     def _publish_depths(self, priorities: set[str]) -> None:
         if self._observer is None:

@@ -17,6 +17,11 @@ resource waited for, not one per waiter. `WaitContext.ahead_by_key` counts the w
 in the round's dispatch order that hold for each key (what a waiter's own wait for that resource
 depends on); at arrival (the fast path) it is empty: nobody of its class or above is queued then.
 
+A waiter's holding is reported to `report` (the controller's observer) twice: `HELD` at its first
+`Hold` (never again for it, whatever it answers later), then how it left the queue — dispatched to the
+key it held for last (`OWNER`) or elsewhere (`SPILLED`), refused, or cancelled — with the seconds since
+that first hold (`HoldOutcome`). A waiter that never held is never reported.
+
 `Holds` is the controller's bookkeeping of all this; `HoldDeadlines` keeps the holds' `until_s` for
 the controller's one timer: a min-heap, entries dropped
 lazily once their waiter holds something else or has left (so a hold costs O(log n), never a scan).
@@ -31,6 +36,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from admission.outcomes import HoldOutcome
 from admission.release_forecast import ReleaseForecast
 from admission.ticket import AdmissionRequest
 from core.clock import Clock
@@ -68,10 +74,13 @@ Synchronous, on the loop's thread; an exception fails that waiter as one from `t
 
 
 class HeldWaiter(Protocol):
-    """A queued waiter as holds see it: its request, current hold (None: none), whether it was answered."""
+    """A queued waiter as holds see it: its request, current hold (None: none), whether it was answered,
+    and, once it has held, since when (`held_since_s`) and for which key last (`held_for`)."""
 
     request: AdmissionRequest
     hold: Hold | None
+    held_since_s: float | None
+    held_for: str | None
 
     def answered(self) -> bool: ...
 
@@ -80,10 +89,17 @@ class Holds:
     """The controller's side of holds: asks the hook, remembers each waiter's answer and the held-out
     keys of the current pump round, and keeps the holds' deadlines (module docstring)."""
 
-    def __init__(self, prefer_wait: PreferWait | None, clock: Clock, forecast: ReleaseForecast) -> None:
+    def __init__(
+        self,
+        prefer_wait: PreferWait | None,
+        clock: Clock,
+        forecast: ReleaseForecast,
+        report: Callable[[HoldOutcome, float], None],
+    ) -> None:
         self._prefer_wait = prefer_wait
         self._clock = clock
         self._forecast = forecast
+        self._report = report
         self._deadlines = HoldDeadlines()
         self._held_out: set[str] = set()
         self._ahead: Counter[str] = Counter()
@@ -133,10 +149,32 @@ class Holds:
         self.may_be_free = not stopped and bool(self._held_out)
 
     def set(self, waiter: HeldWaiter, hold: Hold | None) -> None:
-        """`waiter` holds `hold` now (None: nothing)."""
+        """`waiter` holds `hold` now (None: nothing); its first hold is reported `HELD`."""
         if hold is not None and hold != waiter.hold:
             self._deadlines.add(waiter, hold)
+            waiter.held_for = hold.key
+            if waiter.held_since_s is None:
+                waiter.held_since_s = self._clock.now_s()
+                self._report(HoldOutcome.HELD, 0.0)
         waiter.hold = hold
+
+    def dispatched(self, waiter: HeldWaiter, slot_key: str | None) -> None:
+        """`waiter` got a slot on `slot_key` (None: unknown): `OWNER` when that is the key it held for
+        last, else `SPILLED`; nothing when it never held."""
+        owner = slot_key is not None and slot_key == waiter.held_for
+        self._end(waiter, HoldOutcome.OWNER if owner else HoldOutcome.SPILLED)
+
+    def left(self, waiter: HeldWaiter, cancelled: bool) -> None:
+        """`waiter` is done waiting: `CANCELLED` (its caller left) or `REFUSED` when it held and was not
+        dispatched; nothing otherwise (never held, or already reported by `dispatched`)."""
+        self._end(waiter, HoldOutcome.CANCELLED if cancelled else HoldOutcome.REFUSED)
+
+    def _end(self, waiter: HeldWaiter, outcome: HoldOutcome) -> None:
+        since_s = waiter.held_since_s
+        if since_s is None:
+            return
+        waiter.held_since_s = None  # reported once
+        self._report(outcome, max(0.0, self._clock.now_s() - since_s))
 
     def next_s(self) -> float | None:
         """The earliest `until_s` of a live hold (for the controller's timer)."""

@@ -7,6 +7,8 @@ The gateway passes an `AdmissionObserver` (usually a thin adapter onto its Prome
 | `queue_depth_changed(priority, depth)` | a class's depth changed     | `queue_depth{priority}`        |
 | `dispatched(priority, queue_wait_s)`   | got a slot (0 s: fast path) | `queue_wait_seconds{priority}` |
 | `rejected(reason, priority)`           | every refusal of `admit`    | `rejections_total{reason}`     |
+| `held(outcome, held_s)`                | a hold began or ended       | `prefix_wait_total{outcome}`,  |
+|                                        | (`admission.holds`)         | `prefix_wait_seconds{outcome}` |
 
 Callbacks run synchronously inside the controller's event handling: keep them O(1), never await, and
 never raise (an exception would propagate into `admit` or `on_release`). The dispatch rate is read on
@@ -21,7 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from admission.outcomes import RejectReason
+from admission.outcomes import HoldOutcome, RejectReason
 
 
 class AdmissionObserver(Protocol):
@@ -39,18 +41,24 @@ class AdmissionObserver(Protocol):
         """A request of class `priority` was refused with `reason`."""
         ...
 
+    def held(self, outcome: HoldOutcome, held_s: float) -> None:
+        """A waiter began to hold (`HELD`, 0 s) or left the queue after holding, `held_s` seconds
+        after its first hold (`HoldOutcome`)."""
+        ...
+
 
 @dataclass(slots=True)
 class AdmissionStats:
     """Counters since the controller was built, by class (`rejected` by reason). `fast_path` counts
     dispatches that never queued; `cancelled` waiters whose caller left while queued; the mean wait of
-    a class is `queue_wait_s_sum[c] / dispatched[c]`."""
+    a class is `queue_wait_s_sum[c] / dispatched[c]`; `holds` the hold reports by outcome."""
 
     dispatched: Counter[str] = field(default_factory=Counter)
     fast_path: Counter[str] = field(default_factory=Counter)
     queue_wait_s_sum: dict[str, float] = field(default_factory=dict)
     rejected: Counter[RejectReason] = field(default_factory=Counter)
     cancelled: Counter[str] = field(default_factory=Counter)
+    holds: Counter[HoldOutcome] = field(default_factory=Counter)
 
     def record_dispatch(self, priority: str, queue_wait_s: float, fast_path: bool) -> None:
         """Count one dispatch of class `priority`."""

@@ -12,6 +12,9 @@ Retry-After in seconds. The async `AdmissionController` turns them into one exce
 | `no_replica`    | 503    | next health probe / breaker half-open              |
 | `draining`      | 503    | readiness propagation time                         |
 | `state_unavailable` | 503 | how long shared state (Redis) has been unreachable (`fail_closed`) |
+
+A queued request that held out for one resource (`admission.holds`) is no refusal: `HoldOutcome` says
+what became of its hold (reported to the observer, counted by the gateway as `prefix_wait_total`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,23 @@ class RejectReason(StrEnum):
     NO_REPLICA = "no_replica"
     DRAINING = "draining"
     STATE_UNAVAILABLE = "state_unavailable"
+
+
+class HoldOutcome(StrEnum):
+    """A waiter's hold, reported twice: `HELD` when it first holds out (once, however often it is
+    asked again or changes the key it waits for), then how it left the queue. So HELD = OWNER +
+    SPILLED + REFUSED + CANCELLED + those holding now."""
+
+    HELD = "held"
+    """It declined a free slot to wait for one key (the replica holding its prefix)."""
+    OWNER = "owner"
+    """Dispatched to the key it held for last (its owner freed a slot in time)."""
+    SPILLED = "spilled"
+    """Dispatched elsewhere: its hold ran out, or the hook stopped holding (its wait no longer fits)."""
+    REFUSED = "refused"
+    """Left the queue refused after holding (queue timeout, displaced, draining, an error)."""
+    CANCELLED = "cancelled"
+    """Its caller left while it was queued after holding."""
 
 
 class AdmissionRefused(Exception):

@@ -1,6 +1,8 @@
 """Holds (admission/holds.py): a waiter that would rather wait for its own replica is passed over by the
 pump (those behind it take the free slot), goes to its replica when that one frees, spills when its
-hold runs out, still times out at its class's max wait, and leaves nothing held behind."""
+hold runs out, still times out at its class's max wait, and leaves nothing held behind. Each waiter
+that held is reported once as `held` and once by how it left (`owner`, `spilled`, `refused`,
+`cancelled`), with the time since its first hold."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from admission.config import AdmissionConfig
 from admission.controller import AdmissionController
 from admission.hold_times import DEFAULT_MIN_SAMPLES
 from admission.holds import Hold, WaitContext
-from admission.outcomes import AdmissionRefused, RejectReason
+from admission.outcomes import AdmissionRefused, HoldOutcome, RejectReason
 from admission.tenant_gate import TenantGate
 from admission.tenants import Tenant
 from admission.ticket import AdmissionRequest, Ticket
@@ -81,12 +83,35 @@ class KeyedFleet:
         return Hold(owner, context.now_s - context.waited_s + self.budget_s)
 
 
+class HoldRecorder:
+    """An `AdmissionObserver` that keeps the hold reports (outcome, seconds since the first hold)."""
+
+    def __init__(self) -> None:
+        self.holds: list[tuple[HoldOutcome, float]] = []
+
+    def queue_depth_changed(self, priority: str, depth: int) -> None:
+        pass
+
+    def dispatched(self, priority: str, queue_wait_s: float) -> None:
+        pass
+
+    def rejected(self, reason: RejectReason, priority: str) -> None:
+        pass
+
+    def held(self, outcome: HoldOutcome, held_s: float) -> None:
+        self.holds.append((outcome, held_s))
+
+    def outcomes(self) -> list[HoldOutcome]:
+        return [outcome for outcome, _ in self.holds]
+
+
 @dataclass
 class Harness:
     clock: FakeClock
     timers: ManualTimers
     fleet: KeyedFleet
     controller: AdmissionController[Slot]
+    observer: HoldRecorder
 
     def admit(self, label: str, owner: str, priority: str = "interactive") -> asyncio.Task[Ticket[Slot]]:
         routing = RoutingRequest(model="m", prompt_text=label, session_key=owner)
@@ -103,6 +128,7 @@ def make(
     clock = FakeClock(start_s=1000.0)
     timers = ManualTimers(clock)
     fleet = KeyedFleet(caps, budget_s)
+    observer = HoldRecorder()
     gate = TenantGate.in_memory(clock, timers)
     config = AdmissionConfig(early_refusal_ratio=early_refusal_ratio)
     controller: AdmissionController[Slot] = AdmissionController(
@@ -111,11 +137,12 @@ def make(
         clock=clock,
         config=config,
         timers=timers,
+        observer=observer,
         prefer_wait=fleet.prefer_wait,
         slot_key=(lambda slot: slot.replica) if keyed else None,
     )
     fleet.controller = controller
-    return Harness(clock, timers, fleet, controller)
+    return Harness(clock, timers, fleet, controller, observer)
 
 
 def _label(request: AdmissionRequest) -> str:
@@ -303,3 +330,114 @@ async def test_the_hook_sees_each_replicas_own_mean_hold_once_it_has_enough_hold
     assert seen == ({"A": pytest.approx(1.0), "B": pytest.approx(3.0)} if keyed else {})
     assert 1.0 < (h.fleet.contexts[-1].mean_hold_s or 0.0) < 3.0  # the pool's S mixes both
     await last.release()
+
+
+HELD, OWNER, SPILLED = HoldOutcome.HELD, HoldOutcome.OWNER, HoldOutcome.SPILLED
+REFUSED, CANCELLED = HoldOutcome.REFUSED, HoldOutcome.CANCELLED
+
+
+async def test_a_holder_served_by_its_owner_is_reported_held_then_owner_with_its_wait() -> None:
+    h = make({"A": 1, "B": 1})
+    a0 = await granted(h.admit("a0", "A"))
+    a1 = h.admit("a1", "A")
+    await settle()
+    assert h.observer.holds == [(HELD, 0.0)]
+    h.clock.advance(1.5)
+    h.controller.on_release()  # asked again (nothing freed at A): still held, not counted twice
+    await settle()
+    await a0.release()
+    ticket = await granted(a1)
+    assert h.observer.holds == [(HELD, 0.0), (OWNER, pytest.approx(1.5))]
+    assert h.controller.stats.holds == {HELD: 1, OWNER: 1}
+    await ticket.release()
+
+
+async def test_a_holder_whose_hold_runs_out_is_reported_spilled() -> None:
+    h = make({"A": 1, "B": 1}, budget_s=3.0)
+    a0 = await granted(h.admit("a0", "A"))
+    a1 = h.admit("a1", "A")
+    await settle()
+    h.timers.advance(3.0)
+    ticket = await granted(a1)
+    assert ticket.slot().replica == "B"
+    assert h.observer.holds == [(HELD, 0.0), (SPILLED, pytest.approx(3.0))]
+    await ticket.release()
+    await a0.release()
+
+
+async def test_a_holder_that_times_out_is_reported_refused() -> None:
+    h = make({"A": 1, "B": 1}, budget_s=100.0)
+    a0 = await granted(h.admit("a0", "A"))
+    a1 = h.admit("a1", "A")
+    await settle()
+    h.timers.advance(10.0)  # interactive max wait
+    await settle()
+    assert isinstance(a1.exception(), AdmissionRefused)
+    assert h.observer.holds == [(HELD, 0.0), (REFUSED, pytest.approx(10.0))]
+    await a0.release()
+
+
+async def test_a_holder_whose_caller_leaves_is_reported_cancelled_once() -> None:
+    h = make({"A": 1, "B": 1})
+    a0 = await granted(h.admit("a0", "A"))
+    a1 = h.admit("a1", "A")
+    await settle()
+    h.clock.advance(0.5)
+    a1.cancel()
+    await settle()
+    await a0.release()  # A frees: nobody is held for it any more
+    await settle()
+    assert h.observer.holds == [(HELD, 0.0), (CANCELLED, pytest.approx(0.5))]
+    assert len(h.controller) == 0 and h.timers.pending == 0
+
+
+async def test_a_holder_refused_by_the_hook_or_at_shutdown_is_reported_refused() -> None:
+    h = make({"A": 1, "B": 1}, budget_s=100.0)
+    a0 = await granted(h.admit("a0", "A"))
+    bad, drained = h.admit("bad", "A"), h.admit("drained", "A")
+    await settle()
+    assert h.observer.outcomes() == [HELD, HELD]
+    h.fleet.fail.add("bad")
+    h.controller.on_release()
+    await settle()
+    assert isinstance(bad.exception(), RuntimeError)
+    h.controller.reject_waiting(RejectReason.DRAINING, 1, "shutting down")
+    await settle()
+    assert isinstance(drained.exception(), AdmissionRefused)
+    assert h.observer.outcomes() == [HELD, HELD, REFUSED, REFUSED]
+    await a0.release()
+
+
+async def test_a_waiter_that_never_held_is_not_reported() -> None:
+    h = make({"A": 1, "B": 1})
+    a0, b0 = await granted(h.admit("a0", "A")), await granted(h.admit("b0", "B"))
+    a1 = h.admit("a1", "A")  # all full: queued without a hold
+    await settle()
+    await a0.release()
+    await (await granted(a1)).release()
+    await b0.release()
+    assert h.observer.holds == [] and not h.controller.stats.holds
+
+
+async def test_under_churn_every_holder_is_reported_held_once_and_ended_once() -> None:
+    h = make({"A": 2, "B": 2, "C": 2}, budget_s=1.5)
+    owners = "AABACAABBCAAAB" * 3
+    tasks = [h.admit(f"r{n}", owner) for n, owner in enumerate(owners)]
+    await settle()
+    for _ in range(60):
+        h.timers.advance(0.25)
+        await settle()
+        running = [
+            t.result() for t in tasks if t.done() and t.exception() is None and not t.result().released
+        ]
+        if running:
+            await running[0].release()
+        await settle()
+    for task in tasks:
+        if task.done() and task.exception() is None and not task.result().released:
+            await task.result().release()
+    counts = h.controller.stats.holds
+    assert 0 < counts[HELD] <= len(tasks)
+    assert counts[HELD] == counts[OWNER] + counts[SPILLED] + counts[REFUSED] + counts[CANCELLED]
+    assert counts[OWNER] > 0 and counts[SPILLED] > 0, counts
+    assert all(held_s >= 0.0 for _, held_s in h.observer.holds)

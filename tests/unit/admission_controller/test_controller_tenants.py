@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from admission.outcomes import AdmissionRefused, RejectReason
+from admission.outcomes import AdmissionRefused, HoldOutcome, RejectReason
 from admission.retry_after import rate_limit_retry_after_s
 from admission.tenants import Tenant
 
@@ -144,6 +144,9 @@ async def test_observer_sees_depths_waits_and_rejections() -> None:
 
         def rejected(self, reason: RejectReason, priority: str) -> None:
             events.append(("rejected", priority, reason))
+
+        def held(self, outcome: HoldOutcome, held_s: float) -> None:
+            events.append(("held", outcome, held_s))  # no prefer_wait hook here: never called
 
     h = make_harness(slots=1, max_depth=1)
     h.controller._observer = Recorder()  # test seam
