@@ -187,6 +187,7 @@ class GatewayMetrics:
             buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
             registry=r,
         )
+        self.prefix_wait_total, self.prefix_wait_seconds = _prefix_wait_metrics(r)
         self.tenant_requests_total = Counter(
             f"{PREFIX}_tenant_requests_total",
             "Requests by tenant and outcome",
@@ -310,3 +311,24 @@ class GatewayMetrics:
     def render(self) -> bytes:
         """The Prometheus text exposition of this registry."""
         return generate_latest(self.registry)
+
+
+def _prefix_wait_metrics(r: CollectorRegistry) -> tuple[Counter, Histogram]:
+    """`prefix_wait_total{model,outcome}` and `prefix_wait_seconds{model,outcome}` (pools[].prefix_wait;
+    outcomes: `admission.outcomes.HoldOutcome`)."""
+    total = Counter(
+        f"{PREFIX}_prefix_wait_total",
+        "Queued requests that waited for the replica holding their prefix (pools[].prefix_wait): "
+        "held when one starts waiting, then once how it left the queue - owner (served by that "
+        "replica), spilled (another), refused, cancelled",
+        ["model", "outcome"],
+        registry=r,
+    )
+    seconds = Histogram(
+        f"{PREFIX}_prefix_wait_seconds",
+        "Time from a queued request's first wait for its prefix's replica to its leaving the queue",
+        ["model", "outcome"],
+        buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 2.5, 5, 10, 30, 60),
+        registry=r,
+    )
+    return total, seconds

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from admission.config import AdmissionConfig
 from admission.controller import AdmissionController
 from admission.holds import Hold, WaitContext
-from admission.outcomes import AdmissionRefused, RejectReason
+from admission.outcomes import AdmissionRefused, HoldOutcome, RejectReason
 from admission.priority_queue import PriorityClass
 from admission.slo_wait import slo_bounded_classes
 from admission.tenant_gate import TenantGate
@@ -64,6 +64,12 @@ class MetricsObserver:
 
     def rejected(self, reason: RejectReason, priority: str) -> None:
         """Counted by the handler with every other rejection (`rejections_total`)."""
+
+    def held(self, outcome: HoldOutcome, held_s: float) -> None:
+        """A `prefix_wait` hold began or ended (`prefix_wait_total`; `prefix_wait_seconds` when ended)."""
+        self._metrics.prefix_wait_total.labels(self._model, outcome.value).inc()
+        if outcome is not HoldOutcome.HELD:
+            self._metrics.prefix_wait_seconds.labels(self._model, outcome.value).observe(held_s)
 
 
 class PoolAdmission:

@@ -2,7 +2,8 @@
 engines with one slot each: with the replica holding a prompt's prefix busy and the other one free, a
 request with that prefix waits for its replica (and is served there, after it frees), while a request
 with another prefix takes the free replica at once; with `prefix_wait` off it goes to the free one.
-Nothing stays in flight afterwards."""
+`/metrics` counts the wait (`prefix_wait_total{outcome="held"|"owner"}`). Nothing stays in flight
+afterwards."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import asyncio
 import time
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.conftest import MODEL, pool
 from tests.servers import gateway_settings, wait_until
@@ -46,6 +48,18 @@ def _scenario(
     return asyncio.run(run())
 
 
+def _prefix_waits(gateway_url: str) -> dict[tuple[str, str], float]:
+    """`llm_gateway_prefix_wait_total` and the wait histogram's `_count`, by (sample name, outcome)."""
+    text = httpx.get(gateway_url + "/metrics", timeout=5).text
+    return {
+        (sample.name, sample.labels["outcome"]): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name in ("llm_gateway_prefix_wait_total", "llm_gateway_prefix_wait_seconds_count")
+        and sample.labels.get("model") == MODEL
+    }
+
+
 def test_a_queued_request_waits_for_the_replica_holding_its_prefix(mock_engines, gateways) -> None:
     engines = [mock_engines(model=MODEL, token_delay_ms=20) for _ in range(2)]  # 40 tokens: ~0.8 s
     settings = pool(
@@ -64,6 +78,11 @@ def test_a_queued_request_waits_for_the_replica_holding_its_prefix(mock_engines,
     assert int(same.headers["x-gateway-queue-ms"]) >= 300  # until the long answer ended
     assert other.headers["x-gateway-replica"] != owner
     assert other_done_s < 0.6, "the other prefix took the free replica at once, not behind the holder"
+    assert _prefix_waits(gateway.url) == {
+        ("llm_gateway_prefix_wait_total", "held"): 1.0,
+        ("llm_gateway_prefix_wait_total", "owner"): 1.0,
+        ("llm_gateway_prefix_wait_seconds_count", "owner"): 1.0,
+    }, "one request waited, and its owner served it"
     assert wait_until(lambda: registry.total_inflight() == 0)
     assert all(r.inflight_requests == 0 for r in registry.all_replicas())
 
@@ -84,4 +103,5 @@ def test_without_prefix_wait_the_queued_request_takes_the_free_replica(mock_engi
     assert same.headers["x-gateway-replica"] != busy.headers["x-gateway-replica"]
     assert int(same.headers.get("x-gateway-queue-ms", "0")) < 300
     assert other.status_code in (200, 429)  # both replicas may be busy when it arrives: not the point
+    assert _prefix_waits(gateway.url) == {}, "nothing waited for its prefix"
     assert wait_until(lambda: registry.total_inflight() == 0)
