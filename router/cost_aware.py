@@ -18,7 +18,7 @@ new request wait for KV space however short its uncached prefill):
 
     τ_i = prefill_budget_tokens                                when set, else
           prefill_tokens_per_s × ttft_penalty_s                when the rate is set, else
-          learned prefill rate_i × ttft_penalty_s              (1000 / a1 of replica i's TTFT model), else
+          learned prefill rate_i × ttft_penalty_s              (1000 / (a1 + a4) of i's TTFT model), else
           DEFAULT_PREFILL_BUDGET_TOKENS (8,192: one vLLM chunk on an H100)
 
 τ is "how much prefill may queue on the warm replica before a cold one is faster": the TTFT penalty
@@ -29,7 +29,8 @@ queued), `no_key` (no prefix blocks: the least queued).
 
 **`predicted-latency`** (the SLO-aware picker): with every candidate's TTFT model warm,
 
-    ttft_i = model_i.ttft(queued_i, running_i)          tpot_i = model_i.tpot(running_i + 1, kv_i)
+    ttft_i = model_i.ttft(queued_i, running_i, waiting_i, own_i)   own_i = prompt − matched_i · block tokens
+    tpot_i = model_i.tpot(running_i + 1, kv_i)
     meets_i ⇔ tpot_i ≤ request.slo_tpot_s (or unknown / no bound)
     choice  = argmin ttft_i over the candidates that meet TPOT (all of them when none does)
 
@@ -84,11 +85,13 @@ class PrefillBudget:
 
 
 def _learned_prefill_tokens_per_s(replica: ReplicaView) -> float | None:
-    """1000 / a1 of the replica's warm TTFT model (seconds per 1,000 queued tokens), when positive."""
+    """1000 / (a1 + a4) of the replica's warm TTFT model, when positive: a1 + a4 is the seconds per
+    1,000 tokens a request's own prefill costs (`router.latency_model`), the engine's prefill rate."""
     estimate = replica.latency
-    if estimate is None or estimate.ttft is None or estimate.ttft[1] <= 0:
+    if estimate is None or estimate.ttft is None:
         return None
-    return PREFILL_TOKENS_SCALE / estimate.ttft[1]
+    seconds_per_1000 = estimate.ttft[1] + estimate.ttft[4]
+    return PREFILL_TOKENS_SCALE / seconds_per_1000 if seconds_per_1000 > 0 else None
 
 
 class _IndexedPicker:
@@ -196,7 +199,8 @@ class PredictedLatencyPicker(_IndexedPicker):
             blocks = self._index.matched_blocks(replica.replica_id, request.prefix_hashes)
             running = running_sequences(replica)
             queued = queued_prefill_tokens(replica, request, blocks)
-            predicted = estimate.ttft_s(queued, running, waiting_requests(replica))
+            own = request.uncached_tokens(blocks)
+            predicted = estimate.ttft_s(queued, running, waiting_requests(replica), own)
             assert predicted is not None  # every estimate has a warm TTFT model here
             matched.append(blocks)
             ttft.append(predicted)
@@ -226,7 +230,7 @@ def _with_pool_prior(estimates: list[LatencyEstimate | None]) -> list[LatencyEst
     tpots = [e.tpot for e in warm if e.tpot is not None]
     a = _column_means(ttfts)
     b = _column_means(tpots) if tpots else None
-    prior = LatencyEstimate(ttft=(a[0], a[1], a[2], a[3]), tpot=None if b is None else (b[0], b[1], b[2]))
+    prior = LatencyEstimate(ttft=tuple(a), tpot=None if b is None else tuple(b))
     filled = []
     for estimate in estimates:
         if estimate is None or estimate.ttft is None:

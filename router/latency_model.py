@@ -3,29 +3,47 @@
 Two linear models, each fitted by recursive least squares (RLS) with exponential forgetting:
 
     TTFT_s ≈ a0 + a1 · (queued_prefill_tokens / 1000) + a2 · (running / 10) + a3 · (waiting / 10)
+             + a4 · (own_uncached_tokens / 1000)
     TPOT_s ≈ b0 + b1 · (running / 10) + b2 · kv_usage_ratio
 
 `queued_prefill_tokens` is the uncached prompt tokens dispatched to the replica that have not produced
 their first token yet, *including the request's own* (what it waits behind, and its own prefill);
-`waiting` is how many requests those are (its own excluded); `running` is the sequences decoding on
-it. Why linear: in a continuous-batching engine a request's prefill waits behind the prefill tokens
-queued ahead of it (chunked at the engine's prefill rate, so TTFT grows by 1/prefill_rate per token),
-every step also decodes the running batch, whose cost grows with the batch, and when the KV cache is
-full a request waits for running ones to finish whatever its size — which the count of requests ahead
-carries and their tokens do not (with prefix hits they are few). A decode step reads the weights once
-plus every running sequence's KV (TPOT = weights/BW + Σ context · kv_bytes/BW), so TPOT is affine in
-the batch and in the KV in use. The feature scales (/1000, /10) only keep the normal equations well
-conditioned.
+`own_uncached_tokens` is the request's own part of them; `waiting` is how many requests those are (its
+own excluded); `running` is the sequences decoding on it. Why linear: in a continuous-batching engine a
+request joins the step after the one in flight, then its own step prefills its own tokens (chunked at
+the engine's prefill rate) besides decoding the running batch, whose cost grows with the batch; when
+the KV cache is full a request waits for running ones to finish whatever its size — which the count
+of requests ahead carries and their tokens do not (with prefix hits they are few). Why the request's
+own tokens get a term of their own (a4): they are paid in full (its own step), while the tokens ahead
+are mostly in the step already in flight, of which the request waits on average half — so a token
+ahead costs less than an own token (in a simulation of the benchmark's fleet at half speed a1 + a4
+came out 0.125–0.128 s per 1,000 tokens, the engine's 2 / 16,000, and a1 0.015–0.085). With one
+coefficient for both the fit was off for hits and misses alike (docs/BENCHMARKS.md, "Prediction
+error of the learned latency model"). A decode step reads the weights once plus every
+running sequence's KV (TPOT = weights/BW + Σ context · kv_bytes/BW), so TPOT is affine in the batch
+and in the KV in use. The feature scales (/1000, /10) only keep the normal equations well conditioned.
 
-RLS with forgetting factor λ (default 0.98, an effective memory of about 1/(1−λ) = 50 observations):
+RLS with forgetting factor λ (default 0.98, an effective memory of about 1/(1−λ) = 50 observations)
+and a weight w per sample:
 
-    k = P x / (λ + xᵀ P x);   θ ← θ + k (y − xᵀ θ);   P ← (P − k xᵀ P) / λ
+    x' = √w · x,  y' = √w · y
+    k = P x' / (λ + x'ᵀ P x');   θ ← θ + k (y' − x'ᵀ θ);   P ← (P − k x'ᵀ P) / λ
 
-Memory is fixed (a 3-vector and a 3×3 matrix per model), there is no sidecar and nothing grows with
-history; adapting to a changed engine is what the forgetting is for. P starts at 1000 · I (a weak
-prior, θ = 0); P is reset to the prior when its trace exceeds 1e6 (the "windup" of RLS under
-forgetting when an input stops varying). A model is *warm* after `warm_after` observations (default
-16); routing uses only warm models' predictions. Predictions are clamped to ≥ 1 ms.
+which minimises Σ λ^age · w · (y − xᵀθ)². The TTFT model weighs each sample by 1 / TTFT² (relative
+least squares: it fits the *relative* error, the quantity the metric reports). Unweighted, the
+few-hundred-millisecond TTFTs of prefix misses dominated the squares and the tens-of-milliseconds
+TTFTs of hits, most of the requests, came out 14 % too high on average (same section). The TPOT
+model is unweighted (its samples vary little). Memory is fixed (a 5-vector and a 5×5 matrix, a
+3-vector and a 3×3 matrix), there is no sidecar and nothing grows with history; adapting to a
+changed engine is what the forgetting is for. P starts at 1000 · I (a weak prior, θ = 0); P is
+reset to the prior when its trace exceeds 1e6 (the "windup" of RLS under forgetting when an input
+stops varying). A model is *warm* after `warm_after` observations (default 16); routing uses only
+warm models' predictions. Predictions are clamped to ≥ 1 ms.
+
+What it cannot know: where in the step in flight the request arrives. That phase is uniform over the
+step (tens of milliseconds on a hit, a few hundred while a miss's prefill runs), and on a hit it is
+about a third of the TTFT, so a TTFT prediction from these features keeps an error of roughly 15 %
+whatever the fit (a simulation of the benchmark's fleet that knew the phase fitted to 4–8 %).
 
 Prediction error is tracked as an exponentially weighted mean absolute percentage error,
 |predicted − actual| / actual, of the prediction the model made *before* learning from the sample
@@ -76,10 +94,16 @@ class OnlineLinearModel:
         """xᵀθ (unclamped)."""
         return sum(t * x for t, x in zip(self._theta, features, strict=True))
 
-    def update(self, features: Sequence[float], actual: float) -> None:
-        """One RLS step towards `actual` at `features`; non-finite samples are ignored."""
+    def update(self, features: Sequence[float], actual: float, weight: float = 1.0) -> None:
+        """One RLS step towards `actual` at `features`, the sample weighing `weight` (module
+        docstring); non-finite samples and non-positive weights are ignored."""
         if not math.isfinite(actual) or not all(math.isfinite(x) for x in features):
             return
+        if not (math.isfinite(weight) and weight > 0):
+            return
+        scale = math.sqrt(weight)
+        features = [x * scale for x in features]
+        actual *= scale
         cov, lam = self._cov, self._forgetting
         n = len(self._theta)
         p_x = [sum(cov[i][j] * features[j] for j in range(n)) for i in range(n)]
@@ -106,19 +130,26 @@ def _scaled_identity(n: int, value: float) -> list[list[float]]:
     return [[value if i == j else 0.0 for j in range(n)] for i in range(n)]
 
 
+TTFT_FEATURES = 5
+TPOT_FEATURES = 3
+
+
 def ttft_features(
-    queued_prefill_tokens: float, running: float, waiting: float = 0.0
-) -> tuple[float, float, float, float]:
-    """The TTFT model's inputs: (1, queued prefill tokens / 1000, running / 10, waiting / 10)."""
+    queued_prefill_tokens: float, running: float, waiting: float = 0.0, own_uncached_tokens: float = 0.0
+) -> tuple[float, ...]:
+    """The TTFT model's inputs: (1, queued prefill tokens / 1000, running / 10, waiting / 10,
+    own uncached tokens / 1000). `own_uncached_tokens` 0 (a caller that does not know it) prices all
+    the queued tokens as tokens ahead: a miss is then predicted short by a4 · its tokens."""
     return (
         1.0,
         queued_prefill_tokens / PREFILL_TOKENS_SCALE,
         running / RUNNING_SCALE,
         waiting / RUNNING_SCALE,
+        own_uncached_tokens / PREFILL_TOKENS_SCALE,
     )
 
 
-def tpot_features(running: float, kv_usage_ratio: float) -> tuple[float, float, float]:
+def tpot_features(running: float, kv_usage_ratio: float) -> tuple[float, ...]:
     """The TPOT model's inputs: (1, running / 10, KV usage ratio)."""
     return (1.0, running / RUNNING_SCALE, kv_usage_ratio)
 
@@ -127,18 +158,26 @@ def tpot_features(running: float, kv_usage_ratio: float) -> tuple[float, float, 
 class LatencyEstimate:
     """A frozen copy of one replica's fitted coefficients, for routing (one per view).
 
-    `ttft` / `tpot` are None while that model is cold (fewer than `warm_after` observations).
+    `ttft` / `tpot` are None while that model is cold (fewer than `warm_after` observations); when set
+    they hold `TTFT_FEATURES` / `TPOT_FEATURES` coefficients, in the order of the features.
     """
 
-    ttft: tuple[float, float, float, float] | None = None
-    tpot: tuple[float, float, float] | None = None
+    ttft: tuple[float, ...] | None = None
+    tpot: tuple[float, ...] | None = None
 
-    def ttft_s(self, queued_prefill_tokens: float, running: float, waiting: float = 0.0) -> float | None:
-        """Predicted TTFT for a request that finds `queued_prefill_tokens` (its own included) in
-        `waiting` requests ahead and `running` sequences on the replica; None while cold."""
+    def ttft_s(
+        self,
+        queued_prefill_tokens: float,
+        running: float,
+        waiting: float = 0.0,
+        own_uncached_tokens: float = 0.0,
+    ) -> float | None:
+        """Predicted TTFT for a request with `own_uncached_tokens` to prefill that finds
+        `queued_prefill_tokens` (its own included) in `waiting` requests ahead and `running` sequences
+        on the replica; None while cold."""
         if self.ttft is None:
             return None
-        x = ttft_features(queued_prefill_tokens, running, waiting)
+        x = ttft_features(queued_prefill_tokens, running, waiting, own_uncached_tokens)
         return max(MIN_PREDICTION_S, sum(t * v for t, v in zip(self.ttft, x, strict=True)))
 
     def tpot_s(self, running: float, kv_usage_ratio: float) -> float | None:
@@ -177,8 +216,8 @@ class ReplicaLatencyModel:
         forgetting_factor: float = DEFAULT_FORGETTING_FACTOR,
         warm_after: int = DEFAULT_WARM_AFTER,
     ) -> None:
-        self.ttft = OnlineLinearModel(4, forgetting_factor)
-        self.tpot = OnlineLinearModel(3, forgetting_factor)
+        self.ttft = OnlineLinearModel(TTFT_FEATURES, forgetting_factor)
+        self.tpot = OnlineLinearModel(TPOT_FEATURES, forgetting_factor)
         self.ttft_error = ErrorTracker()
         self.tpot_error = ErrorTracker()
         self._warm_after = warm_after
@@ -190,13 +229,21 @@ class ReplicaLatencyModel:
         return self._estimate
 
     def observe_ttft(
-        self, queued_prefill_tokens: float, running: float, ttft_s: float, waiting: float = 0.0
+        self,
+        queued_prefill_tokens: float,
+        running: float,
+        ttft_s: float,
+        waiting: float = 0.0,
+        own_uncached_tokens: float = 0.0,
     ) -> None:
-        """Learn from one request's first token: what it found at dispatch, and its TTFT."""
-        predicted = self._estimate.ttft_s(queued_prefill_tokens, running, waiting)
+        """Learn from one request's first token: what it found at dispatch, and its TTFT (weighted
+        1 / TTFT², module docstring; a non-positive TTFT teaches nothing)."""
+        predicted = self._estimate.ttft_s(queued_prefill_tokens, running, waiting, own_uncached_tokens)
         if predicted is not None:
             self.ttft_error.observe(predicted, ttft_s)
-        self.ttft.update(ttft_features(queued_prefill_tokens, running, waiting), ttft_s)
+        if ttft_s > 0:
+            x = ttft_features(queued_prefill_tokens, running, waiting, own_uncached_tokens)
+            self.ttft.update(x, ttft_s, weight=1.0 / (ttft_s * ttft_s))
         self._refresh()
 
     def observe_tpot(self, running: float, kv_usage_ratio: float, tpot_s: float) -> None:
@@ -208,9 +255,7 @@ class ReplicaLatencyModel:
         self._refresh()
 
     def _refresh(self) -> None:
-        ttft = self.ttft.coefficients if self.ttft.samples >= self._warm_after else None
-        tpot = self.tpot.coefficients if self.tpot.samples >= self._warm_after else None
         self._estimate = LatencyEstimate(
-            ttft=None if ttft is None else (ttft[0], ttft[1], ttft[2], ttft[3]),
-            tpot=None if tpot is None else (tpot[0], tpot[1], tpot[2]),
+            ttft=self.ttft.coefficients if self.ttft.samples >= self._warm_after else None,
+            tpot=self.tpot.coefficients if self.tpot.samples >= self._warm_after else None,
         )

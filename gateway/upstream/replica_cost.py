@@ -11,8 +11,9 @@ Counted by the slots (`gateway.upstream.slot`), read by routing through the repl
 
 Learning (`router.latency_model`), from the gateway's own observations, only of streamed requests
 that succeed: at the first content token, TTFT since dispatch (the replica's part, not the admission
-queue's) against what the request found at dispatch — queued prefill tokens, its own included, and the
-running batch (the gateway's count, or the engine's fresh `running` when larger); at the end, TPOT =
+queue's) against what the request found at dispatch — queued prefill tokens, its own included, its own
+uncached tokens, the requests ahead without a first token and the running batch (the gateway's
+counts, or the engine's fresh `waiting` / `running` when larger); at the end, TPOT =
 (end − first token) / (output tokens − 1) against the mean of the batch at its first token and at its
 end, and the engine's KV use. The learned cap follows each TPOT sample
 (`gateway.upstream.latency_settings`): the gradient limit of the measured TPOT
@@ -93,7 +94,9 @@ class ReplicaCost:
         self.prefill_tokens_inflight -= sample.uncached_tokens
         self.decoding_requests += 1
         if self.model is not None and ttft_s is not None:
-            self.model.observe_ttft(sample.queued_prefill_tokens, sample.running, ttft_s, sample.waiting)
+            self.model.observe_ttft(
+                sample.queued_prefill_tokens, sample.running, ttft_s, sample.waiting, sample.uncached_tokens
+            )
 
     def ended(self, sample: DispatchSample, *, decoding: bool) -> None:
         """The request left the replica, in prefill (`decoding` False) or while decoding."""

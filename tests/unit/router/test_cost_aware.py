@@ -85,7 +85,7 @@ def test_sticky_prefix_all_over_tau_takes_the_least_queued() -> None:
 
 
 def test_sticky_prefix_tau_from_rate_or_the_learned_model() -> None:
-    """τ = rate × penalty: 16,000 tok/s × 0.25 s = 4,000 tokens; from the model, 1000 / a1 tokens/s."""
+    """τ = rate × penalty: 16,000 tok/s × 0.25 s = 4,000 tokens; from the model, 1000 / (a1 + a4) tok/s."""
     request = shared(8192, "q")
     owner = ring_order(request.prefix_key or 0)[0]
     options = {"prefill_tokens_per_s": 16_000, "ttft_penalty_s": 0.25}
@@ -93,7 +93,8 @@ def test_sticky_prefix_tau_from_rate_or_the_learned_model() -> None:
     assert decided(policy("sticky-prefix", **options).decide(request, under)).replica_id == owner
     over = fleet(**{owner: {"prefill_tokens_inflight": 4001 - request.estimated_prompt_tokens}})
     assert decided(policy("sticky-prefix", **options).decide(request, over)).replica_id != owner
-    learned = LatencyEstimate(ttft=(0.02, 0.125, 0.0, 0.0))  # 0.125 s per 1,000 tokens: 8,000 tok/s
+    # a1 + a4 = 0.125 s per 1,000 own tokens: 8,000 tok/s (a1 alone would give 16,000, τ = 8,000)
+    learned = LatencyEstimate(ttft=(0.02, 0.0625, 0.0, 0.0, 0.0625))
     by_model = policy("sticky-prefix", ttft_penalty_s=0.5)  # τ = 4,000
     fields = {"latency": learned, "prefill_tokens_inflight": 4001 - request.estimated_prompt_tokens}
     assert decided(by_model.decide(request, fleet(**{owner: fields}))).replica_id != owner
@@ -108,7 +109,7 @@ def test_requests_without_prefix_blocks_go_to_the_least_queued() -> None:
 
 
 # TTFT = 20 ms + 62.5 ms per 1,000 queued tokens (16,000 tok/s); TPOT = 10 ms + 4 ms per 10 running.
-MODEL = LatencyEstimate(ttft=(0.02, 0.0625, 0.0, 0.0), tpot=(0.01, 0.004, 0.0))
+MODEL = LatencyEstimate(ttft=(0.02, 0.0625, 0.0, 0.0, 0.0), tpot=(0.01, 0.004, 0.0))
 
 
 def test_predicted_latency_is_cold_until_a_model_is_warm_then_cold_replicas_borrow_the_mean() -> None:
@@ -141,6 +142,22 @@ def test_predicted_latency_takes_the_lowest_predicted_ttft_with_the_prefix_benef
     loads[warm] = {"latency": MODEL, "prefill_tokens_inflight": 40_000}
     moved = decided(chooser.decide(shared(16_384, "third"), fleet(**loads)))
     assert moved.replica_id != warm
+
+
+def test_predicted_latency_prices_the_request_own_prefill_apart_from_the_tokens_ahead() -> None:
+    """a4 prices the request's own uncached tokens on top of a1: with 3,000 tokens ahead on the warm
+    replica (3,000 × a1 = 90 ms) against the prompt's 4,000-odd uncached tokens on a cold one
+    (× (a1 + a4) = 360 ms), the warm replica wins, and the prediction carries both terms."""
+    split = LatencyEstimate(ttft=(0.02, 0.03, 0.0, 0.0, 0.06), tpot=(0.01, 0.004, 0.0))
+    chooser = policy("predicted-latency")
+    loads = {rid: {"latency": split} for rid in IDS}
+    first = decided(chooser.decide(shared(16_384, "first"), fleet(**loads)))
+    loads[first.replica_id] = {"latency": split, "prefill_tokens_inflight": 3000}
+    request = shared(16_384, "second")
+    decision = decided(chooser.decide(request, fleet(**loads)))
+    own = request.uncached_tokens(decision.matched_prefix_blocks)
+    assert decision.replica_id == first.replica_id and own < 100
+    assert decision.predicted_ttft_s == pytest.approx(0.02 + 0.03 * (3000 + own) / 1000 + 0.06 * own / 1000)
 
 
 def test_predicted_latency_skips_replicas_predicted_to_miss_tpot() -> None:

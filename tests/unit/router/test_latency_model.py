@@ -1,5 +1,5 @@
-"""The online latency model: it recovers a known affine law, forgets an old one, reports its error,
-and solves for the batch that meets a TPOT objective."""
+"""The online latency model: it recovers a known affine law (the request's own prefill priced apart
+from the tokens ahead), fits relative error, forgets an old law, and reports its error."""
 
 from __future__ import annotations
 
@@ -24,16 +24,49 @@ def _ttft_law(queued_tokens: float, running: float) -> float:
 
 
 def test_recovers_a_noiseless_affine_law() -> None:
+    """Tokens ahead cost half an own token (half the step in flight is left on average)."""
     rng = random.Random(1)
-    model = OnlineLinearModel(4, forgetting_factor=1.0)
-    for _ in range(200):
-        q, r, w = rng.uniform(0, 20_000), rng.uniform(0, 100), rng.uniform(0, 30)
-        model.update(ttft_features(q, r, w), _ttft_law(q, r) + 0.05 * w)
-    a0, a1, a2, a3 = model.coefficients
+    model = OnlineLinearModel(5, forgetting_factor=1.0)
+    for _ in range(300):
+        ahead, own = rng.uniform(0, 20_000), rng.uniform(100, 4_000)
+        r, w = rng.uniform(0, 100), rng.uniform(0, 30)
+        actual = _ttft_law(ahead / 2 + own, r) + 0.05 * w
+        model.update(ttft_features(ahead + own, r, w, own), actual)
+    a0, a1, a2, a3, a4 = model.coefficients
     assert a0 == pytest.approx(0.02, abs=1e-3)
-    assert a1 == pytest.approx(1000 / 16_000, rel=1e-3)  # per 1,000 tokens
+    assert a1 == pytest.approx(500 / 16_000, rel=1e-3)  # per 1,000 queued tokens
+    assert a4 == pytest.approx(500 / 16_000, rel=1e-3)  # own tokens: a1 + a4 = 1 / prefill rate
     assert a2 == pytest.approx(0.01, rel=1e-2)  # per 10 running
     assert a3 == pytest.approx(0.5, rel=1e-2)  # per 10 waiting
+
+
+def test_a_weighted_update_minimises_the_weighted_squares() -> None:
+    """A constant fitted to 1 and 3 with weights 1/y² is Σ(1/y) / Σ(1/y²) = 1.2, not the mean 2."""
+    weighted, plain = OnlineLinearModel(1, forgetting_factor=1.0), OnlineLinearModel(1, forgetting_factor=1.0)
+    for _ in range(100):
+        for y in (1.0, 3.0):
+            weighted.update((1.0,), y, weight=1 / y**2)
+            plain.update((1.0,), y)
+    assert weighted.coefficients[0] == pytest.approx(1.2, rel=1e-3)
+    assert plain.coefficients[0] == pytest.approx(2.0, rel=1e-3)
+    weighted.update((1.0,), 50.0, weight=0.0)
+    weighted.update((1.0,), 50.0, weight=math.nan)
+    assert weighted.samples == 200  # a non-positive or non-finite weight teaches nothing
+
+
+def test_the_ttft_model_fits_relative_error() -> None:
+    """Many short TTFTs and a few long ones at the same features: the fit sits near the short ones
+    (relative least squares: Σ(1/y) / Σ(1/y²)), where the unweighted mean would be 2.6× them."""
+    model = ReplicaLatencyModel(forgetting_factor=1.0, warm_after=1)
+    for i in range(200):
+        model.observe_ttft(1000, 0, 0.3 if i % 5 == 0 else 0.05)
+    mean = (4 * 0.05 + 0.3) / 5
+    relative = (4 / 0.05 + 1 / 0.3) / (4 / 0.05**2 + 1 / 0.3**2)
+    predicted = model.estimate.ttft_s(1000, 0)
+    assert predicted == pytest.approx(relative, rel=0.02)
+    assert predicted < 0.06 < mean
+    model.observe_ttft(1000, 0, 0.0)  # a zero TTFT teaches nothing (and is no error sample)
+    assert model.ttft.samples == 200
 
 
 def test_forgetting_follows_a_changed_engine() -> None:
@@ -84,7 +117,7 @@ def test_non_finite_samples_are_ignored() -> None:
 
 
 def test_predictions_are_clamped_positive() -> None:
-    estimate = LatencyEstimate(ttft=(-1.0, 0.0, 0.0, 0.0), tpot=(-1.0, 0.0, 0.0))
+    estimate = LatencyEstimate(ttft=(-1.0, 0.0, 0.0, 0.0, 0.0), tpot=(-1.0, 0.0, 0.0))
     assert estimate.ttft_s(0, 0) == pytest.approx(0.001)
     assert estimate.tpot_s(0, 0) == pytest.approx(0.001)
 

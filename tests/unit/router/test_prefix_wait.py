@@ -70,7 +70,7 @@ def test_waiters_ahead_for_the_same_owner_lengthen_the_expected_wait() -> None:
 
 
 def test_the_owners_predicted_ttft_with_its_prefix_hit_counts_against_the_objective() -> None:
-    slow = LatencyEstimate(ttft=(1.5, 0.0, 0.0, 0.0))  # 1.5 s whatever it finds
+    slow = LatencyEstimate(ttft=(1.5, 0.0, 0.0, 0.0, 0.0))  # 1.5 s whatever it finds
     views = fleet(("r0", "r1"), r0={**FULL, "latency": slow}, r1=FREE)
     wait = owner_wait(request(), views, index_with(r0=10), queue(deadline_s=110.0))
     assert wait is not None and wait.predicted_ttft_s == pytest.approx(1.5)
