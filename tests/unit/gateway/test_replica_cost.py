@@ -161,3 +161,21 @@ def test_engine_running_refines_the_batch_when_fresh() -> None:
 def test_bad_latency_model_settings_are_refused(bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="latency_model"):
         registry(latency_model=bad)
+
+
+def test_the_ttft_model_learns_the_own_tokens_apart_from_the_tokens_ahead() -> None:
+    """Misses alone (4,000 own tokens), hits alone (100) and hits behind a miss in flight (100 own,
+    4,000 ahead) at the engine's law — own tokens cost 0.125 s per 1,000, tokens ahead half that: the
+    model predicts all three; one coefficient for all queued tokens could not (not linear in them)."""
+    cost = ReplicaCost(LatencyModelSettings(warm_after=4, forgetting_factor=1.0))
+    for i in range(90):
+        ahead, own = [(0, 4000), (4000, 100), (0, 100)][i % 3]
+        cost.prefill_tokens_inflight = ahead
+        sample = cost.dispatched(own, None, inflight=0)
+        cost.first_token(sample, 0.02 + 0.0625 * ahead / 1000 + 0.125 * own / 1000)
+        cost.decoding_requests = 0
+    estimate = cost.estimate
+    assert estimate is not None
+    assert estimate.ttft_s(4000, 0, 0, 4000) == pytest.approx(0.02 + 0.5, rel=1e-3)
+    assert estimate.ttft_s(4100, 0, 0, 100) == pytest.approx(0.02 + 0.25 + 0.0125, rel=1e-3)
+    assert estimate.ttft_s(100, 0, 0, 100) == pytest.approx(0.02 + 0.0125, rel=1e-3)
