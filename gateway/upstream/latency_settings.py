@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.upstream.tpot_limit import DEFAULT_TARGET_RATIO
 from router.latency_model import DEFAULT_FORGETTING_FACTOR, DEFAULT_WARM_AFTER
 from router.prefix_wait import DEFAULT_MIN_MATCH_RATIO
 
@@ -42,6 +43,9 @@ class LatencyModelSettings(BaseModel):
     """Observations before a model's predictions are used."""
     adaptive_cap: bool = False
     min_cap_per_replica: int = Field(8, ge=1)
+    tpot_target_ratio: float = Field(DEFAULT_TARGET_RATIO, gt=0, le=1)
+    """The learned cap's set point as a share of `slo.tpot_s`: the limit holds the mean TPOT there, and
+    requests scatter around the mean (`gateway.upstream.tpot_limit`)."""
 
 
 class PrefixWaitSettings(BaseModel):

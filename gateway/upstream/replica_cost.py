@@ -63,7 +63,10 @@ class ReplicaCost:
             self.model = ReplicaLatencyModel(settings.forgetting_factor, settings.warm_after)
             if settings.adaptive_cap and tpot_slo_s is not None:
                 self._tpot_limit = TpotConcurrencyLimit(
-                    tpot_slo_s, min_limit=settings.min_cap_per_replica, max_limit=configured_cap
+                    tpot_slo_s,
+                    min_limit=settings.min_cap_per_replica,
+                    max_limit=configured_cap,
+                    target_ratio=settings.tpot_target_ratio,
                 )
 
     @property

@@ -55,6 +55,28 @@ def test_while_the_objective_holds_it_grows_by_the_square_root_up_to_the_configu
     assert grown.limit == pytest.approx(64 + math.sqrt(64))
 
 
+def test_a_set_point_below_the_objective_limits_a_tpot_that_still_meets_the_objective() -> None:
+    limit = TpotConcurrencyLimit(SLO_S, min_limit=4, target_ratio=0.8)  # aims at 40 ms
+    feed(limit, 0.045, inflight=90)  # within the 50 ms objective, above the 40 ms target
+    assert limit.cap == 80  # 90 × 0.04 / 0.045
+    at_objective = TpotConcurrencyLimit(SLO_S, min_limit=4)
+    feed(at_objective, 0.045, inflight=90)
+    assert at_objective.cap is None
+
+
+@pytest.mark.parametrize("ratio", [0.0, -0.5, 1.2])
+def test_a_set_point_outside_zero_to_one_is_refused(ratio: float) -> None:
+    with pytest.raises(ValueError, match="target_ratio"):
+        TpotConcurrencyLimit(SLO_S, min_limit=4, target_ratio=ratio)
+
+
+def test_the_pool_setting_reaches_the_replica_limit() -> None:
+    cost = ReplicaCost(LatencyModelSettings(adaptive_cap=True, tpot_target_ratio=0.8), tpot_slo_s=SLO_S)
+    for _ in range(8):
+        cost.learn_tpot(10.0, None, 0.045, inflight=90)
+    assert cost.learned_cap == 80
+
+
 def test_updates_only_every_n_samples_and_ignores_bad_samples() -> None:
     limit = TpotConcurrencyLimit(SLO_S, min_limit=4, update_every=8)
     feed(limit, 0.1, inflight=100, samples=7)
