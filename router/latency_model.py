@@ -16,10 +16,9 @@ the KV cache is full a request waits for running ones to finish whatever its siz
 of requests ahead carries and their tokens do not (with prefix hits they are few). Why the request's
 own tokens get a term of their own (a4): they are paid in full (its own step), while the tokens ahead
 are mostly in the step already in flight, of which the request waits on average half — so a token
-ahead costs less than an own token (in a simulation of the benchmark's fleet at half speed a1 + a4
-came out 0.125–0.128 s per 1,000 tokens, the engine's 2 / 16,000, and a1 0.015–0.085). With one
-coefficient for both the fit was off for hits and misses alike (docs/BENCHMARKS.md, "Prediction
-error of the learned latency model"). A decode step reads the weights once plus every
+ahead costs less than an own token (on the benchmark's fleet at half speed a1 + a4 came out
+0.126–0.129 s per 1,000 tokens, the engine's 2 / 16,000, and a1 0.01–0.05; docs/BENCHMARKS.md,
+"Prediction error of the learned latency model"). A decode step reads the weights once plus every
 running sequence's KV (TPOT = weights/BW + Σ context · kv_bytes/BW), so TPOT is affine in the batch
 and in the KV in use. The feature scales (/1000, /10) only keep the normal equations well conditioned.
 
@@ -32,7 +31,7 @@ and a weight w per sample:
 which minimises Σ λ^age · w · (y − xᵀθ)². The TTFT model weighs each sample by 1 / TTFT² (relative
 least squares: it fits the *relative* error, the quantity the metric reports). Unweighted, the
 few-hundred-millisecond TTFTs of prefix misses dominated the squares and the tens-of-milliseconds
-TTFTs of hits, most of the requests, came out 14 % too high on average (same section). The TPOT
+TTFTs of hits, two thirds of the requests, came out 32 % too high on average (same section). The TPOT
 model is unweighted (its samples vary little). Memory is fixed (a 5-vector and a 5×5 matrix, a
 3-vector and a 3×3 matrix), there is no sidecar and nothing grows with history; adapting to a
 changed engine is what the forgetting is for. P starts at 1000 · I (a weak prior, θ = 0); P is
@@ -42,8 +41,8 @@ warm models' predictions. Predictions are clamped to ≥ 1 ms.
 
 What it cannot know: where in the step in flight the request arrives. That phase is uniform over the
 step (tens of milliseconds on a hit, a few hundred while a miss's prefill runs), and on a hit it is
-about a third of the TTFT, so a TTFT prediction from these features keeps an error of roughly 15 %
-whatever the fit (a simulation of the benchmark's fleet that knew the phase fitted to 4–8 %).
+about a quarter of the TTFT, so a TTFT prediction from these features keeps an error of roughly
+12–15 % whatever the fit (replayed with the true phase as an input, the same samples fitted to 4–8 %).
 
 Prediction error is tracked as an exponentially weighted mean absolute percentage error,
 |predicted − actual| / actual, of the prediction the model made *before* learning from the sample
