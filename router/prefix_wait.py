@@ -126,5 +126,6 @@ def _predicted_ttft_s(replica: ReplicaView, request: RoutingRequest, matched_blo
     if replica.latency is None:
         return 0.0
     queued = queued_prefill_tokens(replica, request, matched_blocks)
-    predicted = replica.latency.ttft_s(queued, running_sequences(replica), waiting_requests(replica))
+    own = request.uncached_tokens(matched_blocks)
+    predicted = replica.latency.ttft_s(queued, running_sequences(replica), waiting_requests(replica), own)
     return 0.0 if predicted is None else predicted

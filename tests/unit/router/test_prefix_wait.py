@@ -81,6 +81,15 @@ def test_the_owners_predicted_ttft_with_its_prefix_hit_counts_against_the_object
     assert cold_wait is not None and cold_wait.predicted_ttft_s == 0.0
 
 
+def test_the_owners_predicted_ttft_prices_the_requests_own_uncached_tokens() -> None:
+    """Own tokens at a4 = 1 s per 1,000 on top of the tokens ahead: the owner holds 8 of the 10 blocks
+    (128 of 160 tokens left 32): T = 0.5 + 0.032."""
+    model = LatencyEstimate(ttft=(0.5, 0.0, 0.0, 0.0, 1.0))
+    views = fleet(("r0", "r1"), r0={**FULL, "latency": model}, r1=FREE)
+    wait = owner_wait(request(), views, index_with(r0=8), queue(deadline_s=110.0))
+    assert wait is not None and wait.predicted_ttft_s == pytest.approx(0.5 + 0.032)
+
+
 @pytest.mark.parametrize(
     ("why", "req", "views", "state"),
     [
