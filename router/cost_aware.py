@@ -200,7 +200,8 @@ class PredictedLatencyPicker(_IndexedPicker):
             running = running_sequences(replica)
             queued = queued_prefill_tokens(replica, request, blocks)
             own = request.uncached_tokens(blocks)
-            predicted = estimate.ttft_s(queued, running, waiting_requests(replica), own)
+            waiting = waiting_requests(replica)
+            predicted = estimate.ttft_s(queued, running, waiting, own, replica.since_last_token_s)
             assert predicted is not None  # every estimate has a warm TTFT model here
             matched.append(blocks)
             ttft.append(predicted)

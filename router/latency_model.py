@@ -3,13 +3,15 @@
 Two linear models, each fitted by recursive least squares (RLS) with exponential forgetting:
 
     TTFT_s ≈ a0 + a1 · (queued_prefill_tokens / 1000) + a2 · (running / 10) + a3 · (waiting / 10)
-             + a4 · (own_uncached_tokens / 1000)
+             + a4 · (own_uncached_tokens / 1000) + a5 · (min(since_last_token_s, 0.5) / 0.1)
     TPOT_s ≈ b0 + b1 · (running / 10) + b2 · kv_usage_ratio
 
 `queued_prefill_tokens` is the uncached prompt tokens dispatched to the replica that have not produced
 their first token yet, *including the request's own* (what it waits behind, and its own prefill);
 `own_uncached_tokens` is the request's own part of them; `waiting` is how many requests those are (its
-own excluded); `running` is the sequences decoding on it. Why linear: in a continuous-batching engine a
+own excluded); `running` is the sequences decoding on it; `since_last_token_s` is the time since the
+gateway last relayed a streamed token from the replica (any request; 0 when none is decoding there
+or none came yet: the term then adds nothing). Why linear: in a continuous-batching engine a
 request joins the step after the one in flight, then its own step prefills its own tokens (chunked at
 the engine's prefill rate) besides decoding the running batch, whose cost grows with the batch; when
 the KV cache is full a request waits for running ones to finish whatever its size — which the count
@@ -32,17 +34,25 @@ which minimises Σ λ^age · w · (y − xᵀθ)². The TTFT model weighs each s
 least squares: it fits the *relative* error, the quantity the metric reports). Unweighted, the
 few-hundred-millisecond TTFTs of prefix misses dominated the squares and the tens-of-milliseconds
 TTFTs of hits, two thirds of the requests, came out 32 % too high on average (same section). The TPOT
-model is unweighted (its samples vary little). Memory is fixed (a 5-vector and a 5×5 matrix, a
+model is unweighted (its samples vary little). Memory is fixed (a 6-vector and a 6×6 matrix, a
 3-vector and a 3×3 matrix), there is no sidecar and nothing grows with history; adapting to a
 changed engine is what the forgetting is for. P starts at 1000 · I (a weak prior, θ = 0); P is
 reset to the prior when its trace exceeds 1e6 (the "windup" of RLS under forgetting when an input
 stops varying). A model is *warm* after `warm_after` observations (default 16); routing uses only
 warm models' predictions. Predictions are clamped to ≥ 1 ms.
 
-What it cannot know: where in the step in flight the request arrives. That phase is uniform over the
-step (tens of milliseconds on a hit, a few hundred while a miss's prefill runs), and on a hit it is
-about a quarter of the TTFT, so a TTFT prediction from these features keeps an error of roughly
-12–15 % whatever the fit (replayed with the true phase as an input, the same samples fitted to 4–8 %).
+Why the time since the last token (a5): where in the step in flight the request arrives is uniform
+over the step (tens of milliseconds on a hit, a few hundred while a miss's prefill runs) and on a hit
+it is about a quarter of the TTFT; without it a prediction keeps an error of roughly 12–15 % whatever
+the fit. A continuous-batching engine emits its tokens at step ends, so the last token relayed from
+the replica marks the start of the step in flight, and the time since then is the phase. It is used
+as it is rather than as the time left, max(0, step − since): replayed on the benchmark's samples
+(engine step times, 16 and 28 req/s) the time since the step began fitted to 7 % and 16 % mean
+error, the time left computed from a mean step time did no better than nothing (17 %, 24 %) — the
+steps' length varies tenfold (hits vs a miss's prefill), and a long time since the last token also
+says a long step is running. Capped at 0.5 s (a replica idle that long is not mid-step). Measured
+by the gateway the phase carries its relay delay (milliseconds, comparable to a hit's step), which
+costs part of that gain.
 
 Prediction error is tracked as an exponentially weighted mean absolute percentage error,
 |predicted − actual| / actual, of the prediction the model made *before* learning from the sample
@@ -68,6 +78,8 @@ DEFAULT_WARM_AFTER = 16
 PRIOR_VARIANCE = 1000.0
 MAX_COVARIANCE_TRACE = 1e6
 ERROR_WEIGHT = 0.05
+STEP_PHASE_SCALE_S = 0.1
+MAX_SINCE_LAST_TOKEN_S = 0.5
 MIN_PREDICTION_S = 0.001
 
 
@@ -129,22 +141,29 @@ def _scaled_identity(n: int, value: float) -> list[list[float]]:
     return [[value if i == j else 0.0 for j in range(n)] for i in range(n)]
 
 
-TTFT_FEATURES = 5
+TTFT_FEATURES = 6
 TPOT_FEATURES = 3
 
 
 def ttft_features(
-    queued_prefill_tokens: float, running: float, waiting: float = 0.0, own_uncached_tokens: float = 0.0
+    queued_prefill_tokens: float,
+    running: float,
+    waiting: float = 0.0,
+    own_uncached_tokens: float = 0.0,
+    since_last_token_s: float = 0.0,
 ) -> tuple[float, ...]:
     """The TTFT model's inputs: (1, queued prefill tokens / 1000, running / 10, waiting / 10,
-    own uncached tokens / 1000). `own_uncached_tokens` 0 (a caller that does not know it) prices all
-    the queued tokens as tokens ahead: a miss is then predicted short by a4 · its tokens."""
+    own uncached tokens / 1000, min(since last token, 0.5 s) / 0.1 s). `own_uncached_tokens` 0 (a
+    caller that does not know it) prices all the queued tokens as tokens ahead: a miss is then
+    predicted short by a4 · its tokens. `since_last_token_s` 0 (unknown, or nothing decoding) adds
+    nothing; negative values count as 0."""
     return (
         1.0,
         queued_prefill_tokens / PREFILL_TOKENS_SCALE,
         running / RUNNING_SCALE,
         waiting / RUNNING_SCALE,
         own_uncached_tokens / PREFILL_TOKENS_SCALE,
+        min(max(0.0, since_last_token_s), MAX_SINCE_LAST_TOKEN_S) / STEP_PHASE_SCALE_S,
     )
 
 
@@ -170,13 +189,14 @@ class LatencyEstimate:
         running: float,
         waiting: float = 0.0,
         own_uncached_tokens: float = 0.0,
+        since_last_token_s: float = 0.0,
     ) -> float | None:
         """Predicted TTFT for a request with `own_uncached_tokens` to prefill that finds
         `queued_prefill_tokens` (its own included) in `waiting` requests ahead and `running` sequences
-        on the replica; None while cold."""
+        on the replica, `since_last_token_s` after its last streamed token; None while cold."""
         if self.ttft is None:
             return None
-        x = ttft_features(queued_prefill_tokens, running, waiting, own_uncached_tokens)
+        x = ttft_features(queued_prefill_tokens, running, waiting, own_uncached_tokens, since_last_token_s)
         return max(MIN_PREDICTION_S, sum(t * v for t, v in zip(self.ttft, x, strict=True)))
 
     def tpot_s(self, running: float, kv_usage_ratio: float) -> float | None:
@@ -234,14 +254,17 @@ class ReplicaLatencyModel:
         ttft_s: float,
         waiting: float = 0.0,
         own_uncached_tokens: float = 0.0,
+        *,
+        since_last_token_s: float = 0.0,
     ) -> None:
         """Learn from one request's first token: what it found at dispatch, and its TTFT (weighted
         1 / TTFT², module docstring; a non-positive TTFT teaches nothing)."""
-        predicted = self._estimate.ttft_s(queued_prefill_tokens, running, waiting, own_uncached_tokens)
+        found = (queued_prefill_tokens, running, waiting, own_uncached_tokens, since_last_token_s)
+        predicted = self._estimate.ttft_s(*found)
         if predicted is not None:
             self.ttft_error.observe(predicted, ttft_s)
         if ttft_s > 0:
-            x = ttft_features(queued_prefill_tokens, running, waiting, own_uncached_tokens)
+            x = ttft_features(*found)
             self.ttft.update(x, ttft_s, weight=1.0 / (ttft_s * ttft_s))
         self._refresh()
 

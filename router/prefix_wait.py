@@ -127,5 +127,6 @@ def _predicted_ttft_s(replica: ReplicaView, request: RoutingRequest, matched_blo
         return 0.0
     queued = queued_prefill_tokens(replica, request, matched_blocks)
     own = request.uncached_tokens(matched_blocks)
-    predicted = replica.latency.ttft_s(queued, running_sequences(replica), waiting_requests(replica), own)
+    running, waiting = running_sequences(replica), waiting_requests(replica)
+    predicted = replica.latency.ttft_s(queued, running, waiting, own, replica.since_last_token_s)
     return 0.0 if predicted is None else predicted

@@ -81,6 +81,10 @@ class ReplicaView:
     prefill_tokens_inflight: int = 0
     decoding_requests: int = 0
     latency: LatencyEstimate | None = None
+    since_last_token_s: float = 0.0
+    """Seconds since the gateway last relayed a streamed token from this replica (any request): the
+    phase of the engine step in flight, a TTFT model input (`router.latency_model`); 0 when no
+    request decodes there or none has streamed yet."""
     models: frozenset[str] | None = None
     """The client-facing model names this replica serves (its pool's model, declared names, the LoRA
     adapters it lists); None: every name of its pool."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from router.keys import build_routing_request
@@ -94,7 +96,7 @@ def test_sticky_prefix_tau_from_rate_or_the_learned_model() -> None:
     over = fleet(**{owner: {"prefill_tokens_inflight": 4001 - request.estimated_prompt_tokens}})
     assert decided(policy("sticky-prefix", **options).decide(request, over)).replica_id != owner
     # a1 + a4 = 0.125 s per 1,000 own tokens: 8,000 tok/s (a1 alone would give 16,000, τ = 8,000)
-    learned = LatencyEstimate(ttft=(0.02, 0.0625, 0.0, 0.0, 0.0625))
+    learned = LatencyEstimate(ttft=(0.02, 0.0625, 0.0, 0.0, 0.0625, 0.0))
     by_model = policy("sticky-prefix", ttft_penalty_s=0.5)  # τ = 4,000
     fields = {"latency": learned, "prefill_tokens_inflight": 4001 - request.estimated_prompt_tokens}
     assert decided(by_model.decide(request, fleet(**{owner: fields}))).replica_id != owner
@@ -109,7 +111,7 @@ def test_requests_without_prefix_blocks_go_to_the_least_queued() -> None:
 
 
 # TTFT = 20 ms + 62.5 ms per 1,000 queued tokens (16,000 tok/s); TPOT = 10 ms + 4 ms per 10 running.
-MODEL = LatencyEstimate(ttft=(0.02, 0.0625, 0.0, 0.0, 0.0), tpot=(0.01, 0.004, 0.0))
+MODEL = LatencyEstimate(ttft=(0.02, 0.0625, 0.0, 0.0, 0.0, 0.0), tpot=(0.01, 0.004, 0.0))
 
 
 def test_predicted_latency_is_cold_until_a_model_is_warm_then_cold_replicas_borrow_the_mean() -> None:
@@ -148,7 +150,7 @@ def test_predicted_latency_prices_the_request_own_prefill_apart_from_the_tokens_
     """a4 prices the request's own uncached tokens on top of a1: with 3,000 tokens ahead on the warm
     replica (3,000 × a1 = 90 ms) against the prompt's 4,000-odd uncached tokens on a cold one
     (× (a1 + a4) = 360 ms), the warm replica wins, and the prediction carries both terms."""
-    split = LatencyEstimate(ttft=(0.02, 0.03, 0.0, 0.0, 0.06), tpot=(0.01, 0.004, 0.0))
+    split = LatencyEstimate(ttft=(0.02, 0.03, 0.0, 0.0, 0.06, 0.0), tpot=(0.01, 0.004, 0.0))
     chooser = policy("predicted-latency")
     loads = {rid: {"latency": split} for rid in IDS}
     first = decided(chooser.decide(shared(16_384, "first"), fleet(**loads)))
@@ -158,6 +160,18 @@ def test_predicted_latency_prices_the_request_own_prefill_apart_from_the_tokens_
     own = request.uncached_tokens(decision.matched_prefix_blocks)
     assert decision.replica_id == first.replica_id and own < 100
     assert decision.predicted_ttft_s == pytest.approx(0.02 + 0.03 * (3000 + own) / 1000 + 0.06 * own / 1000)
+
+
+def test_predicted_latency_reads_the_phase_of_the_step_in_flight() -> None:
+    """a5 = −20 ms per 0.1 s since the replica's last token (the step in flight began that long ago,
+    less of it is left): of identical replicas the one 40 ms into its step wins, predicted 8 ms less."""
+    phased = LatencyEstimate(ttft=(0.05, 0.0625, 0.0, 0.0, 0.0, -0.02), tpot=(0.01, 0.004, 0.0))
+    loads: dict[str, dict[str, Any]] = {rid: {"latency": phased, "decoding_requests": 4} for rid in IDS}
+    loads["r2"] = {**loads["r2"], "since_last_token_s": 0.04}
+    request = RoutingRequest(model="m", estimated_prompt_tokens=100)
+    decision = decided(policy("predicted-latency").decide(request, fleet(**loads)))
+    assert decision.replica_id == "r2"
+    assert decision.predicted_ttft_s == pytest.approx(0.05 + 0.0625 * 0.1 - 0.008)
 
 
 def test_predicted_latency_skips_replicas_predicted_to_miss_tpot() -> None:

@@ -9,6 +9,7 @@ import random
 import pytest
 
 from router.latency_model import (
+    TTFT_FEATURES,
     ErrorTracker,
     LatencyEstimate,
     OnlineLinearModel,
@@ -24,16 +25,18 @@ def _ttft_law(queued_tokens: float, running: float) -> float:
 
 
 def test_recovers_a_noiseless_affine_law() -> None:
-    """Tokens ahead cost half an own token (half the step in flight is left on average)."""
+    """Tokens ahead cost half an own token (half the step in flight is left on average); the step in
+    flight, 60 ms long, has `since` of it done when the request arrives: 60 ms − since is left."""
     rng = random.Random(1)
-    model = OnlineLinearModel(5, forgetting_factor=1.0)
+    model = OnlineLinearModel(TTFT_FEATURES, forgetting_factor=1.0)
     for _ in range(300):
         ahead, own = rng.uniform(0, 20_000), rng.uniform(100, 4_000)
-        r, w = rng.uniform(0, 100), rng.uniform(0, 30)
-        actual = _ttft_law(ahead / 2 + own, r) + 0.05 * w
-        model.update(ttft_features(ahead + own, r, w, own), actual)
-    a0, a1, a2, a3, a4 = model.coefficients
-    assert a0 == pytest.approx(0.02, abs=1e-3)
+        r, w, since = rng.uniform(0, 100), rng.uniform(0, 30), rng.uniform(0, 0.06)
+        actual = _ttft_law(ahead / 2 + own, r) + 0.05 * w + 0.06 - since
+        model.update(ttft_features(ahead + own, r, w, own, since), actual)
+    a0, a1, a2, a3, a4, a5 = model.coefficients
+    assert a0 == pytest.approx(0.02 + 0.06, abs=1e-3)
+    assert a5 == pytest.approx(-0.1, rel=1e-3)  # per 0.1 s since the last token
     assert a1 == pytest.approx(500 / 16_000, rel=1e-3)  # per 1,000 queued tokens
     assert a4 == pytest.approx(500 / 16_000, rel=1e-3)  # own tokens: a1 + a4 = 1 / prefill rate
     assert a2 == pytest.approx(0.01, rel=1e-2)  # per 10 running
@@ -117,9 +120,18 @@ def test_non_finite_samples_are_ignored() -> None:
 
 
 def test_predictions_are_clamped_positive() -> None:
-    estimate = LatencyEstimate(ttft=(-1.0, 0.0, 0.0, 0.0, 0.0), tpot=(-1.0, 0.0, 0.0))
+    estimate = LatencyEstimate(ttft=(-1.0, 0.0, 0.0, 0.0, 0.0, 0.0), tpot=(-1.0, 0.0, 0.0))
     assert estimate.ttft_s(0, 0) == pytest.approx(0.001)
     assert estimate.tpot_s(0, 0) == pytest.approx(0.001)
+
+
+def test_the_time_since_the_last_token_is_capped_and_never_negative() -> None:
+    """0.5 s since the last token says the replica is not mid-step: longer counts as 0.5 s; a negative
+    time (clocks) as 0; the default 0 adds nothing."""
+    assert ttft_features(0, 0, since_last_token_s=0.03)[5] == pytest.approx(0.3)
+    assert ttft_features(0, 0, since_last_token_s=7.0)[5] == pytest.approx(5.0)
+    assert ttft_features(0, 0, since_last_token_s=-1.0)[5] == 0.0
+    assert ttft_features(0, 0)[5] == 0.0
 
 
 def test_error_tracker_ignores_non_positive_actuals() -> None:

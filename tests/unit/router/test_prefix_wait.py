@@ -70,7 +70,7 @@ def test_waiters_ahead_for_the_same_owner_lengthen_the_expected_wait() -> None:
 
 
 def test_the_owners_predicted_ttft_with_its_prefix_hit_counts_against_the_objective() -> None:
-    slow = LatencyEstimate(ttft=(1.5, 0.0, 0.0, 0.0, 0.0))  # 1.5 s whatever it finds
+    slow = LatencyEstimate(ttft=(1.5, 0.0, 0.0, 0.0, 0.0, 0.0))  # 1.5 s whatever it finds
     views = fleet(("r0", "r1"), r0={**FULL, "latency": slow}, r1=FREE)
     wait = owner_wait(request(), views, index_with(r0=10), queue(deadline_s=110.0))
     assert wait is not None and wait.predicted_ttft_s == pytest.approx(1.5)
@@ -84,10 +84,18 @@ def test_the_owners_predicted_ttft_with_its_prefix_hit_counts_against_the_object
 def test_the_owners_predicted_ttft_prices_the_requests_own_uncached_tokens() -> None:
     """Own tokens at a4 = 1 s per 1,000 on top of the tokens ahead: the owner holds 8 of the 10 blocks
     (128 of 160 tokens left 32): T = 0.5 + 0.032."""
-    model = LatencyEstimate(ttft=(0.5, 0.0, 0.0, 0.0, 1.0))
+    model = LatencyEstimate(ttft=(0.5, 0.0, 0.0, 0.0, 1.0, 0.0))
     views = fleet(("r0", "r1"), r0={**FULL, "latency": model}, r1=FREE)
     wait = owner_wait(request(), views, index_with(r0=8), queue(deadline_s=110.0))
     assert wait is not None and wait.predicted_ttft_s == pytest.approx(0.5 + 0.032)
+
+
+def test_the_owners_predicted_ttft_reads_the_phase_of_its_step_in_flight() -> None:
+    """a5 = −0.1 s per 0.1 s since the owner's last token: 30 ms into its step, T = 0.5 − 0.03."""
+    model = LatencyEstimate(ttft=(0.5, 0.0, 0.0, 0.0, 0.0, -0.1))
+    views = fleet(("r0", "r1"), r0={**FULL, "latency": model, "since_last_token_s": 0.03}, r1=FREE)
+    wait = owner_wait(request(), views, index_with(r0=10), queue(deadline_s=110.0))
+    assert wait is not None and wait.predicted_ttft_s == pytest.approx(0.5 - 0.03)
 
 
 @pytest.mark.parametrize(
