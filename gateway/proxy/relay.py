@@ -167,6 +167,7 @@ class StreamRelay:
         if total_deadline is not None:
             first_deadline = min(first_deadline, total_deadline)
         splitter = SSESplitter()
+        cost = attempt.slot.replica.cost
         try:
             async with asyncio.timeout_at(first_deadline) as timer:
                 async for chunk in response.content.iter_any():
@@ -176,6 +177,8 @@ class StreamRelay:
                         timer.reschedule(total_deadline)
                         attempt.slot.first_token(learn=self._splice is None)
                         self._record.first_token(reply.first_output_s)
+                    if self._got_first:  # tokens come at the engine's step ends: the step's phase
+                        cost.token_relayed()
                     if not reply.started:
                         if not self._got_first:
                             continue

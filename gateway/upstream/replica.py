@@ -103,6 +103,7 @@ class Replica:
             prefill_tokens_inflight=self.cost.prefill_tokens_inflight,
             decoding_requests=self.cost.decoding_requests,
             latency=self.cost.estimate,
+            since_last_token_s=self.cost.since_last_token_s(),
             models=self.models,
         )
 

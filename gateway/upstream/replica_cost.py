@@ -8,14 +8,19 @@ Counted by the slots (`gateway.upstream.slot`), read by routing through the repl
   decision's `matched_prefix_blocks`; the whole prompt when the policy keeps no prefix index). A
   non-streamed request shows no first token: its tokens stay counted until it ends.
 - `decoding_requests`: requests past their first token, still running.
+- `last_token_s`: when the proxy last relayed a streamed token from the replica (any request;
+  `token_relayed`, once per chunk after a stream's first token, read from the injected `clock`, by
+  default the system's monotonic one, the pools' in production). An engine emits tokens at step
+  ends, so `since_last_token_s()` — now minus that, or 0 while no request decodes here or none has
+  streamed — is the phase of the step in flight, a TTFT input.
 
 Learning (`router.latency_model`), from the gateway's own observations, only of streamed requests
 that succeed: at the first content token, TTFT since dispatch (the replica's part, not the admission
 queue's) against what the request found at dispatch — queued prefill tokens, its own included, its own
 uncached tokens, the requests ahead without a first token and the running batch (the gateway's
-counts, or the engine's fresh `waiting` / `running` when larger); at the end, TPOT =
-(end − first token) / (output tokens − 1) against the mean of the batch at its first token and at its
-end, and the engine's KV use. The learned cap follows each TPOT sample
+counts, or the engine's fresh `waiting` / `running` when larger), the time since the replica's last
+token; at the end, TPOT = (end − first token) / (output tokens − 1) against the mean of the batch at
+its first token and at its end, and the engine's KV use. The learned cap follows each TPOT sample
 (`gateway.upstream.latency_settings`): the gradient limit of the measured TPOT
 (`gateway.upstream.tpot_limit`) once the objective has been broken, none before.
 """
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from core.clock import Clock, SystemClock
 from gateway.upstream.latency_settings import LatencyModelSettings
 from gateway.upstream.tpot_limit import TpotConcurrencyLimit
 from router.latency_model import LatencyEstimate, ReplicaLatencyModel
@@ -39,12 +45,21 @@ class DispatchSample:
     queued_prefill_tokens: int
     running: float
     waiting: float
+    since_last_token_s: float = 0.0
 
 
 class ReplicaCost:
     """One replica's token-aware load, latency model and learned cap (module docstring)."""
 
-    __slots__ = ("_tpot_limit", "decoding_requests", "learned_cap", "model", "prefill_tokens_inflight")
+    __slots__ = (
+        "_clock",
+        "_tpot_limit",
+        "decoding_requests",
+        "last_token_s",
+        "learned_cap",
+        "model",
+        "prefill_tokens_inflight",
+    )
 
     def __init__(
         self,
@@ -52,10 +67,13 @@ class ReplicaCost:
         *,
         tpot_slo_s: float | None = None,
         configured_cap: int | None = None,
+        clock: Clock | None = None,
     ) -> None:
         settings = settings or LatencyModelSettings()
         self.prefill_tokens_inflight = 0
         self.decoding_requests = 0
+        self._clock: Clock = clock or SystemClock()
+        self.last_token_s: float | None = None
         self.learned_cap: int | None = None
         self.model: ReplicaLatencyModel | None = None
         self._tpot_limit: TpotConcurrencyLimit | None = None
@@ -78,6 +96,17 @@ class ReplicaCost:
         """The decode batch: the gateway's count, or the engine's fresh `running` when larger."""
         return max(float(self.decoding_requests), fresh_sample(engine).running)
 
+    def token_relayed(self) -> None:
+        """The proxy relayed a streamed token from this replica (hot path: one clock read, one store)."""
+        self.last_token_s = self._clock.now_s()
+
+    def since_last_token_s(self) -> float:
+        """Seconds since the last relayed token; 0 (neutral: the model's term adds nothing) while no
+        request decodes here — an idle replica is in no step — or before any token."""
+        if self.last_token_s is None or self.decoding_requests <= 0:
+            return 0.0
+        return max(0.0, self._clock.now_s() - self.last_token_s)
+
     def dispatched(self, uncached_tokens: int, engine: EngineLoad | None, *, inflight: int) -> DispatchSample:
         """A request with `uncached_tokens` to prefill is sent here, where `inflight` requests already
         run: count it, return what it found (requests ahead without a first token: `inflight` minus
@@ -88,6 +117,7 @@ class ReplicaCost:
             queued_prefill_tokens=self.prefill_tokens_inflight + uncached_tokens,
             running=self.running(engine),
             waiting=max(float(prefilling), fresh_sample(engine).waiting),
+            since_last_token_s=self.since_last_token_s(),
         )
         self.prefill_tokens_inflight += uncached_tokens
         return sample
@@ -98,7 +128,12 @@ class ReplicaCost:
         self.decoding_requests += 1
         if self.model is not None and ttft_s is not None:
             self.model.observe_ttft(
-                sample.queued_prefill_tokens, sample.running, ttft_s, sample.waiting, sample.uncached_tokens
+                sample.queued_prefill_tokens,
+                sample.running,
+                ttft_s,
+                sample.waiting,
+                sample.uncached_tokens,
+                since_last_token_s=sample.since_last_token_s,
             )
 
     def ended(self, sample: DispatchSample, *, decoding: bool) -> None:

@@ -58,6 +58,8 @@ def test_predicted_latency_routes_on_the_learned_model_once_warm(mock_engines, g
         assert (replica.cost.prefill_tokens_inflight, replica.cost.decoding_requests) == (0, 0)
         assert replica.cost.model is not None
         samples += replica.cost.model.ttft.samples
+        # the relay noted each replica's streamed tokens (the phase of its step, a TTFT input)
+        assert (replica.cost.last_token_s is not None) == (replica.cost.model.ttft.samples > 0)
     assert samples == 18  # every streamed request taught its replica's model its TTFT
 
 

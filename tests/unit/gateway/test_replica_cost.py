@@ -179,3 +179,53 @@ def test_the_ttft_model_learns_the_own_tokens_apart_from_the_tokens_ahead() -> N
     assert estimate.ttft_s(4000, 0, 0, 4000) == pytest.approx(0.02 + 0.5, rel=1e-3)
     assert estimate.ttft_s(4100, 0, 0, 100) == pytest.approx(0.02 + 0.25 + 0.0125, rel=1e-3)
     assert estimate.ttft_s(100, 0, 0, 100) == pytest.approx(0.02 + 0.0125, rel=1e-3)
+
+
+def test_the_ttft_model_learns_the_phase_of_the_step_in_flight() -> None:
+    """An engine stepping every 50 ms: a request waits out what is left of the step in flight, then
+    20 ms. Tokens relayed at step ends mark the step's start, so the time since the last one is the
+    phase the model needs: it predicts 60 ms 10 ms into a step and 30 ms 40 ms into it (without the
+    input it could only predict their mean)."""
+    clock = FakeClock(0.0)
+    cost = ReplicaCost(LatencyModelSettings(warm_after=4, forgetting_factor=1.0), clock=clock)
+    cost.decoding_requests = 1  # another stream decodes: the engine steps
+    for i in range(40):
+        cost.token_relayed()  # a step ends
+        since_s = 0.005 * (i % 10)
+        clock.advance(since_s)
+        sample = cost.dispatched(100, None, inflight=1)
+        assert sample.since_last_token_s == pytest.approx(since_s)
+        cost.first_token(sample, 0.02 + (0.05 - since_s))
+        cost.decoding_requests = 1
+        clock.advance(0.05 - since_s)
+    estimate = cost.estimate
+    assert estimate is not None
+    assert estimate.ttft_s(100, 1, 0, 100, 0.01) == pytest.approx(0.06, rel=1e-3)
+    assert estimate.ttft_s(100, 1, 0, 100, 0.04) == pytest.approx(0.03, rel=1e-3)
+
+
+def test_a_token_relayed_from_one_replica_does_not_move_another() -> None:
+    """Each replica keeps its own last token; before any, or with nothing decoding there, the time
+    since it is 0 (neutral: the model's term adds nothing)."""
+    urls = ["http://10.0.0.1:8000", "http://10.0.0.2:8000"]
+    settings = parse_settings({"pools": [{"model": MODEL, "replicas": {"static": urls}}]})
+    reg = ReplicaRegistry(settings, GatewayMetrics(), FakeClock(0.0), random.Random(1))
+    clock = FakeClock(10.0)
+    a, b = reg.pools[MODEL].replicas.values()
+    for replica in (a, b):
+        replica.cost = ReplicaCost(clock=clock)
+    slot_a, slot_b = reg.claim(a, DECISION, 100), reg.claim(b, DECISION, 100)
+    slot_a.first_token()
+    slot_b.first_token()
+    assert (a.view(0.0).since_last_token_s, b.view(0.0).since_last_token_s) == (0.0, 0.0)
+    a.cost.token_relayed()
+    clock.advance(0.03)
+    assert a.view(0.0).since_last_token_s == pytest.approx(0.03)
+    assert b.view(0.0).since_last_token_s == 0.0 and b.cost.last_token_s is None
+    b.cost.token_relayed()
+    clock.advance(0.02)
+    assert a.view(0.0).since_last_token_s == pytest.approx(0.05)
+    assert b.view(0.0).since_last_token_s == pytest.approx(0.02)
+    assert a.cost.dispatched(10, None, inflight=1).since_last_token_s == pytest.approx(0.05)
+    slot_b.release()  # nothing decodes on b: no step in flight there
+    assert b.view(0.0).since_last_token_s == 0.0
