@@ -15,7 +15,10 @@ always learned when enabled (it costs a few dozen float operations per request);
   the gradient limit cut SLO goodput from 16.9 to 6.9 req/s (62 % → 25 % of requests within the SLO):
   its feedback arrives a whole generation late (a TPOT is known when a request ends, ~10 s there), so
   it over- and under-shoots, and a capped replica takes requests from the queue whatever prefix they
-  hold (prefix-cache hits 80 % → 52 %).
+  hold (prefix-cache hits 80 % → 52 %). Re-measured with `prefix_wait` and `tpot_target_ratio` 0.8
+  it still lost there (7.5 against 17.9 req/s at 2×: misses' prefills, not the batch, break TPOT),
+  while on a decode-bound workload (256-token prompts, TPOT objective 20 ms) it kept 0.87–0.88× of the
+  knee's goodput at 1.5× and 2× where no cap kept 0.17× and 0 — so it is an opt-in for such fleets.
   Requests above it wait in admission (the priority queues) instead of in the engine's own queue,
   where they would all slow each other down. While the TPOT model is cold (fewer than `warm_after`
   samples) or sees no cost in the batch, there is no learned cap. Exported as
