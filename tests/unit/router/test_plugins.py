@@ -36,6 +36,7 @@ SPELLINGS: dict[str, tuple[dict[str, Any], str]] = {
         scorers:
           - {type: prefix-match, weight: 2.0}
           - {type: queue, normalise: ratio, weight: 1.0}
+          - {type: prefill-tokens, normalise: ratio, weight: 1.0}
         picker: {type: prefix-index}
         """,
     ),

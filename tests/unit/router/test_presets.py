@@ -7,8 +7,8 @@ import random
 import pytest
 
 from router.presets import PolicyContext, build_policy, known_policies
-from router.types import Branch, Decision
-from tests.unit.router.snapshots import decisions, policy
+from router.types import Branch, Decision, RoutingRequest
+from tests.unit.router.snapshots import decided, decisions, fleet, policy
 
 ALL = [
     "least-load",
@@ -73,3 +73,33 @@ def test_header_value_renders_policy_branch_hops_and_prefix_blocks() -> None:
     )
     assert plain.header_value() == "policy=prefix-affinity; branch=spillover; hops=2"
     assert matched.header_value() == "policy=prefix-index; branch=prefix_match; hops=0; prefix_blocks=12"
+
+
+def _unmatched(**fields: object) -> RoutingRequest:
+    return RoutingRequest(model="m", estimated_prompt_tokens=2000, prefix_hashes=(91, 92, 93), **fields)  # type: ignore[arg-type]
+
+
+def test_prefix_index_sends_a_miss_to_the_replica_with_the_fewest_prefill_tokens_queued() -> None:
+    # r2 holds one request more than the others but far fewer tokens to prefill: a miss queued there
+    # starts its own prefill first. Counting requests alone (prefill_weight 0) avoids r2.
+    views = fleet(
+        r0={"inflight_requests": 4, "prefill_tokens_inflight": 6000},
+        r1={"inflight_requests": 4, "prefill_tokens_inflight": 6000},
+        r2={"inflight_requests": 5, "prefill_tokens_inflight": 200},
+        r3={"inflight_requests": 4, "prefill_tokens_inflight": 6000},
+    )
+    assert decided(policy("prefix-index").decide(_unmatched(), views)).replica_id == "r2"
+    by_count = decided(policy("prefix-index", prefill_weight=0).decide(_unmatched(), views))
+    assert by_count.replica_id != "r2"
+
+
+def test_prefix_index_keeps_a_matched_request_on_its_owner_whatever_its_prefill_queue() -> None:
+    index_policy = policy("prefix-index")
+    owner = decided(index_policy.decide(_unmatched(), fleet())).replica_id
+    loaded = fleet(**{owner: {"prefill_tokens_inflight": 8000}})
+    assert decided(index_policy.decide(_unmatched(), loaded)).replica_id == owner
+
+
+def test_prefix_index_refuses_a_negative_prefill_weight() -> None:
+    with pytest.raises(ValueError, match="prefill_weight"):
+        policy("prefix-index", prefill_weight=-1)
