@@ -80,7 +80,10 @@ class Pool:
         cap = self.settings.max_concurrency_per_replica
         replica = Replica(rid, url, self.model, breaker, cap)
         replica.cost = ReplicaCost(
-            self.settings.latency_model, tpot_slo_s=self.settings.slo.tpot_s, configured_cap=cap
+            self.settings.latency_model,
+            tpot_slo_s=self.settings.slo.tpot_s,
+            configured_cap=cap,
+            clock=self._clock,
         )
         replica.panic = self.panic
         if self.settings.models.discover:
