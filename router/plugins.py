@@ -22,7 +22,8 @@ Types (defaults in parentheses; the first value of a choice is its default):
       kv-usage         engine KV-cache usage, stale or missing samples count 0: normalise (min-max | ratio)
       prefix-match     matched leading blocks / request blocks; no options; needs a picker with an index
                        (prefix-index, sticky-prefix, predicted-latency)
-      prefill-tokens   uncached prefill tokens in flight (token-aware load): normalise (min-max | ratio)
+      prefill-tokens   uncached prefill tokens in flight (token-aware load): normalise (min-max | ratio),
+                       ratio_floor (0, ≥ 0; ratio: 1 − x / max(max x, floor))
       running          decoding sequences (gateway count, or the engine's fresh running when larger):
                        normalise (min-max | ratio)
     pickers (router.pickers, router.bounded, router.prefix_index)
@@ -247,8 +248,13 @@ SCORERS: dict[str, PluginType[Scorer]] = {
     ScorerType.KV_USAGE: PluginType(_NORMALISE, lambda read, _: kv_usage_scorer(_normalise(read))),
     ScorerType.PREFIX_MATCH: PluginType(frozenset(), _prefix_match),
     ScorerType.PREFILL_TOKENS: PluginType(
-        _NORMALISE,
-        lambda read, _: InvertedMetricScorer("prefill_tokens", prefill_tokens_metric, _normalise(read)),
+        _NORMALISE | {"ratio_floor"},
+        lambda read, _: InvertedMetricScorer(
+            "prefill_tokens",
+            prefill_tokens_metric,
+            _normalise(read),
+            read.number("ratio_floor", 0.0, minimum=0),
+        ),
     ),
     ScorerType.RUNNING: PluginType(
         _NORMALISE, lambda read, _: InvertedMetricScorer("running", running_sequences, _normalise(read))

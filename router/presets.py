@@ -29,7 +29,8 @@ Each preset as its profile (score_i = Σ weight · scorer_i, every scorer in [0,
 Options and defaults: prefix-affinity / session-affinity take `load_factor` (c of the CHWBL bound, 1.25,
 >= 1), `load_unit` (`requests` | `tokens`, default `requests`), `virtual_nodes_per_replica` (160);
 prefix-index takes `prefix_weight` (2.0), `load_weight` (1.0), `prefill_weight` (1.0; 0 drops the
-scorer), `imbalance_abs_requests` (16), `imbalance_rel_ratio` (1.5, >= 1), `index_capacity_blocks`
+scorer), `prefill_floor_tokens` (0: the prefill scorer's `ratio_floor`), `imbalance_abs_requests`
+(16), `imbalance_rel_ratio` (1.5, >= 1), `index_capacity_blocks`
 (16384 block hashes per replica). Why the prefill term (token-aware load, issue 15): the requests
 that set TTFT p95 are the prefix misses, and a miss's TTFT is its own prefill plus the prefill tokens
 queued ahead of it; counting requests alone sends it to a replica that holds as many requests but
@@ -67,6 +68,7 @@ from router.scorers import Normalisation
 DEFAULT_PREFIX_WEIGHT = 2.0
 DEFAULT_LOAD_WEIGHT = 1.0
 DEFAULT_PREFILL_WEIGHT = 1.0
+DEFAULT_PREFILL_FLOOR_TOKENS = 0.0
 CUSTOM_POLICY = "custom"
 """The policy name under which a pool gives its own `profile:`."""
 
@@ -144,10 +146,16 @@ def _prefix_index(read: OptionReader) -> ProfileSpec:
         {"type": ScorerType.PREFIX_MATCH, "weight": prefix_weight},
         {"type": ScorerType.QUEUE, "normalise": Normalisation.RATIO, "weight": load_weight},
     ]
+    prefill_floor = read.number("prefill_floor_tokens", DEFAULT_PREFILL_FLOOR_TOKENS, minimum=0)
     if prefill_weight > 0:
-        scorers.append(
-            {"type": ScorerType.PREFILL_TOKENS, "normalise": Normalisation.RATIO, "weight": prefill_weight}
-        )
+        prefill: dict[str, Any] = {
+            "type": ScorerType.PREFILL_TOKENS,
+            "normalise": Normalisation.RATIO,
+            "weight": prefill_weight,
+        }
+        if prefill_floor > 0:
+            prefill["ratio_floor"] = prefill_floor
+        scorers.append(prefill)
     return {
         "scorers": scorers,
         "picker": {
@@ -176,6 +184,7 @@ _PREFIX_INDEX_OPTIONS = frozenset(
         "prefix_weight",
         "load_weight",
         "prefill_weight",
+        "prefill_floor_tokens",
         "imbalance_abs_requests",
         "imbalance_rel_ratio",
         "index_capacity_blocks",

@@ -56,6 +56,9 @@ class InvertedMetricScorer:
     """Scores candidates by a per-replica metric where lower is better (min-max unless told).
 
     Its `name` is the metric's, suffixed `_ratio` under ratio normalisation (e.g. `queue_ratio`).
+    `ratio_floor` (ratio only, default 0): score_i = 1 − x_i / max(max_j x_j, ratio_floor), so
+    differences far below the floor barely move the score (prefill tokens below one engine chunk are
+    all prefilled in the next step, whichever replica holds them).
     """
 
     def __init__(
@@ -63,13 +66,18 @@ class InvertedMetricScorer:
         name: str,
         metric: Callable[[ReplicaView], float],
         normalise: Normalisation = Normalisation.MIN_MAX,
+        ratio_floor: float = 0.0,
     ) -> None:
         self.name = name if normalise is Normalisation.MIN_MAX else f"{name}_ratio"
         self._metric = metric
         self._normalise = _NORMALISERS[normalise]
+        self._floor = ratio_floor if normalise is Normalisation.RATIO else 0.0
 
     def __call__(self, request: RoutingRequest, replicas: list[ReplicaView]) -> list[float]:
-        return self._normalise([self._metric(r) for r in replicas])
+        values = [self._metric(r) for r in replicas]
+        if self._floor > 0 and values and max(values) < self._floor:
+            return [1.0 - v / self._floor for v in values]
+        return self._normalise(values)
 
 
 def inflight_scorer(

@@ -103,3 +103,28 @@ def test_prefix_index_keeps_a_matched_request_on_its_owner_whatever_its_prefill_
 def test_prefix_index_refuses_a_negative_prefill_weight() -> None:
     with pytest.raises(ValueError, match="prefill_weight"):
         policy("prefix-index", prefill_weight=-1)
+
+
+def test_a_prefill_floor_keeps_small_prefill_differences_from_outweighing_the_request_count() -> None:
+    # Every request a hit: r0 holds 128 uncached tokens and 4 requests, r1 none and 8 requests. Without
+    # a floor 128 tokens count as a full point (as much as the whole request term) and r1 wins; with a
+    # floor of 2,048 they count 0.06 and the less loaded r0 wins.
+    views = fleet(
+        ("r0", "r1"),
+        r0={"inflight_requests": 4, "prefill_tokens_inflight": 128},
+        r1={"inflight_requests": 8, "prefill_tokens_inflight": 0},
+    )
+    assert decided(policy("prefix-index").decide(_unmatched(), views)).replica_id == "r1"
+    floored = policy("prefix-index", prefill_floor_tokens=2048)
+    assert decided(floored.decide(_unmatched(), views)).replica_id == "r0"
+
+
+def test_a_prefill_floor_leaves_a_miss_heavy_queue_to_the_plain_ratio() -> None:
+    views = fleet(
+        r0={"inflight_requests": 4, "prefill_tokens_inflight": 6000},
+        r1={"inflight_requests": 4, "prefill_tokens_inflight": 6000},
+        r2={"inflight_requests": 5, "prefill_tokens_inflight": 200},
+        r3={"inflight_requests": 4, "prefill_tokens_inflight": 6000},
+    )
+    floored = policy("prefix-index", prefill_floor_tokens=2048)
+    assert decided(floored.decide(_unmatched(), views)).replica_id == "r2"
