@@ -7,7 +7,7 @@ import random
 import pytest
 
 from router.presets import PolicyContext, build_policy, known_policies
-from router.types import Branch, Decision, RoutingRequest
+from router.types import Branch, Decision, ReplicaView, RoutingRequest
 from tests.unit.router.snapshots import decided, decisions, fleet, policy
 
 ALL = [
@@ -79,15 +79,16 @@ def _unmatched(**fields: object) -> RoutingRequest:
     return RoutingRequest(model="m", estimated_prompt_tokens=2000, prefix_hashes=(91, 92, 93), **fields)  # type: ignore[arg-type]
 
 
+def _miss_heavy_fleet() -> list[ReplicaView]:
+    """r2 holds one request more than the others but far fewer uncached tokens to prefill."""
+    heavy = {"inflight_requests": 4, "prefill_tokens_inflight": 6000}
+    return fleet(r0=heavy, r1=heavy, r2={"inflight_requests": 5, "prefill_tokens_inflight": 200}, r3=heavy)
+
+
 def test_prefix_index_sends_a_miss_to_the_replica_with_the_fewest_prefill_tokens_queued() -> None:
     # r2 holds one request more than the others but far fewer tokens to prefill: a miss queued there
     # starts its own prefill first. Counting requests alone (prefill_weight 0) avoids r2.
-    views = fleet(
-        r0={"inflight_requests": 4, "prefill_tokens_inflight": 6000},
-        r1={"inflight_requests": 4, "prefill_tokens_inflight": 6000},
-        r2={"inflight_requests": 5, "prefill_tokens_inflight": 200},
-        r3={"inflight_requests": 4, "prefill_tokens_inflight": 6000},
-    )
+    views = _miss_heavy_fleet()
     assert decided(policy("prefix-index").decide(_unmatched(), views)).replica_id == "r2"
     by_count = decided(policy("prefix-index", prefill_weight=0).decide(_unmatched(), views))
     assert by_count.replica_id != "r2"
@@ -120,11 +121,6 @@ def test_a_prefill_floor_keeps_small_prefill_differences_from_outweighing_the_re
 
 
 def test_a_prefill_floor_leaves_a_miss_heavy_queue_to_the_plain_ratio() -> None:
-    views = fleet(
-        r0={"inflight_requests": 4, "prefill_tokens_inflight": 6000},
-        r1={"inflight_requests": 4, "prefill_tokens_inflight": 6000},
-        r2={"inflight_requests": 5, "prefill_tokens_inflight": 200},
-        r3={"inflight_requests": 4, "prefill_tokens_inflight": 6000},
-    )
+    views = _miss_heavy_fleet()
     floored = policy("prefix-index", prefill_floor_tokens=2048)
     assert decided(floored.decide(_unmatched(), views)).replica_id == "r2"
