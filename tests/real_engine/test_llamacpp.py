@@ -262,7 +262,7 @@ def test_repeated_long_prefix_is_faster_on_the_replica_that_holds_it(real_gatewa
     assert (cold_cached or 0) < 0.1 * cold_usage.prompt_tokens, "the first request must be a cold prefill"
 
     wait_for_engine_samples(gateway)  # fresh samples again after the long prefill, and
-    time.sleep(0.75)  # a scrape past the cold request's counters, so the last interval is warm-only
+    time.sleep(0.75)  # a scrape past the cold request's counters, so the next window is warm-only
     warm: list[float] = []
     for question in ("Which queue handles rule 4?", "Which queue handles rule 5?"):
         warm_s, warm_replica, usage = _chat_ttft(client, system, question)
@@ -280,7 +280,9 @@ def test_repeated_long_prefix_is_faster_on_the_replica_that_holds_it(real_gatewa
     figures["prefix_cold_prefill_tok_s"] = round(cold_usage.prompt_tokens / cold_s)
     assert ratio <= 0.7, f"cached TTFT {warm_s * 1000:.0f} ms vs cold {cold_s * 1000:.0f} ms"
 
-    # The adapter turns llamacpp:prompt_tokens_cached_total / prompt_tokens_total into a hit ratio.
+    # The adapter turns llamacpp:prompt_tokens_cached_total / prompt_tokens_total into a hit ratio. The
+    # engine bumps the cached tokens when a request starts and the processed ones when its prefill ends:
+    # a scrape between the two once read 0 % here (the adapter's token-minimum window is the fix).
     holder = next(r for r in gateway.app.state.registry.all_replicas() if r.replica_id == cold_replica)
     deadline = time.monotonic() + 5
     while not (holder.engine and (holder.engine.prefix_cache_hit_ratio or 0) > 0.5):

@@ -17,10 +17,15 @@ documented set of rules to every flavour:
 - Missing metrics. `running` and `waiting` are required: without them the sample is useless for routing
   and `EngineMetricsError(MISSING_METRICS)` is raised (typically a flavour mismatch, e.g. `vllm`
   configured in front of SGLang). KV usage and prefix-cache hit ratio are optional (None when absent).
-- Prefix-cache hit ratio. A hit-rate gauge wins when present. Otherwise a counter pair is used:
-  Δhits / Δqueries since the previous sample; on the first sample, or after a counter reset (an engine
-  restart: a counter went down), the cumulative hits / queries; when no query happened in the interval the
-  previous ratio is carried over; None while the engine has never been queried.
+- Prefix-cache hit ratio. A hit-rate gauge wins when present. Otherwise a counter pair is used, over a
+  window of at least `MIN_WINDOW_QUERY_TOKENS` queried tokens: Δhits / Δqueries since the window opened,
+  reported when the window closes (it then reopens at the current counters); while the open window holds
+  fewer tokens the last closed window's ratio is carried over (an idle interval changes nothing). Why a
+  token minimum rather than the last scrape interval: engines do not bump both counters at once —
+  llama.cpp adds a request's cached tokens when it starts and its processed tokens when its prefill ends,
+  so an interval that holds only the 8-token tail of a full hit read 0 % and that 0 % was carried over
+  until the next request. On the first sample, or after a counter reset (an engine restart: a counter
+  went down), the cumulative hits / queries; None while the engine has never been queried.
 - Malformed text raises `EngineMetricsError(PARSE)` (see `exposition` for what counts as malformed).
 """
 
@@ -127,22 +132,40 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values)
 
 
-def _counter_ratio(previous: EngineSample | None, hits: float, queries: float) -> float | None:
-    """Hit ratio over the last interval from cumulative counters (module docstring)."""
-    prev_hits = previous.prefix_cache_hits_tokens if previous is not None else None
-    prev_queries = previous.prefix_cache_queries_tokens if previous is not None else None
+MIN_WINDOW_QUERY_TOKENS = 256.0
+"""Queried tokens a counter window needs before its ratio is reported (about one short prompt): small
+enough to follow a busy engine every scrape, large enough that one counter's late bump (llama.cpp's
+processed tokens after its cached ones) moves the ratio by a few per cent, not to 0."""
+
+
+@dataclass(frozen=True, slots=True)
+class _HitCounters:
+    """The ratio to report and the counters where the open window starts."""
+
+    ratio: float | None
+    window_hits_tokens: float
+    window_queries_tokens: float
+
+
+def _counter_ratio(previous: EngineSample | None, hits: float, queries: float) -> _HitCounters:
+    """Hit ratio over the last closed window of cumulative counters (module docstring)."""
+    start_hits = previous.prefix_cache_window_hits_tokens if previous is not None else None
+    start_queries = previous.prefix_cache_window_queries_tokens if previous is not None else None
     if (
-        previous is not None
-        and prev_hits is not None
-        and prev_queries is not None
-        and queries >= prev_queries
-        and hits >= prev_hits
+        previous is None
+        or start_hits is None
+        or start_queries is None
+        or queries < start_queries
+        or hits < start_hits
     ):
-        delta_queries = queries - prev_queries
-        if delta_queries > 0:
-            return _clamp_ratio((hits - prev_hits) / delta_queries)
-        return previous.prefix_cache_hit_ratio
-    return _clamp_ratio(hits / queries) if queries > 0 else None
+        cumulative = _clamp_ratio(hits / queries) if queries > 0 else None
+        return _HitCounters(cumulative, hits, queries)
+    delta_queries = queries - start_queries
+    window_ratio = _clamp_ratio((hits - start_hits) / delta_queries) if delta_queries > 0 else None
+    if delta_queries >= MIN_WINDOW_QUERY_TOKENS:
+        return _HitCounters(window_ratio, hits, queries)
+    carried = previous.prefix_cache_hit_ratio
+    return _HitCounters(carried if carried is not None else window_ratio, start_hits, start_queries)
 
 
 class SpecAdapter:
@@ -181,7 +204,7 @@ class SpecAdapter:
                 ScrapeErrorReason.MISSING_METRICS, f"{self.flavour}: no finite value for {absent}"
             )
         kv = read.first(self.spec.kv_usage, _mean)
-        ratio, hits, queries = self._hit_ratio(read, previous)
+        ratio, hits, queries, window = self._hit_ratio(read, previous)
         running_adapters, waiting_adapters, max_loras = lora_adapters(exposition, self.spec.lora_info)
         return EngineSample(
             running=_clamp_count(running),
@@ -191,6 +214,8 @@ class SpecAdapter:
             taken_at_s=taken_at_s,
             prefix_cache_hits_tokens=hits,
             prefix_cache_queries_tokens=queries,
+            prefix_cache_window_hits_tokens=window.window_hits_tokens if window else None,
+            prefix_cache_window_queries_tokens=window.window_queries_tokens if window else None,
             running_adapters=running_adapters,
             waiting_adapters=waiting_adapters,
             max_loras=max_loras,
@@ -198,16 +223,17 @@ class SpecAdapter:
 
     def _hit_ratio(
         self, read: _Reader, previous: EngineSample | None
-    ) -> tuple[float | None, float | None, float | None]:
+    ) -> tuple[float | None, float | None, float | None, _HitCounters | None]:
         gauge = read.first(self.spec.hit_ratio_gauges, _mean)
         if gauge is not None:
-            return _clamp_ratio(gauge), None, None
+            return _clamp_ratio(gauge), None, None, None
         for pair in self.spec.hit_counters:
             hits = read.total(pair.hits)
             queries = read.total(pair.queries)
             if hits is not None and queries is not None:
-                return _counter_ratio(previous, hits, queries), hits, queries
-        return None, None, None
+                window = _counter_ratio(previous, hits, queries)
+                return window.ratio, hits, queries, window
+        return None, None, None, None
 
 
 class _Reader:

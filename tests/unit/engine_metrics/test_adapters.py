@@ -13,6 +13,7 @@ from gateway.upstream.engine_metrics import (
     adapter_for,
     known_flavours,
 )
+from gateway.upstream.engine_metrics.adapter import MIN_WINDOW_QUERY_TOKENS
 from tests.unit.engine_metrics import fixtures
 
 
@@ -170,6 +171,35 @@ def test_counter_hit_ratio_carries_over_an_idle_interval() -> None:
     assert idle.prefix_cache_hit_ratio == pytest.approx(0.1)
 
 
+def test_a_late_bump_of_one_counter_does_not_read_as_a_miss() -> None:
+    # llama.cpp: a full hit adds its 1,759 cached tokens (hits and queries) when the request starts and
+    # its 8 processed tokens (queries only) when its prefill ends, often in the next scrape interval.
+    cold = sample("vllm", counters(0, 1767))
+    started = sample("vllm", counters(1759, 1767 + 1759), previous=cold)
+    assert started.prefix_cache_hit_ratio == pytest.approx(1.0)
+    tail = sample("vllm", counters(1759, 1767 + 1759 + 8), previous=started)
+    assert tail.prefix_cache_hit_ratio == pytest.approx(1.0)  # 8 tokens: the window stays open
+    idle = sample("vllm", counters(1759, 1767 + 1759 + 8), previous=tail)
+    assert idle.prefix_cache_hit_ratio == pytest.approx(1.0)
+    again = sample("vllm", counters(2 * 1759, 1767 + 2 * 1759 + 8), previous=idle)
+    assert again.prefix_cache_hit_ratio == pytest.approx(1759 / (1759 + 8))  # the tail joins this window
+
+
+def test_small_windows_add_up_until_they_hold_enough_tokens() -> None:
+    first = sample("vllm", counters(0, 1000))
+    assert MIN_WINDOW_QUERY_TOKENS == 256
+    partial = sample("vllm", counters(100, 1100), previous=first)
+    assert partial.prefix_cache_hit_ratio == pytest.approx(0.0)  # 100 tokens: the last closed ratio
+    closed = sample("vllm", counters(100, 1300), previous=partial)
+    assert closed.prefix_cache_hit_ratio == pytest.approx(100 / 300)
+
+
+def test_before_any_window_closes_the_open_one_is_better_than_nothing() -> None:
+    never = sample("vllm", counters(0, 0))
+    assert never.prefix_cache_hit_ratio is None
+    assert sample("vllm", counters(10, 20), previous=never).prefix_cache_hit_ratio == pytest.approx(0.5)
+
+
 def test_counter_reset_after_an_engine_restart_falls_back_to_cumulative() -> None:
     before = sample("vllm", counters(5000, 10000))
     after = sample("vllm", counters(30, 40), previous=before)
@@ -183,7 +213,7 @@ def test_never_queried_engine_has_no_hit_ratio() -> None:
 
 
 def test_previous_sample_without_counters_is_like_no_previous() -> None:
-    previous = replace(sample("vllm", counters(1, 2)), prefix_cache_hits_tokens=None)
+    previous = replace(sample("vllm", counters(1, 2)), prefix_cache_window_hits_tokens=None)
     assert sample("vllm", counters(3, 4), previous=previous).prefix_cache_hit_ratio == pytest.approx(0.75)
 
 
