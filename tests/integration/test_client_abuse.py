@@ -314,8 +314,7 @@ def test_without_the_guarded_protocol_the_asgi_write_deadline_still_releases_the
         lambda: state.metrics.registry.get_sample_value("llm_gateway_client_timeouts_total", phase) == 1, 20.0
     )
     assert wait_until(lambda: state.registry.total_inflight() == 0, 1.0)
-    # the engine notices the abort late at times (5-20 s seen on a 2-vCPU VM)
-    assert wait_until(lambda: engine.app.counters.active == 0, 30.0)
+    assert wait_until(lambda: engine.app.counters.active == 0, 5.0)
     assert engine.app.counters.aborted == 1 and engine.app.counters.finished == 0
     sock.close()
 
