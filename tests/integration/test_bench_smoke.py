@@ -160,7 +160,9 @@ def test_bench_run_with_a_fault_schedule_and_poisoned_requests(tmp_path: Path) -
     out = tmp_path / "report"
     argv = ["run", "--replicas", "2", "--first-token-delay-ms", "5", "--token-delay-ms", "2"]
     argv += ["--policy", "round-robin", "--workload", "no-sharing", "-p", "prompt_tokens=16"]
-    argv += ["-p", "output_tokens=32", "--requests", "64", "--warmup-requests", "4", "--rate", "30"]
+    # 120 measured requests at 30/s: a 4 s run, so the restart at 1 s has 3 s to get the engine ready
+    # even on a loaded CI machine (with 60 it was once cut short: `interrupted`)
+    argv += ["-p", "output_tokens=32", "--requests", "124", "--warmup-requests", "4", "--rate", "30"]
     argv += ["--seed", "3", "--pool-set", "timeouts={ttft_s: 0.5, idle_s: 0.5}"]
     argv += ["--pool-set", "health.interval_s=0.5", "--sample-interval-s", "0.2"]
     argv += ["--fault", "at=0.3s kill=1", "--fault", "at=1s restart=1", "--fault", "at=60s clear=0"]
@@ -176,7 +178,7 @@ def test_bench_run_with_a_fault_schedule_and_poisoned_requests(tmp_path: Path) -
     assert events["at=1s restart=1"]["ready_at_s"] is not None
     assert events["at=60s clear=0"]["ran_at_s"] is None
     answers = run["answers"]
-    assert answers["all"]["requests"] == 60 and answers["poisoned"]["requests"] >= 1
+    assert answers["all"]["requests"] == 120 and answers["poisoned"]["requests"] >= 1
     assert answers["poisoned"]["complete"] == 0, "a poisoned request never completes"
     assert answers["good"]["complete_ratio"] >= 0.9
     assert answers["all"]["short"] == 0
