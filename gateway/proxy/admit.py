@@ -179,7 +179,13 @@ class PoolAdmission:
         """`claim`'s claiming half: the slot on the replica `decision` chose."""
         replica = self.pool.replicas[decision.replica_id]
         uncached = routing.uncached_tokens(decision.matched_prefix_blocks)
-        slot = self._registry.claim(replica, decision, routing.estimated_total_tokens, uncached)
+        slot = self._registry.claim(
+            replica,
+            decision,
+            routing.estimated_total_tokens,
+            uncached,
+            prompt_tokens=routing.estimated_prompt_tokens,
+        )
         if self._credits is not None:
             self._credits.on_dispatch(replica)
         return slot

@@ -33,6 +33,8 @@ from gateway.upstream.tpot_limit import DEFAULT_TARGET_RATIO
 from router.latency_model import DEFAULT_FORGETTING_FACTOR, DEFAULT_WARM_AFTER
 from router.prefix_wait import DEFAULT_MIN_MATCH_RATIO
 
+DEFAULT_CAP_MAX_CACHED_SHARE = 0.5
+
 
 class LatencyModelSettings(BaseModel):
     """A pool's `latency_model:` (module docstring)."""
@@ -46,6 +48,10 @@ class LatencyModelSettings(BaseModel):
     """Observations before a model's predictions are used."""
     adaptive_cap: bool = False
     min_cap_per_replica: int = Field(8, ge=1)
+    cap_max_cached_share: float = Field(DEFAULT_CAP_MAX_CACHED_SHARE, ge=0, le=1)
+    """No learned cap on a replica while this share or more of the prompt tokens dispatched to it were
+    expected cached (`ReplicaCost.cached_share`): there affinity decides the outcome, and a cap spills
+    requests to replicas that miss (module docstring). 1.0 keeps the cap whatever the sharing."""
     tpot_target_ratio: float = Field(DEFAULT_TARGET_RATIO, gt=0, le=1)
     """The learned cap's set point as a share of `slo.tpot_s`: the limit holds the mean TPOT there, and
     requests scatter around the mean (`gateway.upstream.tpot_limit`)."""

@@ -138,8 +138,17 @@ class ReplicaRegistry:
         """`listener()` runs after every guard release (admission uses it to dispatch waiters)."""
         self._release_listeners.append(listener)
 
-    def claim(self, replica: Replica, decision: Decision, tokens: int, uncached_tokens: int = 0) -> Slot:
-        """Count one request of `tokens` estimated tokens, `uncached_tokens` of them left to prefill, on
+    def claim(
+        self,
+        replica: Replica,
+        decision: Decision,
+        tokens: int,
+        uncached_tokens: int = 0,
+        *,
+        prompt_tokens: int | None = None,
+    ) -> Slot:
+        """Count one request of `tokens` estimated tokens (`prompt_tokens` of its prompt, when known),
+        `uncached_tokens` of them left to prefill, on
         `replica` (chosen by `decision`; a decision made in panic mode — over the pool's last snapshot
         — is counted in `panic_decisions_total`)."""
         if replica.panic:
@@ -147,7 +156,13 @@ class ReplicaRegistry:
         self._total_inflight += 1
         self._idle.clear()
         return Slot(
-            replica, decision, tokens, self._metrics, self._released_one, uncached_tokens=uncached_tokens
+            replica,
+            decision,
+            tokens,
+            self._metrics,
+            self._released_one,
+            uncached_tokens=uncached_tokens,
+            prompt_tokens=prompt_tokens,
         )
 
     def _released_one(self, replica: Replica) -> None:

@@ -22,7 +22,12 @@ counts, or the engine's fresh `waiting` / `running` when larger), the time since
 token; at the end, TPOT = (end − first token) / (output tokens − 1) against the mean of the batch at
 its first token and at its end, and the engine's KV use. The learned cap follows each TPOT sample
 (`gateway.upstream.latency_settings`): the gradient limit of the measured TPOT
-(`gateway.upstream.tpot_limit`) once the objective has been broken, none before.
+(`gateway.upstream.tpot_limit`) once the objective has been broken, none before — and none while
+`cached_share` is at or above `cap_max_cached_share`.
+
+`cached_share`: the share of the prompt tokens dispatched here that the router expected the replica to
+hold (1 − uncached / prompt), an exponentially weighted mean over dispatches (weight
+`CACHED_SHARE_WEIGHT` = 0.02, about the last 50), None before the first dispatch with a known prompt.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ from router.latency_model import LatencyEstimate, ReplicaLatencyModel
 from router.load import fresh_sample
 from router.types import EngineLoad
 
+CACHED_SHARE_WEIGHT = 0.02
+
 
 @dataclass(frozen=True, slots=True)
 class DispatchSample:
@@ -46,14 +53,18 @@ class DispatchSample:
     running: float
     waiting: float
     since_last_token_s: float = 0.0
+    dispatched_at_s: float | None = None
+    """When it was dispatched, on the replica cost's clock."""
 
 
 class ReplicaCost:
     """One replica's token-aware load, latency model and learned cap (module docstring)."""
 
     __slots__ = (
+        "_cap_max_cached_share",
         "_clock",
         "_tpot_limit",
+        "cached_share",
         "decoding_requests",
         "last_token_s",
         "learned_cap",
@@ -75,6 +86,8 @@ class ReplicaCost:
         self._clock: Clock = clock or SystemClock()
         self.last_token_s: float | None = None
         self.learned_cap: int | None = None
+        self.cached_share: float | None = None
+        self._cap_max_cached_share = settings.cap_max_cached_share
         self.model: ReplicaLatencyModel | None = None
         self._tpot_limit: TpotConcurrencyLimit | None = None
         if settings.enabled:
@@ -107,10 +120,21 @@ class ReplicaCost:
             return 0.0
         return max(0.0, self._clock.now_s() - self.last_token_s)
 
-    def dispatched(self, uncached_tokens: int, engine: EngineLoad | None, *, inflight: int) -> DispatchSample:
-        """A request with `uncached_tokens` to prefill is sent here, where `inflight` requests already
-        run: count it, return what it found (requests ahead without a first token: `inflight` minus
-        the decoding ones, or the engine's fresh `waiting` when larger)."""
+    def dispatched(
+        self,
+        uncached_tokens: int,
+        engine: EngineLoad | None,
+        *,
+        inflight: int,
+        prompt_tokens: int | None = None,
+    ) -> DispatchSample:
+        """A request with `uncached_tokens` to prefill (of `prompt_tokens`, when known) is sent here,
+        where `inflight` requests already run: count it, return what it found (requests ahead without a
+        first token: `inflight` minus the decoding ones, or the engine's fresh `waiting` when larger)."""
+        if prompt_tokens is not None and prompt_tokens > 0:
+            share = 1.0 - min(uncached_tokens, prompt_tokens) / prompt_tokens
+            last = self.cached_share
+            self.cached_share = share if last is None else last + CACHED_SHARE_WEIGHT * (share - last)
         prefilling = max(0, inflight - self.decoding_requests)
         sample = DispatchSample(
             uncached_tokens=uncached_tokens,
@@ -118,6 +142,7 @@ class ReplicaCost:
             running=self.running(engine),
             waiting=max(float(prefilling), fresh_sample(engine).waiting),
             since_last_token_s=self.since_last_token_s(),
+            dispatched_at_s=self._clock.now_s(),
         )
         self.prefill_tokens_inflight += uncached_tokens
         return sample
@@ -143,12 +168,27 @@ class ReplicaCost:
         else:
             self.prefill_tokens_inflight -= sample.uncached_tokens
 
-    def learn_tpot(self, running: float, engine: EngineLoad | None, tpot_s: float, inflight: int = 0) -> None:
-        """Learn one TPOT sample (with `inflight` requests on the replica now) and move the cap."""
+    def learn_tpot(
+        self,
+        running: float,
+        engine: EngineLoad | None,
+        tpot_s: float,
+        inflight: int = 0,
+        *,
+        sample: DispatchSample | None = None,
+    ) -> None:
+        """Learn one TPOT sample (with `inflight` requests on the replica now; `sample`: what the request
+        found at dispatch, when known) and move the cap."""
         if self.model is None:
             return
         kv_usage = fresh_sample(engine).kv_usage_ratio
         self.model.observe_tpot(running, kv_usage, tpot_s)
-        if self._tpot_limit is not None:
-            self._tpot_limit.observe(tpot_s, inflight)
-            self.learned_cap = self._tpot_limit.cap
+        limit = self._tpot_limit
+        if limit is None:
+            return
+        if self.cached_share is not None and self.cached_share >= self._cap_max_cached_share:
+            limit.reset()  # prefix affinity at work: a cap would spill requests to cold replicas
+        else:
+            started_at_s = None if sample is None else sample.dispatched_at_s
+            limit.observe(tpot_s, inflight, started_at_s=started_at_s, now_s=self._clock.now_s())
+        self.learned_cap = limit.cap

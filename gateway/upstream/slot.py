@@ -46,6 +46,7 @@ class Slot:
         on_release: Callable[[Replica], None],
         *,
         uncached_tokens: int = 0,
+        prompt_tokens: int | None = None,
     ) -> None:
         self.replica = replica
         self.decision = decision
@@ -57,7 +58,7 @@ class Slot:
         self._first_token_s: float | None = None
         self._running_at_first_token = 0.0
         self._sample = replica.cost.dispatched(
-            uncached_tokens, replica.engine, inflight=replica.inflight_requests
+            uncached_tokens, replica.engine, inflight=replica.inflight_requests, prompt_tokens=prompt_tokens
         )
         replica.inflight_requests += 1
         replica.inflight_tokens += tokens
@@ -91,7 +92,9 @@ class Slot:
         cost = self.replica.cost
         tpot_s = (time.perf_counter() - self._first_token_s) / (output_tokens - 1)
         running = (self._running_at_first_token + cost.running(self.replica.engine)) / 2
-        cost.learn_tpot(running, self.replica.engine, tpot_s, self.replica.inflight_requests)
+        cost.learn_tpot(
+            running, self.replica.engine, tpot_s, self.replica.inflight_requests, sample=self._sample
+        )
         if cost.model is not None:
             self._publish_error("tpot", cost.model.tpot_error.value)
             self._metrics.learned_max_concurrency.labels(self.replica.replica_id).set(cost.learned_cap or 0)

@@ -20,6 +20,15 @@ clamped to [min_limit, max_limit] (max: the configured cap, when one is set). So
 once the objective is broken, shrinks by at most half per update while it is, and grows by √limit per
 update while the objective holds (the Netflix "queue size" headroom), which probes for more.
 
+Only what ran under the current limit counts. A TPOT is known when its request ends, a whole generation
+after it was admitted (2-3 s for 128 tokens at 16-20 ms), and at 25 requests/s a replica finishes 8
+requests every third of a second: without this rule the limit shrank again and again on samples of
+requests admitted before its first cut, undershot (TPOT p50 13-15 ms for a 16 ms set point, issue 15),
+and gave up goodput. So when `observe` is told when the request was dispatched (`started_at_s`) and the
+time now (`now_s`), a change of the limit restarts the count and the mean, and samples of requests
+dispatched before the change are skipped. Without the times (tests, callers that do not know them)
+every sample counts, as before.
+
 Why a set point below the objective: the limit holds the *mean* TPOT at its target, and requests
 scatter around the mean (prefill chunks land on some requests' steps more than on others'), so with
 the target at the objective itself about a third of the admitted requests break it (docs/BENCHMARKS.md,
@@ -39,7 +48,16 @@ DEFAULT_TARGET_RATIO = 1.0
 class TpotConcurrencyLimit:
     """The gradient limit of one replica (module docstring); `limit` is None until it is needed."""
 
-    __slots__ = ("_max", "_min", "_samples", "_target_s", "_tpot_s", "_update_every", "limit")
+    __slots__ = (
+        "_changed_at_s",
+        "_max",
+        "_min",
+        "_samples",
+        "_target_s",
+        "_tpot_s",
+        "_update_every",
+        "limit",
+    )
 
     def __init__(
         self,
@@ -58,6 +76,7 @@ class TpotConcurrencyLimit:
         self._update_every = update_every
         self._samples = 0
         self._tpot_s: float | None = None
+        self._changed_at_s: float | None = None
         self.limit: float | None = None
 
     @property
@@ -65,10 +84,21 @@ class TpotConcurrencyLimit:
         """The limit as a whole number of requests, None while there is none."""
         return None if self.limit is None else max(self._min, math.floor(self.limit))
 
-    def observe(self, tpot_s: float, inflight: int) -> None:
-        """One finished request's TPOT, with `inflight` requests on the replica now."""
+    def reset(self) -> None:
+        """Forget the limit and the samples (no limit until the objective breaks again)."""
+        self.limit = self._tpot_s = self._changed_at_s = None
+        self._samples = 0
+
+    def observe(
+        self, tpot_s: float, inflight: int, *, started_at_s: float | None = None, now_s: float | None = None
+    ) -> None:
+        """One finished request's TPOT, with `inflight` requests on the replica now; `started_at_s`
+        (when it was dispatched) and `now_s`, on one clock, when known (module docstring)."""
         if not math.isfinite(tpot_s) or tpot_s <= 0:
             return
+        changed = self._changed_at_s
+        if changed is not None and started_at_s is not None and started_at_s < changed:
+            return  # it ran under an older limit
         if self._tpot_s is None:
             self._tpot_s = tpot_s
         else:
@@ -85,4 +115,9 @@ class TpotConcurrencyLimit:
             new = self.limit * gradient + (math.sqrt(self.limit) if gradient >= 1.0 else 0.0)
         if self._max is not None:
             new = min(new, float(self._max))
-        self.limit = max(float(self._min), new)
+        new = max(float(self._min), new)
+        if now_s is not None and started_at_s is not None and new != self.limit:
+            self._changed_at_s = now_s
+            self._tpot_s = None
+            self._samples = 0
+        self.limit = new

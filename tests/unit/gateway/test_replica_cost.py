@@ -229,3 +229,9 @@ def test_a_token_relayed_from_one_replica_does_not_move_another() -> None:
     assert a.cost.dispatched(10, None, inflight=1).since_last_token_s == pytest.approx(0.05)
     slot_b.release()  # nothing decodes on b: no step in flight there
     assert b.view(0.0).since_last_token_s == 0.0
+
+
+def test_a_claim_passes_the_prompt_size_so_the_replica_learns_its_cached_share() -> None:
+    reg, replica, _ = registry()
+    reg.claim(replica, DECISION, 1200, uncached_tokens=250, prompt_tokens=1000).release()
+    assert replica.cost.cached_share == pytest.approx(0.75)

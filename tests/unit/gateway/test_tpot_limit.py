@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
+from core.clock import FakeClock
 from gateway.upstream.latency_settings import LatencyModelSettings
-from gateway.upstream.replica_cost import ReplicaCost
+from gateway.upstream.replica_cost import CACHED_SHARE_WEIGHT, ReplicaCost
 from gateway.upstream.tpot_limit import TpotConcurrencyLimit
 
 SLO_S = 0.05
@@ -104,3 +106,73 @@ def test_the_replica_cap_follows_the_gradient_limit_once_the_objective_breaks() 
     for _ in range(8):
         off.learn_tpot(running=90, engine=None, tpot_s=0.1, inflight=100)
     assert off.learned_cap is None
+
+
+def test_after_a_change_only_requests_dispatched_under_the_new_limit_count() -> None:
+    """A TPOT is known a whole generation after admission: samples of requests dispatched before the
+    limit last moved say nothing about the new limit, so they neither shrink it again nor enter the mean."""
+    limit = TpotConcurrencyLimit(SLO_S, min_limit=4)
+    for _ in range(8):
+        limit.observe(0.1, 100, started_at_s=0.0, now_s=1.0)
+    assert limit.cap == 50  # cut at t = 1 s
+    for _ in range(40):  # still broken, but admitted before the cut
+        limit.observe(0.1, 50, started_at_s=0.5, now_s=2.0)
+    assert limit.cap == 50
+    for _ in range(7):
+        limit.observe(0.02, 50, started_at_s=1.5, now_s=3.0)
+    assert limit.cap == 50  # the count restarted at the cut: 7 fresh samples are not an update
+    limit.observe(0.02, 50, started_at_s=1.5, now_s=3.0)
+    assert limit.limit == pytest.approx(50 + math.sqrt(50))  # the mean holds only fresh samples
+
+
+def test_reset_forgets_the_limit_until_the_objective_breaks_again() -> None:
+    limit = TpotConcurrencyLimit(SLO_S, min_limit=4)
+    feed(limit, 0.1, inflight=100)
+    assert limit.cap == 50
+    limit.reset()
+    assert limit.cap is None
+    feed(limit, 0.03, inflight=100)
+    assert limit.cap is None
+
+
+def _capped_cost(**settings: Any) -> tuple[ReplicaCost, FakeClock]:
+    clock = FakeClock(0.0)
+    cost = ReplicaCost(LatencyModelSettings(adaptive_cap=True, **settings), tpot_slo_s=SLO_S, clock=clock)
+    return cost, clock
+
+
+def _run(cost: ReplicaCost, clock: FakeClock, *, uncached: int, prompt: int, tpot_s: float, n: int) -> None:
+    for _ in range(n):
+        sample = cost.dispatched(uncached, None, inflight=100, prompt_tokens=prompt)
+        clock.advance(0.01)
+        cost.learn_tpot(90, None, tpot_s, inflight=100, sample=sample)
+
+
+def test_the_cached_share_is_a_weighted_mean_of_what_the_router_expected_cached() -> None:
+    cost, _ = _capped_cost()
+    assert cost.cached_share is None
+    cost.dispatched(200, None, inflight=0, prompt_tokens=1000)
+    assert cost.cached_share == pytest.approx(0.8)  # the first dispatch sets it
+    cost.dispatched(1000, None, inflight=0, prompt_tokens=1000)
+    assert cost.cached_share == pytest.approx(0.8 + CACHED_SHARE_WEIGHT * (0.0 - 0.8))
+    cost.dispatched(50, None, inflight=0)  # prompt unknown: no change
+    cost.dispatched(50, None, inflight=0, prompt_tokens=0)
+    assert cost.cached_share == pytest.approx(0.784)
+
+
+def test_no_learned_cap_where_the_router_expects_most_prompt_tokens_cached() -> None:
+    """Prefix affinity at work (3 in 4 prompt tokens expected cached): a broken TPOT objective sets no
+    cap there — capping spilled requests to cold replicas and cut goodput (docs/BENCHMARKS.md, issue 15)
+    — while the same TPOTs on unshared prompts do."""
+    shared, clock = _capped_cost()
+    _run(shared, clock, uncached=500, prompt=2000, tpot_s=0.1, n=32)
+    assert shared.learned_cap is None
+    unshared, clock = _capped_cost()
+    _run(unshared, clock, uncached=2000, prompt=2000, tpot_s=0.1, n=8)
+    assert unshared.learned_cap == 50
+    _run(unshared, clock, uncached=0, prompt=2000, tpot_s=0.1, n=200)  # sharing rises past one half
+    assert unshared.cached_share is not None and unshared.cached_share > 0.5
+    assert unshared.learned_cap is None  # the limit is dropped, not frozen
+    everywhere, clock = _capped_cost(cap_max_cached_share=1.0)  # 1.0: the cap whatever the sharing
+    _run(everywhere, clock, uncached=500, prompt=2000, tpot_s=0.1, n=8)
+    assert everywhere.learned_cap == 50
