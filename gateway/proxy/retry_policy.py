@@ -38,7 +38,9 @@ OVERLOAD_STATUSES = frozenset({429, 503})
 
 
 def failure_kind(error: UpstreamError) -> FailureKind | None:
-    """How a failed attempt counts against its replica (None: not the replica's fault)."""
+    """How a failed attempt counts against its replica (None: not the replica's fault). A silent stream
+    (idle timeout, `STREAM_IDLE`) is told from a broken one (`STREAM_BROKEN`): silence can be load,
+    a break cannot (`gateway.proxy.failure_attribution`)."""
     if isinstance(error, UpstreamConnectError):
         return FailureKind.CONNECT
     if isinstance(error, UpstreamStatusError):
@@ -47,7 +49,9 @@ def failure_kind(error: UpstreamError) -> FailureKind | None:
         return FailureKind.STATUS_5XX if error.status >= 500 else None
     if isinstance(error, UpstreamTTFTTimeout):
         return FailureKind.TTFT_TIMEOUT
-    if isinstance(error, UpstreamIdleTimeout | UpstreamProtocolError):
+    if isinstance(error, UpstreamIdleTimeout):
+        return FailureKind.STREAM_IDLE
+    if isinstance(error, UpstreamProtocolError):
         return FailureKind.STREAM_BROKEN
     return None
 

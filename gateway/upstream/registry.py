@@ -64,11 +64,20 @@ class FailureKind(StrEnum):
     STATUS_5XX = "status_5xx"
     OVERLOADED = "overloaded"
     TTFT_TIMEOUT = "ttft_timeout"
+    STREAM_IDLE = "stream_idle"
+    """The replica sent nothing for the idle timeout (silence: load, a sick replica or a poison request)."""
     STREAM_BROKEN = "stream_broken"
+    """The replica broke off the stream (reset, early close, bad framing)."""
 
 
 _BREAKER_FAILURES = frozenset(
-    {FailureKind.CONNECT, FailureKind.STATUS_5XX, FailureKind.TTFT_TIMEOUT, FailureKind.STREAM_BROKEN}
+    {
+        FailureKind.CONNECT,
+        FailureKind.STATUS_5XX,
+        FailureKind.TTFT_TIMEOUT,
+        FailureKind.STREAM_IDLE,
+        FailureKind.STREAM_BROKEN,
+    }
 )
 
 

@@ -7,8 +7,10 @@ import random
 import pytest
 
 from core.clock import FakeClock
+from gateway.errors import UpstreamIdleTimeout, UpstreamProtocolError
 from gateway.metrics import GatewayMetrics
 from gateway.proxy.failure_attribution import FailureCause, PoolAttribution
+from gateway.proxy.retry_policy import failure_kind
 from gateway.settings import parse_settings
 from gateway.upstream.registry import FailureKind, Pool, ReplicaRegistry
 from gateway.upstream.replica import Replica
@@ -198,3 +200,142 @@ def test_attribution_off_charges_every_failure_to_the_replica_at_once(clock: Fak
     assert causes(failures.record(FailureKind.OVERLOADED, a, pool).charges) == [
         (a.replica_id, FailureCause.LOAD)
     ]
+
+
+# Silent streams (idle timeouts): load, a sick replica, or a poison request.
+
+QUIET = EngineLoad(waiting=0.0, kv_usage_ratio=0.2)
+QUEUEING = EngineLoad(waiting=3.0, kv_usage_ratio=0.5)
+
+
+def test_an_idle_timeout_is_its_own_kind_and_a_protocol_break_stays_a_broken_stream() -> None:
+    assert failure_kind(UpstreamIdleTimeout("silent", replica_id="r")) is FailureKind.STREAM_IDLE
+    assert failure_kind(UpstreamProtocolError("reset", replica_id="r")) is FailureKind.STREAM_BROKEN
+
+
+def test_a_stream_silent_on_two_saturated_engines_is_load_not_a_poison_request(clock: FakeClock) -> None:
+    """Overload: both engines queue (a fresh scrape says waiting >= 1) and both keep serving others."""
+    pool, attribution = make_pool(clock)
+    a, b, _ = replicas(pool)
+    serving(clock, a, b)
+    a.engine, b.engine = QUEUEING, QUEUEING
+    failures = attribution.for_request()
+    assert failures.record(FailureKind.STREAM_IDLE, a, pool).charges == ()
+    again = failures.record(FailureKind.STREAM_IDLE, b, pool)
+    assert not again.quarantine, "a silence under load repeats everywhere: not the request's"
+    assert [c.cause for c in failures.settle(served=True)] == [FailureCause.LOAD, FailureCause.LOAD]
+    refused = attribution.for_request()  # its retry refused (budget): load still wins over the request
+    refused.record(FailureKind.STREAM_IDLE, a, pool)
+    clock.advance(0.5)
+    a.last_success_s = clock.now_s()
+    assert [c.cause for c in refused.settle(served=False)] == [FailureCause.LOAD]
+
+
+def test_a_stream_silent_where_one_engine_queues_is_not_a_poison_request(clock: FakeClock) -> None:
+    """ "Neither replica shows load": the first replica's queue is enough to doubt the request."""
+    pool, attribution = make_pool(clock)
+    a, b, _ = replicas(pool)
+    serving(clock, a, b)
+    a.engine, b.engine = QUEUEING, QUIET
+    failures = attribution.for_request()
+    failures.record(FailureKind.STREAM_IDLE, a, pool)
+    assert not failures.record(FailureKind.STREAM_IDLE, b, pool).quarantine
+    assert sorted(c.cause for c in failures.settle(served=True)) == [FailureCause.LOAD, FailureCause.REPLICA]
+
+
+def test_a_stream_silent_on_two_quiet_replicas_that_serve_others_is_a_poison_request(
+    clock: FakeClock,
+) -> None:
+    """A prompt that silences engines that are not loaded and keep serving everyone else."""
+    pool, attribution = make_pool(clock)
+    a, b, c = replicas(pool)
+    serving(clock, a, b, c)
+    a.engine, b.engine, c.engine = QUIET, QUIET, QUIET
+    other = attribution.for_request()  # an unrelated stall on the third replica: no evidence about a, b
+    other.record(FailureKind.STREAM_IDLE, c, pool)
+    other.settle(served=True)
+    failures = attribution.for_request()
+    failures.record(FailureKind.STREAM_IDLE, a, pool)
+    verdict = failures.record(FailureKind.STREAM_IDLE, b, pool)
+    assert verdict.quarantine, "its own two stalls are not load"
+    assert causes(verdict.charges) == [
+        (a.replica_id, FailureCause.REQUEST),
+        (b.replica_id, FailureCause.REQUEST),
+    ]
+    assert failures.settle(served=False) == ()
+
+
+def test_a_stale_engine_sample_is_no_evidence_of_load_for_a_silent_stream(clock: FakeClock) -> None:
+    pool, attribution = make_pool(clock)
+    a, b, _ = replicas(pool)
+    serving(clock, a, b)
+    a.engine = b.engine = EngineLoad(waiting=3.0, stale=True)
+    failures = attribution.for_request()
+    failures.record(FailureKind.STREAM_IDLE, a, pool)
+    assert failures.record(FailureKind.STREAM_IDLE, b, pool).quarantine
+
+
+def test_a_stream_silent_on_replicas_that_silence_other_streams_too_is_not_a_poison_request(
+    clock: FakeClock,
+) -> None:
+    """Without engine metrics (scrape off): the replicas' own recent stalls of other requests are the
+    load evidence; the request was then served elsewhere, so the stalls are the replicas'."""
+    pool, attribution = make_pool(clock)
+    a, b, _ = replicas(pool)
+    serving(clock, a, b)
+    for replica in (a, b):
+        earlier = attribution.for_request()
+        earlier.record(FailureKind.STREAM_IDLE, replica, pool)
+        earlier.settle(served=True)
+    clock.advance(5.0)
+    failures = attribution.for_request()
+    failures.record(FailureKind.STREAM_IDLE, a, pool)
+    assert not failures.record(FailureKind.STREAM_IDLE, b, pool).quarantine
+    assert [c.cause for c in failures.settle(served=True)] == [FailureCause.REPLICA, FailureCause.REPLICA]
+    clock.advance(61.0)  # the other stalls are old: the same silence on both is the request's again
+    serving(clock, a, b)
+    later = attribution.for_request()
+    later.record(FailureKind.STREAM_IDLE, a, pool)
+    assert later.record(FailureKind.STREAM_IDLE, b, pool).quarantine
+
+
+def test_streams_silent_on_every_replica_are_load(clock: FakeClock) -> None:
+    """Every routable replica silenced another request's stream within the window: fleet-wide, so
+    load (ejecting one replica would only push its streams onto the others)."""
+    pool, attribution = make_pool(clock)
+    a, b, c = replicas(pool)
+    # no success anywhere: each is charged at once, to the replica while another replica stalled nothing
+    first = [attribution.for_request().record(FailureKind.STREAM_IDLE, r, pool) for r in (a, b, c)]
+    assert [ch.cause for v in first for ch in v.charges] == [
+        FailureCause.REPLICA,
+        FailureCause.REPLICA,
+        FailureCause.LOAD,  # a and b silenced others' streams, c silenced this one: everywhere
+    ]
+    verdict = attribution.for_request().record(FailureKind.STREAM_IDLE, a, pool)
+    assert causes(verdict.charges) == [(a.replica_id, FailureCause.LOAD)]
+    clock.advance(61.0)
+    verdict = attribution.for_request().record(FailureKind.STREAM_IDLE, a, pool)
+    assert causes(verdict.charges) == [(a.replica_id, FailureCause.REPLICA)], "the others' stalls are old"
+
+
+def test_a_protocol_break_on_two_quiet_replicas_is_still_a_poison_request(clock: FakeClock) -> None:
+    """A broken stream (reset, bad framing) is no symptom of load: the rule for it is unchanged."""
+    pool, attribution = make_pool(clock)
+    a, b, _ = replicas(pool)
+    serving(clock, a, b)
+    a.engine = b.engine = QUEUEING
+    failures = attribution.for_request()
+    failures.record(FailureKind.STREAM_BROKEN, a, pool)
+    assert failures.record(FailureKind.STREAM_BROKEN, b, pool).quarantine
+
+
+def test_poison_prompts_one_after_another_are_each_quarantined(clock: FakeClock) -> None:
+    """A quarantined request's stalls were its own: no evidence of load against the next poison prompt."""
+    pool, attribution = make_pool(clock)
+    a, b, _ = replicas(pool)
+    serving(clock, a, b)
+    for _ in range(3):
+        failures = attribution.for_request()
+        failures.record(FailureKind.STREAM_IDLE, a, pool)
+        assert failures.record(FailureKind.STREAM_IDLE, b, pool).quarantine
+        clock.advance(1.0)
