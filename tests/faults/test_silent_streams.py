@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 
@@ -14,6 +16,7 @@ from mock_engine.faults import FaultSettings
 from tests.faults.conftest import MATRIX
 from tests.faults.test_containment import MARKER, _each, _gateway, _send, _settled
 from tests.faults.traffic import MODEL
+from tests.servers import ServerThread
 
 TIMEOUTS = {"connect_s": 0.5, "ttft_s": 2.0, "idle_s": 0.3, "nonstream_s": 2.0}
 POOL = {
@@ -23,17 +26,19 @@ POOL = {
 }
 
 
-def _failures(gateway, cause: str, kind: str) -> float:  # type: ignore[no-untyped-def]
+def _failures(gateway: ServerThread, cause: str, kind: str) -> float:
     samples = gateway.app.state.metrics.upstream_failures_total.collect()[0].samples
-    return sum(
-        s.value
-        for s in samples
-        if s.name.endswith("_total") and s.labels.get("cause") == cause and s.labels.get("kind") == kind
+    return float(
+        sum(
+            s.value
+            for s in samples
+            if s.name.endswith("_total") and s.labels.get("cause") == cause and s.labels.get("kind") == kind
+        )
     )
 
 
 def test_streams_silenced_on_both_replicas_by_replicas_that_silence_everyone_are_not_quarantined(
-    mock_engines, gateways
+    mock_engines: Callable[..., ServerThread], gateways: Callable[[dict[str, Any]], ServerThread]
 ) -> None:
     """Both replicas go silent on half of all streams (as a saturated engine would, with engine metrics
     off): requests silenced on both are answered 504, never 422, and their prompts stay servable."""
@@ -57,7 +62,9 @@ def test_streams_silenced_on_both_replicas_by_replicas_that_silence_everyone_are
     _settled(gateway, engines)
 
 
-def test_a_prompt_that_silences_quiet_replicas_is_still_quarantined(mock_engines, gateways) -> None:
+def test_a_prompt_that_silences_quiet_replicas_is_still_quarantined(
+    mock_engines: Callable[..., ServerThread], gateways: Callable[[dict[str, Any]], ServerThread]
+) -> None:
     """A real poison silence: good traffic is served on both replicas, only the poison prompts go
     silent (after the role chunk). Each, sent one after another, is quarantined after two replicas."""
     poison = FaultSettings(poison_marker=MARKER, poison_effect="stall")
