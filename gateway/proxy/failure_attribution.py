@@ -30,14 +30,18 @@ Rules, per failed attempt (`FailureKind` from `gateway.proxy.retry_policy.failur
   the replica misses half or more of its first tokens; silent streams, its engine is saturated or it
   silenced another request's stream within the window (a poison prompt silences engines that keep
   serving everyone else; its own two stalls do not count, nor those of requests already charged for
-  theirs, so poison prompts one after another are each quarantined). So a silence under load, which repeats on
-  every replica, never quarantines a request; without engine metrics (scrape off) the replicas' other
-  stalls are the only evidence. Known limits: in a partly saturated pool (a replica missing, say, 40 %
-  of its first tokens), a request that misses on two such replicas can be quarantined wrongly; a
-  silence caused by something neither sign shows (the gateway's host starved of CPU, an idle timeout
-  shorter than a prefill) can be too. The TTL bounds it, and `quarantine.enabled: false` turns
-  quarantine off for a pool. The other way round, a poison prompt that stalls replicas that also
-  stall others is not quarantined: it costs up to `max_attempts` idle timeouts, charged to the request.
+  theirs, so poison prompts one after another are each quarantined). So a silence under load, which
+  repeats on every replica, never quarantines a request; without engine metrics (scrape off) the
+  replicas' other stalls are the only evidence. The rule errs towards not quarantining: a wrong
+  quarantine refuses the prompt, and every identical one (shared prefixes, retries), for the TTL,
+  while a missed one costs at most `max_attempts` idle timeouts and never a breaker. Known limits: in a
+  partly saturated pool (a replica missing, say, 40 % of its first tokens), a request that misses on
+  two such replicas can be quarantined wrongly; so can a silence that neither sign shows (the gateway's
+  host starved of CPU, an idle timeout shorter than a prefill). The TTL bounds it, and
+  `quarantine.enabled: false` turns quarantine off for a pool. The other way round, a poison prompt
+  on replicas that also silence others' streams (or several poison prompts at once) is not
+  quarantined: it is retried up to `max_attempts`, each silence settled as pending failures are
+  (below: load, or the request's while its replicas keep serving).
 - **load**: an engine 429/503 (it says it is overloaded: its Retry-After holds the replica out, the
   breaker is not charged), and a missed first token or a silent stream with load evidence (above).
   Saturation is admission's to handle (429 with Retry-After), not the breaker's.
