@@ -53,8 +53,6 @@ class DispatchSample:
     running: float
     waiting: float
     since_last_token_s: float = 0.0
-    dispatched_at_s: float | None = None
-    """When it was dispatched, on the replica cost's clock."""
 
 
 class ReplicaCost:
@@ -142,7 +140,6 @@ class ReplicaCost:
             running=self.running(engine),
             waiting=max(float(prefilling), fresh_sample(engine).waiting),
             since_last_token_s=self.since_last_token_s(),
-            dispatched_at_s=self._clock.now_s(),
         )
         self.prefill_tokens_inflight += uncached_tokens
         return sample
@@ -168,17 +165,8 @@ class ReplicaCost:
         else:
             self.prefill_tokens_inflight -= sample.uncached_tokens
 
-    def learn_tpot(
-        self,
-        running: float,
-        engine: EngineLoad | None,
-        tpot_s: float,
-        inflight: int = 0,
-        *,
-        sample: DispatchSample | None = None,
-    ) -> None:
-        """Learn one TPOT sample (with `inflight` requests on the replica now; `sample`: what the request
-        found at dispatch, when known) and move the cap."""
+    def learn_tpot(self, running: float, engine: EngineLoad | None, tpot_s: float, inflight: int = 0) -> None:
+        """Learn one TPOT sample (with `inflight` requests on the replica now) and move the cap."""
         if self.model is None:
             return
         kv_usage = fresh_sample(engine).kv_usage_ratio
@@ -189,6 +177,5 @@ class ReplicaCost:
         if self.cached_share is not None and self.cached_share >= self._cap_max_cached_share:
             limit.reset()  # prefix affinity at work: a cap would spill requests to cold replicas
         else:
-            started_at_s = None if sample is None else sample.dispatched_at_s
-            limit.observe(tpot_s, inflight, started_at_s=started_at_s, now_s=self._clock.now_s())
+            limit.observe(tpot_s, inflight)
         self.learned_cap = limit.cap

@@ -92,9 +92,7 @@ class Slot:
         cost = self.replica.cost
         tpot_s = (time.perf_counter() - self._first_token_s) / (output_tokens - 1)
         running = (self._running_at_first_token + cost.running(self.replica.engine)) / 2
-        cost.learn_tpot(
-            running, self.replica.engine, tpot_s, self.replica.inflight_requests, sample=self._sample
-        )
+        cost.learn_tpot(running, self.replica.engine, tpot_s, self.replica.inflight_requests)
         if cost.model is not None:
             self._publish_error("tpot", cost.model.tpot_error.value)
             self._metrics.learned_max_concurrency.labels(self.replica.replica_id).set(cost.learned_cap or 0)

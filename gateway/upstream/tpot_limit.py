@@ -20,26 +20,15 @@ clamped to [min_limit, max_limit] (max: the configured cap, when one is set). So
 once the objective is broken, shrinks by at most half per update while it is, and grows by √limit per
 update while the objective holds (the Netflix "queue size" headroom), which probes for more.
 
-Samples from before the last change are held to what that change acted on. A TPOT is known when its
-request ends, a whole generation after it was admitted (2-3 s for 128 tokens at 16-20 ms), and at 25
-requests/s a replica finishes 8 requests every third of a second: a limit that read every sample the
-same way cut again and again on samples of requests admitted before its first cut, undershot (TPOT p50
-13-15 ms for a 16 ms set point) and gave up goodput at 1.5x the knee (issue 15). So when `observe` is
-told when the request was dispatched (`started_at_s`) and the time now (`now_s`), each change records
-its time and the mean TPOT it acted on, and restarts the means: samples of requests dispatched since
-the change update the limit as above; samples of requests dispatched before it have a mean of their
-own, compared with the level already acted on instead of the target — they cut further only when the
-load grew past it (gradient = acted-on / mean, same clamp), and never grow the limit. Skipping them
-altogether was tried: at 2x the knee the first cut comes from the first, still light, samples, and
-waiting out a drain and a generation for fresh ones left the limit too high for a third of the run
-(0.52x of the knee's goodput). Without the times (tests, callers that do not know them) every sample
-counts as fresh.
+Why a set point below the objective: the limit holds the *mean* TPOT at its target, and requests
+scatter around the mean (prefill chunks land on some requests' steps more than on others'), so with
+the target at the objective itself about a third of the admitted requests break it (docs/BENCHMARKS.md,
+issue 15: 325 of 934 at 1.5× the knee). A target below the objective trades batch for attainment.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 DEFAULT_UPDATE_EVERY = 8
 TPOT_WEIGHT = 0.2
@@ -47,33 +36,10 @@ MIN_GRADIENT = 0.5
 DEFAULT_TARGET_RATIO = 1.0
 
 
-@dataclass(slots=True)
-class _Samples:
-    """An exponentially weighted mean of TPOT samples (weight `TPOT_WEIGHT`) and how many it holds."""
-
-    mean_s: float | None = None
-    count: int = 0
-
-    def add(self, tpot_s: float) -> float:
-        self.mean_s = tpot_s if self.mean_s is None else self.mean_s + TPOT_WEIGHT * (tpot_s - self.mean_s)
-        self.count += 1
-        return self.mean_s
-
-
 class TpotConcurrencyLimit:
     """The gradient limit of one replica (module docstring); `limit` is None until it is needed."""
 
-    __slots__ = (
-        "_acted_on_s",
-        "_changed_at_s",
-        "_fresh",
-        "_max",
-        "_min",
-        "_stale",
-        "_target_s",
-        "_update_every",
-        "limit",
-    )
+    __slots__ = ("_max", "_min", "_samples", "_target_s", "_tpot_s", "_update_every", "limit")
 
     def __init__(
         self,
@@ -90,8 +56,9 @@ class TpotConcurrencyLimit:
         self._min = min_limit
         self._max = max_limit
         self._update_every = update_every
+        self._samples = 0
+        self._tpot_s: float | None = None
         self.limit: float | None = None
-        self.reset()
 
     @property
     def cap(self) -> int | None:
@@ -100,44 +67,27 @@ class TpotConcurrencyLimit:
 
     def reset(self) -> None:
         """Forget the limit and the samples (no limit until the objective breaks again)."""
-        self.limit = None
-        self._fresh, self._stale = _Samples(), _Samples()
-        self._changed_at_s: float | None = None
-        self._acted_on_s: float | None = None
+        self.limit = self._tpot_s = None
+        self._samples = 0
 
-    def observe(
-        self, tpot_s: float, inflight: int, *, started_at_s: float | None = None, now_s: float | None = None
-    ) -> None:
-        """One finished request's TPOT, with `inflight` requests on the replica now; `started_at_s`
-        (when it was dispatched) and `now_s`, on one clock, when known (module docstring)."""
+    def observe(self, tpot_s: float, inflight: int) -> None:
+        """One finished request's TPOT, with `inflight` requests on the replica now."""
         if not math.isfinite(tpot_s) or tpot_s <= 0:
             return
-        timed = started_at_s is not None and now_s is not None
-        changed = self._changed_at_s
-        stale = timed and changed is not None and started_at_s is not None and started_at_s < changed
-        samples = self._stale if stale else self._fresh
-        mean_s = samples.add(tpot_s)
-        if samples.count % self._update_every:
+        if self._tpot_s is None:
+            self._tpot_s = tpot_s
+        else:
+            self._tpot_s += TPOT_WEIGHT * (tpot_s - self._tpot_s)
+        self._samples += 1
+        if self._samples % self._update_every:
             return
-        # a stale sample is held to the level the last change already acted on: it may cut further
-        # (the load grew since), never grow
-        reference_s = self._acted_on_s if stale and self._acted_on_s is not None else self._target_s
-        gradient = min(1.0, max(MIN_GRADIENT, reference_s / mean_s))
+        gradient = min(1.0, max(MIN_GRADIENT, self._target_s / self._tpot_s))
         if self.limit is None:
             if gradient >= 1.0:
                 return
             new = max(inflight, self._min) * gradient
-        elif stale:
-            if gradient >= 1.0:
-                return
-            new = self.limit * gradient
         else:
             new = self.limit * gradient + (math.sqrt(self.limit) if gradient >= 1.0 else 0.0)
         if self._max is not None:
             new = min(new, float(self._max))
-        new = max(float(self._min), new)
-        if timed and new != self.limit:
-            self._changed_at_s = now_s
-            self._acted_on_s = mean_s if gradient < 1.0 else None
-            self._fresh, self._stale = _Samples(), _Samples()
-        self.limit = new
+        self.limit = max(float(self._min), new)

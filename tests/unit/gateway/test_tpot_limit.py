@@ -52,7 +52,7 @@ def test_while_the_objective_holds_it_grows_by_the_square_root_up_to_the_configu
     grown = TpotConcurrencyLimit(SLO_S, min_limit=4)
     feed(grown, 0.1, inflight=128)
     grown.limit = 64.0
-    grown._fresh.mean_s = 0.01  # a held objective, exactly
+    grown._tpot_s = 0.01  # a held objective, exactly
     feed(grown, 0.01, inflight=64)
     assert grown.limit == pytest.approx(64 + math.sqrt(64))
 
@@ -108,44 +108,6 @@ def test_the_replica_cap_follows_the_gradient_limit_once_the_objective_breaks() 
     assert off.learned_cap is None
 
 
-def test_samples_from_before_a_change_are_held_to_what_it_acted_on() -> None:
-    """A TPOT is known a whole generation after admission: samples of requests dispatched before the
-    limit last moved do not cut again for a level the cut already answered, and never grow the limit;
-    the mean of requests dispatched since the change is what moves it towards the target."""
-    limit = TpotConcurrencyLimit(SLO_S, min_limit=4)
-    for _ in range(8):
-        limit.observe(0.1, 100, started_at_s=0.0, now_s=1.0)
-    assert limit.cap == 50  # cut at t = 1 s, acting on a mean TPOT of 100 ms
-    for _ in range(40):  # admitted before the cut, as slow as what the cut acted on
-        limit.observe(0.1, 50, started_at_s=0.5, now_s=2.0)
-    assert limit.cap == 50
-    for _ in range(7):
-        limit.observe(0.02, 50, started_at_s=1.5, now_s=3.0)
-    assert limit.cap == 50  # the count restarted at the cut: 7 fresh samples are not an update
-    limit.observe(0.02, 50, started_at_s=1.5, now_s=3.0)
-    assert limit.limit == pytest.approx(50 + math.sqrt(50))  # the fresh mean holds the objective: grow
-    for _ in range(16):  # admitted before that change, and fast: stale samples never grow it
-        limit.observe(0.001, 57, started_at_s=2.5, now_s=4.0)
-    assert limit.limit == pytest.approx(50 + math.sqrt(50))
-
-
-def test_samples_from_before_a_cut_cut_again_when_the_load_grew_past_what_it_acted_on() -> None:
-    limit = TpotConcurrencyLimit(SLO_S, min_limit=4)
-    for _ in range(8):
-        limit.observe(0.1, 100, started_at_s=0.0, now_s=1.0)
-    assert limit.cap == 50
-    for _ in range(8):  # dispatched before the cut into a batch that kept growing: 200 ms
-        limit.observe(0.2, 100, started_at_s=0.9, now_s=1.5)
-    assert limit.cap == 25  # 50 × 0.1 / 0.2
-
-
-def test_without_dispatch_times_every_sample_counts() -> None:
-    limit = TpotConcurrencyLimit(SLO_S, min_limit=4)
-    feed(limit, 0.1, inflight=100)
-    feed(limit, 0.1, inflight=50)
-    assert limit.cap == 25
-
-
 def test_reset_forgets_the_limit_until_the_objective_breaks_again() -> None:
     limit = TpotConcurrencyLimit(SLO_S, min_limit=4)
     feed(limit, 0.1, inflight=100)
@@ -164,9 +126,9 @@ def _capped_cost(**settings: Any) -> tuple[ReplicaCost, FakeClock]:
 
 def _run(cost: ReplicaCost, clock: FakeClock, *, uncached: int, prompt: int, tpot_s: float, n: int) -> None:
     for _ in range(n):
-        sample = cost.dispatched(uncached, None, inflight=100, prompt_tokens=prompt)
+        cost.dispatched(uncached, None, inflight=100, prompt_tokens=prompt)
         clock.advance(0.01)
-        cost.learn_tpot(90, None, tpot_s, inflight=100, sample=sample)
+        cost.learn_tpot(90, None, tpot_s, inflight=100)
 
 
 def test_the_cached_share_is_a_weighted_mean_of_what_the_router_expected_cached() -> None:
