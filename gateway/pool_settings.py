@@ -90,7 +90,10 @@ class AttributionSettings(StrictModel):
     A replica "keeps serving other requests" when it answered another request successfully within
     `window_s`. A missed first-token deadline is *load* when the replica's engine reports at least
     `saturated_waiting_requests` waiting or a KV-cache use of at least `saturated_kv_usage_ratio` (fresh
-    scrape), or when every routable replica of the pool missed a deadline within `window_s`.
+    scrape), or when every routable replica of the pool missed a deadline within `window_s`. A stream
+    that went silent past the idle timeout (kind `stream_idle`) is load on the same engine evidence, or
+    when every other routable replica silenced another request's stream within `window_s`; it makes a
+    poison request only when it repeats on a second replica and neither replica shows load.
     """
 
     enabled: bool = True
