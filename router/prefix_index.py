@@ -192,6 +192,8 @@ class PrefixIndexPicker:
         pool: Sequence[ReplicaView],
     ) -> Pick:
         self._membership.follow(pool)
+        hashes = request.prefix_hashes
+        held = [self._index.matched_blocks(r.replica_id, hashes) for r in pool] or [0]
         loads = [request_load(replica) for replica in replicas]
         if self._guard.imbalanced(loads):
             index = best_score_index([-load for load in loads], self._rng)
@@ -204,4 +206,10 @@ class PrefixIndexPicker:
         if branch is Branch.PREFIX_MISS and matched > 0:
             branch = Branch.PREFIX_MATCH
         self._index.record(chosen, request.prefix_hashes)
-        return Pick(index=index, branch=branch, matched_prefix_blocks=matched)
+        return Pick(
+            index=index,
+            branch=branch,
+            matched_prefix_blocks=matched,
+            shared_prefix_blocks=max(held),
+            common_prefix_blocks=min(held),
+        )

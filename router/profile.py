@@ -53,6 +53,8 @@ class Pick:
     matched_prefix_blocks: int | None = None
     predicted_ttft_s: float | None = None
     predicted_tpot_s: float | None = None
+    shared_prefix_blocks: int | None = None
+    common_prefix_blocks: int | None = None
 
 
 class Picker(Protocol):
@@ -124,6 +126,8 @@ class Profile:
             candidates=len(candidates),
             predicted_ttft_s=pick.predicted_ttft_s,
             predicted_tpot_s=pick.predicted_tpot_s,
+            shared_prefix_blocks=pick.shared_prefix_blocks,
+            common_prefix_blocks=pick.common_prefix_blocks,
         )
 
     def _combined_scores(self, request: RoutingRequest, candidates: list[ReplicaView]) -> list[float]:

@@ -153,6 +153,12 @@ class Decision:
     candidates: int = 0
     predicted_ttft_s: float | None = None
     predicted_tpot_s: float | None = None
+    shared_prefix_blocks: int | None = None
+    """The longest match of the request's prefix on any replica of the pool, chosen or not, and
+    `common_prefix_blocks` the shortest (None: the policy does not say). The blocks between the two are
+    held by some replicas and not others: what the choice of replica wins or loses, whatever this
+    decision did (`gateway.upstream.replica_cost`'s affinity share)."""
+    common_prefix_blocks: int | None = None
 
     def header_value(self) -> str:
         """Render for the `x-gateway-route` header: `policy=…; branch=…; hops=…[; prefix_blocks=…]

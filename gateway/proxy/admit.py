@@ -179,12 +179,17 @@ class PoolAdmission:
         """`claim`'s claiming half: the slot on the replica `decision` chose."""
         replica = self.pool.replicas[decision.replica_id]
         uncached = routing.uncached_tokens(decision.matched_prefix_blocks)
+        shared, common = decision.shared_prefix_blocks, decision.common_prefix_blocks
+        affinity = None
+        if shared is not None and common is not None:  # tokens some replicas hold and others do not
+            affinity = routing.uncached_tokens(common) - routing.uncached_tokens(shared)
         slot = self._registry.claim(
             replica,
             decision,
             routing.estimated_total_tokens,
             uncached,
             prompt_tokens=routing.estimated_prompt_tokens,
+            affinity_tokens=affinity,
         )
         if self._credits is not None:
             self._credits.on_dispatch(replica)

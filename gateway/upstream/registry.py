@@ -155,8 +155,10 @@ class ReplicaRegistry:
         uncached_tokens: int = 0,
         *,
         prompt_tokens: int | None = None,
+        affinity_tokens: int | None = None,
     ) -> Slot:
-        """Count one request of `tokens` estimated tokens (`prompt_tokens` of its prompt, when known),
+        """Count one request of `tokens` estimated tokens (`prompt_tokens` of its prompt and
+        `affinity_tokens` of those held by some replicas of the pool and not others, when known),
         `uncached_tokens` of them left to prefill, on
         `replica` (chosen by `decision`; a decision made in panic mode — over the pool's last snapshot
         — is counted in `panic_decisions_total`)."""
@@ -172,6 +174,7 @@ class ReplicaRegistry:
             self._released_one,
             uncached_tokens=uncached_tokens,
             prompt_tokens=prompt_tokens,
+            affinity_tokens=affinity_tokens,
         )
 
     def _released_one(self, replica: Replica) -> None:

@@ -23,11 +23,20 @@ token; at the end, TPOT = (end − first token) / (output tokens − 1) against 
 its first token and at its end, and the engine's KV use. The learned cap follows each TPOT sample
 (`gateway.upstream.latency_settings`): the gradient limit of the measured TPOT
 (`gateway.upstream.tpot_limit`) once the objective has been broken, none before — and none while
-`cached_share` is at or above `cap_max_cached_share`.
+`affinity_share` is at or above `cap_max_affinity_share`.
 
-`cached_share`: the share of the prompt tokens dispatched here that the router expected the replica to
-hold (1 − uncached / prompt), an exponentially weighted mean over dispatches (weight
-`CACHED_SHARE_WEIGHT` = 0.02, about the last 50), None before the first dispatch with a known prompt.
+`affinity_share`: the share of the prompt tokens dispatched here that some replicas of the pool were
+expected to hold and others not — (tokens the best-placed replica holds − tokens the worst-placed one
+holds) / prompt, from the prefix index over the whole pool, whichever replica the request went to — an
+exponentially weighted mean over dispatches (weight `AFFINITY_SHARE_WEIGHT` = 0.02, about the last 50);
+None while no dispatch said (policies without a prefix index: the cap then applies). It measures how
+much the choice of replica decides a request's prefill, which is what a cap puts at risk: a capped
+replica's queued requests go to replicas without their prefix. A prompt every replica holds (one
+system prompt for all) counts for nothing — no spill loses it — and neither does a unique one.
+Why not the share cached on this replica: a cap's own spills then read as a workload without sharing
+and kept the cap on — from cold engines at 1.5× the knee of the shared-prefix benchmark the cap formed
+before the share passed one half and stayed (cache hits 55 % against 76 %, goodput 15.4 against 21.4
+req/s; docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -41,7 +50,7 @@ from router.latency_model import LatencyEstimate, ReplicaLatencyModel
 from router.load import fresh_sample
 from router.types import EngineLoad
 
-CACHED_SHARE_WEIGHT = 0.02
+AFFINITY_SHARE_WEIGHT = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,10 +68,10 @@ class ReplicaCost:
     """One replica's token-aware load, latency model and learned cap (module docstring)."""
 
     __slots__ = (
-        "_cap_max_cached_share",
+        "_cap_max_affinity_share",
         "_clock",
         "_tpot_limit",
-        "cached_share",
+        "affinity_share",
         "decoding_requests",
         "last_token_s",
         "learned_cap",
@@ -84,8 +93,8 @@ class ReplicaCost:
         self._clock: Clock = clock or SystemClock()
         self.last_token_s: float | None = None
         self.learned_cap: int | None = None
-        self.cached_share: float | None = None
-        self._cap_max_cached_share = settings.cap_max_cached_share
+        self.affinity_share: float | None = None
+        self._cap_max_affinity_share = settings.cap_max_affinity_share
         self.model: ReplicaLatencyModel | None = None
         self._tpot_limit: TpotConcurrencyLimit | None = None
         if settings.enabled:
@@ -125,14 +134,17 @@ class ReplicaCost:
         *,
         inflight: int,
         prompt_tokens: int | None = None,
+        affinity_tokens: int | None = None,
     ) -> DispatchSample:
-        """A request with `uncached_tokens` to prefill (of `prompt_tokens`, when known) is sent here,
-        where `inflight` requests already run: count it, return what it found (requests ahead without a
-        first token: `inflight` minus the decoding ones, or the engine's fresh `waiting` when larger)."""
-        if prompt_tokens is not None and prompt_tokens > 0:
-            share = 1.0 - min(uncached_tokens, prompt_tokens) / prompt_tokens
-            last = self.cached_share
-            self.cached_share = share if last is None else last + CACHED_SHARE_WEIGHT * (share - last)
+        """A request with `uncached_tokens` to prefill is sent here, where `inflight` requests already
+        run: count it, return what it found (requests ahead without a first token: `inflight` minus the
+        decoding ones, or the engine's fresh `waiting` when larger). With `prompt_tokens` and
+        `affinity_tokens` (of them, those some replicas hold and others do not) known, the affinity
+        share moves."""
+        if prompt_tokens is not None and prompt_tokens > 0 and affinity_tokens is not None:
+            share = min(max(affinity_tokens, 0), prompt_tokens) / prompt_tokens
+            last = self.affinity_share
+            self.affinity_share = share if last is None else last + AFFINITY_SHARE_WEIGHT * (share - last)
         prefilling = max(0, inflight - self.decoding_requests)
         sample = DispatchSample(
             uncached_tokens=uncached_tokens,
@@ -174,7 +186,7 @@ class ReplicaCost:
         limit = self._tpot_limit
         if limit is None:
             return
-        if self.cached_share is not None and self.cached_share >= self._cap_max_cached_share:
+        if self.affinity_share is not None and self.affinity_share >= self._cap_max_affinity_share:
             limit.reset()  # prefix affinity at work: a cap would spill requests to cold replicas
         else:
             limit.observe(tpot_s, inflight)

@@ -47,6 +47,7 @@ class Slot:
         *,
         uncached_tokens: int = 0,
         prompt_tokens: int | None = None,
+        affinity_tokens: int | None = None,
     ) -> None:
         self.replica = replica
         self.decision = decision
@@ -58,7 +59,11 @@ class Slot:
         self._first_token_s: float | None = None
         self._running_at_first_token = 0.0
         self._sample = replica.cost.dispatched(
-            uncached_tokens, replica.engine, inflight=replica.inflight_requests, prompt_tokens=prompt_tokens
+            uncached_tokens,
+            replica.engine,
+            inflight=replica.inflight_requests,
+            prompt_tokens=prompt_tokens,
+            affinity_tokens=affinity_tokens,
         )
         replica.inflight_requests += 1
         replica.inflight_tokens += tokens

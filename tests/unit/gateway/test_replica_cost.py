@@ -101,10 +101,11 @@ def cost_with_law(
     return cost
 
 
-def test_the_learned_cap_is_off_by_default() -> None:
+def test_the_learned_cap_is_on_by_default_with_its_set_point_at_four_fifths_of_the_objective() -> None:
     cost = ReplicaCost(LatencyModelSettings(), tpot_slo_s=0.05)
-    breach(cost, 1.0, inflight=50)
-    assert cost.learned_cap is None
+    breach(cost, 0.045, inflight=90)  # within the objective, above its 0.8 set point: 90 × 0.04 / 0.045
+    assert cost.learned_cap == 80
+    assert ReplicaCost(LatencyModelSettings(), tpot_slo_s=None).learned_cap is None  # no TPOT objective
 
 
 def test_no_learned_cap_while_the_measured_tpot_holds_the_objective() -> None:
@@ -231,7 +232,7 @@ def test_a_token_relayed_from_one_replica_does_not_move_another() -> None:
     assert b.view(0.0).since_last_token_s == 0.0
 
 
-def test_a_claim_passes_the_prompt_size_so_the_replica_learns_its_cached_share() -> None:
+def test_a_claim_passes_the_prompt_size_and_its_affinity_tokens_to_the_replica() -> None:
     reg, replica, _ = registry()
-    reg.claim(replica, DECISION, 1200, uncached_tokens=250, prompt_tokens=1000).release()
-    assert replica.cost.cached_share == pytest.approx(0.75)
+    reg.claim(replica, DECISION, 1200, uncached_tokens=250, prompt_tokens=1000, affinity_tokens=750).release()
+    assert replica.cost.affinity_share == pytest.approx(0.75)

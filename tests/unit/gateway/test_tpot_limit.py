@@ -9,7 +9,7 @@ import pytest
 
 from core.clock import FakeClock
 from gateway.upstream.latency_settings import LatencyModelSettings
-from gateway.upstream.replica_cost import CACHED_SHARE_WEIGHT, ReplicaCost
+from gateway.upstream.replica_cost import AFFINITY_SHARE_WEIGHT, ReplicaCost
 from gateway.upstream.tpot_limit import TpotConcurrencyLimit
 
 SLO_S = 0.05
@@ -124,38 +124,44 @@ def _capped_cost(**settings: Any) -> tuple[ReplicaCost, FakeClock]:
     return cost, clock
 
 
-def _run(cost: ReplicaCost, clock: FakeClock, *, uncached: int, prompt: int, tpot_s: float, n: int) -> None:
+def _run(cost: ReplicaCost, clock: FakeClock, *, affinity: int, prompt: int, tpot_s: float, n: int) -> None:
     for _ in range(n):
-        cost.dispatched(uncached, None, inflight=100, prompt_tokens=prompt)
+        cost.dispatched(100, None, inflight=100, prompt_tokens=prompt, affinity_tokens=affinity)
         clock.advance(0.01)
         cost.learn_tpot(90, None, tpot_s, inflight=100)
 
 
-def test_the_cached_share_is_a_weighted_mean_of_what_the_router_expected_cached() -> None:
+def test_the_affinity_share_is_a_weighted_mean_of_what_some_replicas_hold_and_others_not() -> None:
     cost, _ = _capped_cost()
-    assert cost.cached_share is None
-    cost.dispatched(200, None, inflight=0, prompt_tokens=1000)
-    assert cost.cached_share == pytest.approx(0.8)  # the first dispatch sets it
-    cost.dispatched(1000, None, inflight=0, prompt_tokens=1000)
-    assert cost.cached_share == pytest.approx(0.8 + CACHED_SHARE_WEIGHT * (0.0 - 0.8))
-    cost.dispatched(50, None, inflight=0)  # prompt unknown: no change
-    cost.dispatched(50, None, inflight=0, prompt_tokens=0)
-    assert cost.cached_share == pytest.approx(0.784)
+    assert cost.affinity_share is None
+    cost.dispatched(200, None, inflight=0, prompt_tokens=1000, affinity_tokens=800)
+    assert cost.affinity_share == pytest.approx(0.8)  # the first dispatch sets it
+    cost.dispatched(1000, None, inflight=0, prompt_tokens=1000, affinity_tokens=0)
+    assert cost.affinity_share == pytest.approx(0.8 + AFFINITY_SHARE_WEIGHT * (0.0 - 0.8))
+    cost.dispatched(50, None, inflight=0, prompt_tokens=1000)  # the policy did not say: no change
+    cost.dispatched(50, None, inflight=0, prompt_tokens=0, affinity_tokens=0)
+    assert cost.affinity_share == pytest.approx(0.784)
 
 
-def test_no_learned_cap_where_the_router_expects_most_prompt_tokens_cached() -> None:
-    """Prefix affinity at work (3 in 4 prompt tokens expected cached): a broken TPOT objective sets no
-    cap there — capping spilled requests to cold replicas and cut goodput (docs/BENCHMARKS.md, issue 15)
-    — while the same TPOTs on unshared prompts do."""
+def test_no_learned_cap_where_the_choice_of_replica_decides_the_prefill() -> None:
+    """3 in 4 prompt tokens held by some replicas and not others: a broken TPOT objective sets no cap
+    there — capping spilled requests to replicas without their prefix and cut goodput
+    (docs/BENCHMARKS.md, issue 15) — while the same TPOTs where every replica holds the same (a common
+    system prompt) or none does, do."""
     shared, clock = _capped_cost()
-    _run(shared, clock, uncached=500, prompt=2000, tpot_s=0.1, n=32)
+    _run(shared, clock, affinity=1500, prompt=2000, tpot_s=0.1, n=32)
     assert shared.learned_cap is None
-    unshared, clock = _capped_cost()
-    _run(unshared, clock, uncached=2000, prompt=2000, tpot_s=0.1, n=8)
-    assert unshared.learned_cap == 50
-    _run(unshared, clock, uncached=0, prompt=2000, tpot_s=0.1, n=200)  # sharing rises past one half
-    assert unshared.cached_share is not None and unshared.cached_share > 0.5
-    assert unshared.learned_cap is None  # the limit is dropped, not frozen
-    everywhere, clock = _capped_cost(cap_max_cached_share=1.0)  # 1.0: the cap whatever the sharing
-    _run(everywhere, clock, uncached=500, prompt=2000, tpot_s=0.1, n=8)
+    common, clock = _capped_cost()
+    _run(common, clock, affinity=0, prompt=2000, tpot_s=0.1, n=8)
+    assert common.learned_cap == 50
+    _run(common, clock, affinity=2000, prompt=2000, tpot_s=0.1, n=200)  # affinity rises past 1/4
+    assert common.affinity_share is not None and common.affinity_share > 0.25
+    assert common.learned_cap is None  # the limit is dropped, not frozen
+    unknown, clock = _capped_cost()  # a policy without a prefix index: no share, the cap applies
+    for _ in range(8):
+        unknown.dispatched(100, None, inflight=100, prompt_tokens=2000)
+        unknown.learn_tpot(90, None, 0.1, inflight=100)
+    assert unknown.affinity_share is None and unknown.learned_cap == 50
+    everywhere, clock = _capped_cost(cap_max_affinity_share=1.0)  # 1.0: the cap whatever the sharing
+    _run(everywhere, clock, affinity=1500, prompt=2000, tpot_s=0.1, n=8)
     assert everywhere.learned_cap == 50

@@ -133,6 +133,26 @@ class TestPolicy:
         decision = decided(index_policy.decide(chat("x"), fleet(**loads)))
         assert decision.branch is Branch.PREFIX_MISS
 
+    def test_the_longest_and_shortest_match_over_the_whole_pool(self) -> None:
+        """What the choice of replica wins or loses, whatever the choice: a prefix held only by a
+        replica that is not a candidate (dead here; at its cap in the gateway) is a miss where it
+        goes, yet held by some replicas (shared) and not by all (common 0)."""
+        index_policy = policy("prefix-index")
+        first = decided(index_policy.decide(chat("Bonjour"), fleet()))
+        assert (first.shared_prefix_blocks, first.common_prefix_blocks) == (0, 0)
+        spilled = decided(
+            index_policy.decide(chat("Bonjour"), fleet(**{first.replica_id: {"healthy": False}}))
+        )
+        blocks = len(chat("Bonjour").prefix_hashes)
+        assert spilled.matched_prefix_blocks == 0
+        assert (spilled.shared_prefix_blocks, spilled.common_prefix_blocks) == (blocks, 0)
+        two = ("r0", "r1")
+        index_policy = policy("prefix-index")
+        index_policy.decide(chat("Bonjour"), fleet(two, r1={"healthy": False}))  # r0 holds it
+        index_policy.decide(chat("Bonjour"), fleet(two, r0={"healthy": False}))  # and r1
+        both = decided(index_policy.decide(chat("Bonjour"), fleet(two)))
+        assert (both.shared_prefix_blocks, both.common_prefix_blocks) == (blocks, blocks)
+
     def test_a_match_on_a_dead_replica_is_ignored(self) -> None:
         index_policy = policy("prefix-index")
         first = decided(index_policy.decide(chat("Bonjour"), fleet()))
