@@ -4,36 +4,42 @@ and of queued requests waiting for their prefix's replica (`prefix_wait:`, `Pref
 Read by `gateway.upstream.replica_cost` (one model per replica, `router.latency_model`). The model is
 always learned when enabled (it costs a few dozen float operations per request); what uses it:
 - the `predicted-latency` policy (and `sticky-prefix`'s learned prefill rate);
-- the *learned cap* (off by default, see below): with `adaptive_cap` on and the pool's `slo.tpot_s`
-  set, each replica's cap is
-  found from its TPOT: once the measured TPOT has broken `slo.tpot_s`, a gradient limit on it
-  (`gateway.upstream.tpot_limit`: shrinks by slo/TPOT while broken, grows by √limit while held) —
-  never below `min_cap_per_replica` and never above `max_concurrency_per_replica` when that is set.
+- the *learned cap* (on by default): with `adaptive_cap` on and the pool's `slo.tpot_s` set (0.05 s
+  by default), each replica's cap is found from its TPOT: once the measured TPOT has broken the set
+  point `tpot_target_ratio` (0.8) × `slo.tpot_s`, a gradient limit on it (`gateway.upstream.tpot_limit`:
+  shrinks by target/TPOT while broken, grows by √limit while held) — never below
+  `min_cap_per_replica` (8) and never above `max_concurrency_per_replica` when that is set — except
+  on a replica whose `affinity_share` (`gateway.upstream.replica_cost`: the share of its dispatched
+  prompt tokens that some replicas of the pool hold and others do not) is at or above
+  `cap_max_affinity_share` (0.25): there the limit is dropped.
+  Requests above the cap wait in admission (the priority queues, refused with 429 and `Retry-After`
+  past their depth or deadline) instead of in the engine's own queue, where they would all slow each
+  other down. Exported as `llm_gateway_learned_max_concurrency{replica}` (0 while there is none).
+  Why on, gated (docs/BENCHMARKS.md, issue 15, "Item 5 with default settings, third round"): on a
+  decode-bound fleet (2 × H100 13B, 256-token prompts, TPOT objective 20 ms, 40 s windows) it kept
+  0.85–0.97× and 0.92–0.93× of the knee's SLO goodput at 1.5× and 2× the knee (two runs), where no
+  cap keeps 0.05× and 0
+  (every replica batches without bound and TPOT breaks for everyone). On long shared prefixes (4 ×
+  H100, 256 × 2,048-token prefixes) a cap lost — a capped replica's queued requests go to replicas
+  without their prefix, each miss puts a 2,176-token prefill into everyone's decode steps, TPOT rises,
+  the limit shrinks further (7.5 against 17.9 req/s at 2×) — so the gate keeps it off there, and the
+  defaults then equal no cap (21.28 vs 21.24 req/s at 1.5×, 19.16 vs 18.57 at 2×). Why the set point
+  is 0.8: the limit holds the *mean* TPOT at the set point and requests scatter around the mean.
   The TPOT model's own solved batch is not used as a cap: it capped replicas below the knee in the
-  benchmark (docs/BENCHMARKS.md, issue 15).
-  Why off by default: measured on the long-prompt regime at 2× the knee (docs/BENCHMARKS.md, issue 15),
-  the gradient limit cut SLO goodput from 16.9 to 6.9 req/s (62 % → 25 % of requests within the SLO):
-  its feedback arrives a whole generation late (a TPOT is known when a request ends, ~10 s there), so
-  it over- and under-shoots, and a capped replica takes requests from the queue whatever prefix they
-  hold (prefix-cache hits 80 % → 52 %). Re-measured with `prefix_wait` and `tpot_target_ratio` 0.8
-  it still lost there (7.5 against 17.9 req/s at 2×: misses' prefills, not the batch, break TPOT),
-  while on a decode-bound workload (256-token prompts, TPOT objective 20 ms) it kept 0.87–0.88× of the
-  knee's goodput at 1.5× and 2× where no cap kept 0.17× and 0 — so it is an opt-in for such fleets.
-  Requests above it wait in admission (the priority queues) instead of in the engine's own queue,
-  where they would all slow each other down. While the TPOT model is cold (fewer than `warm_after`
-  samples) or sees no cost in the batch, there is no learned cap. Exported as
-  `llm_gateway_learned_max_concurrency{replica}` (0 while there is none).
+  benchmark. Known cost: an engine slower than the set point even at small batches (a TPOT objective
+  below what the hardware does) is held at `min_cap_per_replica`; set `slo.tpot_s` to what the fleet
+  can do, or `adaptive_cap: false`.
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.upstream.tpot_limit import DEFAULT_TARGET_RATIO
 from router.latency_model import DEFAULT_FORGETTING_FACTOR, DEFAULT_WARM_AFTER
 from router.prefix_wait import DEFAULT_MIN_MATCH_RATIO
 
-DEFAULT_CAP_MAX_CACHED_SHARE = 0.5
+DEFAULT_CAP_MAX_AFFINITY_SHARE = 0.25
+DEFAULT_TPOT_TARGET_RATIO = 0.8
 
 
 class LatencyModelSettings(BaseModel):
@@ -46,13 +52,14 @@ class LatencyModelSettings(BaseModel):
     """RLS forgetting λ: an effective memory of about 1 / (1 − λ) observations (0.98 → 50)."""
     warm_after: int = Field(DEFAULT_WARM_AFTER, ge=1)
     """Observations before a model's predictions are used."""
-    adaptive_cap: bool = False
+    adaptive_cap: bool = True
     min_cap_per_replica: int = Field(8, ge=1)
-    cap_max_cached_share: float = Field(DEFAULT_CAP_MAX_CACHED_SHARE, ge=0, le=1)
+    cap_max_affinity_share: float = Field(DEFAULT_CAP_MAX_AFFINITY_SHARE, ge=0, le=1)
     """No learned cap on a replica while this share or more of the prompt tokens dispatched to it were
-    expected cached (`ReplicaCost.cached_share`): there affinity decides the outcome, and a cap spills
-    requests to replicas that miss (module docstring). 1.0 keeps the cap whatever the sharing."""
-    tpot_target_ratio: float = Field(DEFAULT_TARGET_RATIO, gt=0, le=1)
+    held by some replicas of the pool and not others (`ReplicaCost.affinity_share`): there the choice
+    of replica decides the prefill, and a cap spills queued requests to replicas that miss (module
+    docstring). 1.0 keeps the cap whatever the sharing."""
+    tpot_target_ratio: float = Field(DEFAULT_TPOT_TARGET_RATIO, gt=0, le=1)
     """The learned cap's set point as a share of `slo.tpot_s`: the limit holds the mean TPOT there, and
     requests scatter around the mean (`gateway.upstream.tpot_limit`)."""
 
