@@ -14,11 +14,18 @@ tpot_slo_s` (`target_ratio` default 1.0):
     gradient  = clamp(target / tpot, 0.5, 1)
     no limit yet and tpot ≤ target     → still none (nothing to limit)
     no limit yet and tpot > target     → limit = inflight × gradient       (starts from what runs now)
-    otherwise                          → limit = limit × gradient + (√limit if gradient = 1 else 0)
+    otherwise                          → step  = limit × gradient + (√limit if gradient = 1 else 0)
+                                         limit = limit + smoothing × (step − limit)
 
 clamped to [min_limit, max_limit] (max: the configured cap, when one is set). So a limit appears only
 once the objective is broken, shrinks by at most half per update while it is, and grows by √limit per
 update while the objective holds (the Netflix "queue size" headroom), which probes for more.
+
+Why `smoothing` (default 1.0, no damping; Netflix's gradient limit applies 0.2): a TPOT is known when
+its request ends, a generation after its admission, so the updates within one generation all act on
+samples from before the first of them, and a full step each time overshoots both ways. A smoothing
+below 1 moves the limit only that share of the way per update. The first cut (no limit yet) is always
+a full step: the onset of an overload is where a late cut costs most.
 
 Why a set point below the objective: the limit holds the *mean* TPOT at its target, and requests
 scatter around the mean (prefill chunks land on some requests' steps more than on others'), so with
@@ -34,12 +41,13 @@ DEFAULT_UPDATE_EVERY = 8
 TPOT_WEIGHT = 0.2
 MIN_GRADIENT = 0.5
 DEFAULT_TARGET_RATIO = 1.0
+DEFAULT_SMOOTHING = 1.0
 
 
 class TpotConcurrencyLimit:
     """The gradient limit of one replica (module docstring); `limit` is None until it is needed."""
 
-    __slots__ = ("_max", "_min", "_samples", "_target_s", "_tpot_s", "_update_every", "limit")
+    __slots__ = ("_max", "_min", "_samples", "_smoothing", "_target_s", "_tpot_s", "_update_every", "limit")
 
     def __init__(
         self,
@@ -49,9 +57,13 @@ class TpotConcurrencyLimit:
         max_limit: int | None = None,
         update_every: int = DEFAULT_UPDATE_EVERY,
         target_ratio: float = DEFAULT_TARGET_RATIO,
+        smoothing: float = DEFAULT_SMOOTHING,
     ) -> None:
-        if tpot_slo_s <= 0 or min_limit < 1 or update_every < 1 or not 0 < target_ratio <= 1:
-            raise ValueError("tpot_slo_s, min_limit, update_every must be positive, target_ratio in (0, 1]")
+        if tpot_slo_s <= 0 or min_limit < 1 or update_every < 1:
+            raise ValueError("tpot_slo_s, min_limit, update_every must be positive")
+        if not 0 < target_ratio <= 1 or not 0 < smoothing <= 1:
+            raise ValueError("target_ratio and smoothing must be in (0, 1]")
+        self._smoothing = smoothing
         self._target_s = tpot_slo_s * target_ratio
         self._min = min_limit
         self._max = max_limit
@@ -87,7 +99,8 @@ class TpotConcurrencyLimit:
                 return
             new = max(inflight, self._min) * gradient
         else:
-            new = self.limit * gradient + (math.sqrt(self.limit) if gradient >= 1.0 else 0.0)
+            step = self.limit * gradient + (math.sqrt(self.limit) if gradient >= 1.0 else 0.0)
+            new = self.limit + self._smoothing * (step - self.limit)
         if self._max is not None:
             new = min(new, float(self._max))
         self.limit = max(float(self._min), new)

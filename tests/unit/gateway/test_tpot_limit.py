@@ -72,6 +72,24 @@ def test_a_set_point_outside_zero_to_one_is_refused(ratio: float) -> None:
         TpotConcurrencyLimit(SLO_S, min_limit=4, target_ratio=ratio)
 
 
+def test_smoothing_moves_the_limit_a_share_of_each_step_but_the_first_cut_is_whole() -> None:
+    limit = TpotConcurrencyLimit(SLO_S, min_limit=4, smoothing=0.25)
+    feed(limit, 0.1, inflight=128)  # first cut, whole: 128 × 0.5
+    assert limit.limit == pytest.approx(64.0)
+    limit._tpot_s = 0.1
+    feed(limit, 0.1, inflight=64)  # step 32, a quarter of the way: 64 − 0.25 × 32
+    assert limit.limit == pytest.approx(56.0)
+    limit._tpot_s = 0.01
+    feed(limit, 0.01, inflight=56)  # held: step 56 + √56, a quarter of √56
+    assert limit.limit == pytest.approx(56.0 + 0.25 * math.sqrt(56.0))
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 1.5])
+def test_a_smoothing_outside_zero_to_one_is_refused(smoothing: float) -> None:
+    with pytest.raises(ValueError, match="smoothing"):
+        TpotConcurrencyLimit(SLO_S, min_limit=4, smoothing=smoothing)
+
+
 def test_the_pool_setting_reaches_the_replica_limit() -> None:
     cost = ReplicaCost(LatencyModelSettings(adaptive_cap=True, tpot_target_ratio=0.8), tpot_slo_s=SLO_S)
     for _ in range(8):
