@@ -227,7 +227,7 @@ class RedisBackend:
         try:
             yield await self._confirm_subscription(operation, channel, pubsub)
         finally:
-            await pubsub.aclose()  # type: ignore[no-untyped-call]  # untyped in redis-py
+            await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]  # untyped before redis-py 8
 
     async def _confirm_subscription(
         self, operation: RedisOperation, channel: str, pubsub: PubSub

@@ -204,7 +204,7 @@ class SpecAdapter:
                 ScrapeErrorReason.MISSING_METRICS, f"{self.flavour}: no finite value for {absent}"
             )
         kv = read.first(self.spec.kv_usage, _mean)
-        ratio, hits, queries, window = self._hit_ratio(read, previous)
+        ratio, window = self._hit_ratio(read, previous)
         running_adapters, waiting_adapters, max_loras = lora_adapters(exposition, self.spec.lora_info)
         return EngineSample(
             running=_clamp_count(running),
@@ -212,8 +212,6 @@ class SpecAdapter:
             kv_usage_ratio=None if kv is None else _clamp_ratio(kv),
             prefix_cache_hit_ratio=ratio,
             taken_at_s=taken_at_s,
-            prefix_cache_hits_tokens=hits,
-            prefix_cache_queries_tokens=queries,
             prefix_cache_window_hits_tokens=window.window_hits_tokens if window else None,
             prefix_cache_window_queries_tokens=window.window_queries_tokens if window else None,
             running_adapters=running_adapters,
@@ -223,17 +221,17 @@ class SpecAdapter:
 
     def _hit_ratio(
         self, read: _Reader, previous: EngineSample | None
-    ) -> tuple[float | None, float | None, float | None, _HitCounters | None]:
+    ) -> tuple[float | None, _HitCounters | None]:
         gauge = read.first(self.spec.hit_ratio_gauges, _mean)
         if gauge is not None:
-            return _clamp_ratio(gauge), None, None, None
+            return _clamp_ratio(gauge), None
         for pair in self.spec.hit_counters:
             hits = read.total(pair.hits)
             queries = read.total(pair.queries)
             if hits is not None and queries is not None:
                 window = _counter_ratio(previous, hits, queries)
-                return window.ratio, hits, queries, window
-        return None, None, None, None
+                return window.ratio, window
+        return None, None
 
 
 class _Reader:

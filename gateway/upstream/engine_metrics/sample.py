@@ -40,9 +40,8 @@ class EngineSample:
     `running` / `waiting` are request counts (summed over the engine's data-parallel ranks);
     `kv_usage_ratio` is in [0, 1], or None when the flavour does not export it (TGI, current llama.cpp);
     `prefix_cache_hit_ratio` is in [0, 1] — over the last closed counter window (see the adapter) when it
-    comes from counters — or None when unknown. The cumulative prefix-cache counters (tokens) and the
-    counters at the start of the open window are kept so the next scrape can compute its ratio from the
-    deltas.
+    comes from counters — or None when unknown. The prefix-cache counters (tokens) at the start of the
+    open window are kept so the next scrape can compute its ratio from the deltas.
     """
 
     running: float
@@ -50,8 +49,6 @@ class EngineSample:
     kv_usage_ratio: float | None
     prefix_cache_hit_ratio: float | None
     taken_at_s: float
-    prefix_cache_hits_tokens: float | None = None
-    prefix_cache_queries_tokens: float | None = None
     prefix_cache_window_hits_tokens: float | None = None
     """The hit / query counters where the open window started (None without counters)."""
     prefix_cache_window_queries_tokens: float | None = None

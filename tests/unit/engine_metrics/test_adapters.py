@@ -25,7 +25,7 @@ def test_vllm_v1_reads_the_current_names_and_counters() -> None:
     got = sample("vllm", fixtures.VLLM_V1, model=fixtures.VLLM_MODEL)
     assert (got.running, got.waiting, got.kv_usage_ratio) == (7.0, 2.0, 0.4375)
     assert got.prefix_cache_hit_ratio == pytest.approx(30720 / 48213)  # first sample: cumulative
-    assert (got.prefix_cache_hits_tokens, got.prefix_cache_queries_tokens) == (30720.0, 48213.0)
+    assert (got.prefix_cache_window_hits_tokens, got.prefix_cache_window_queries_tokens) == (30720.0, 48213.0)
     assert got.taken_at_s == 10.0
 
 
@@ -41,7 +41,7 @@ def test_vllm_v0_falls_back_to_the_old_kv_name_and_hit_rate_gauge() -> None:
     assert (got.running, got.waiting) == (4.0, 11.0)
     assert got.kv_usage_ratio == pytest.approx(0.9823)
     assert got.prefix_cache_hit_ratio == 0.125
-    assert got.prefix_cache_hits_tokens is None
+    assert got.prefix_cache_window_hits_tokens is None
 
 
 def test_sglang_reads_its_gauges_and_prefers_the_hit_rate_gauge() -> None:
