@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from router.bounded import LoadBound
 from router.latency_model import PREFILL_TOKENS_SCALE, LatencyEstimate
@@ -95,8 +95,11 @@ def _learned_prefill_tokens_per_s(replica: ReplicaView) -> float | None:
 
 
 class _IndexedPicker:
-    """A picker that keeps a prefix index: follows the pool's membership, chooses (`choose`), and
-    records the request's blocks on the chosen replica."""
+    """A picker that keeps a prefix index: follows the pool's membership, chooses (`choose`), records
+    the request's blocks on the chosen replica, and says how much of the prefix the pool's replicas
+    hold unevenly (`Pick.shared_prefix_blocks` / `common_prefix_blocks`: the longest and the shortest
+    match over the whole pool, as `prefix-index` does). Without them the learned cap's affinity gate
+    (`gateway.upstream.replica_cost`) would read "no affinity" and cap a prefix-affine pool."""
 
     def __init__(self, index: PrefixIndex) -> None:
         self._index = index
@@ -111,8 +114,9 @@ class _IndexedPicker:
     ) -> Pick:
         self._membership.follow(pool)
         pick = self.choose(request, replicas, pool)
+        held = [self._index.matched_blocks(r.replica_id, request.prefix_hashes) for r in pool] or [0]
         self._index.record(replicas[pick.index].replica_id, request.prefix_hashes)
-        return pick
+        return replace(pick, shared_prefix_blocks=max(held), common_prefix_blocks=min(held))
 
     def choose(
         self, request: RoutingRequest, replicas: list[ReplicaView], pool: Sequence[ReplicaView]

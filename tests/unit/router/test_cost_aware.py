@@ -206,3 +206,17 @@ def test_cost_aware_options_are_validated() -> None:
         policy("sticky-prefix", load_unit="tokens")
     with pytest.raises(ValueError, match="load_factor"):
         policy("sticky-prefix", load_factor=0.5)
+
+
+@pytest.mark.parametrize("name", ["sticky-prefix", "predicted-latency"])
+def test_indexed_pickers_say_how_unevenly_the_pool_holds_the_prefix(name: str) -> None:
+    """The learned cap's affinity gate reads these: without them a prefix-affine pool routed by these
+    policies read as "no affinity" and was capped (cache hit 50 % vs 67 % in a 28 req/s run)."""
+    chooser = policy(name)
+    request = shared(8192, "q1")
+    blocks = len(request.prefix_hashes)
+    first = decided(chooser.decide(request, fleet()))
+    assert (first.shared_prefix_blocks, first.common_prefix_blocks) == (0, 0)  # nobody held it
+    second = decided(chooser.decide(shared(8192, "q2"), fleet()))
+    assert second.shared_prefix_blocks == second.matched_prefix_blocks  # it went where the prefix is
+    assert 0 < (second.shared_prefix_blocks or 0) <= blocks and second.common_prefix_blocks == 0
