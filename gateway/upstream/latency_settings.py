@@ -64,8 +64,8 @@ class LatencyModelSettings(BaseModel):
     """The learned cap's set point as a share of `slo.tpot_s`: the limit holds the mean TPOT there, and
     requests scatter around the mean (`gateway.upstream.tpot_limit`)."""
     cap_smoothing: float = Field(DEFAULT_CAP_SMOOTHING, gt=0, le=1)
-    """The share of each update's step the learned cap moves (1.0: the whole step; below 1 damps the
-    overshoot that the late TPOT feedback causes, `gateway.upstream.tpot_limit`)."""
+    """The share of each cut the learned cap makes (1.0: the whole cut; below 1 damps the downward
+    overshoot that the late TPOT feedback causes; growth is never damped, `gateway.upstream.tpot_limit`)."""
 
 
 class PrefixWaitSettings(BaseModel):

@@ -14,18 +14,20 @@ tpot_slo_s` (`target_ratio` default 1.0):
     gradient  = clamp(target / tpot, 0.5, 1)
     no limit yet and tpot ≤ target     → still none (nothing to limit)
     no limit yet and tpot > target     → limit = inflight × gradient       (starts from what runs now)
-    otherwise                          → step  = limit × gradient + (√limit if gradient = 1 else 0)
-                                         limit = limit + smoothing × (step − limit)
+    otherwise, while broken            → limit = limit − smoothing × limit × (1 − gradient)
+    otherwise, while held              → limit = limit + √limit
 
 clamped to [min_limit, max_limit] (max: the configured cap, when one is set). So a limit appears only
 once the objective is broken, shrinks by at most half per update while it is, and grows by √limit per
 update while the objective holds (the Netflix "queue size" headroom), which probes for more.
 
 Why `smoothing` (default 1.0, no damping; Netflix's gradient limit applies 0.2): a TPOT is known when
-its request ends, a generation after its admission, so the updates within one generation all act on
-samples from before the first of them, and a full step each time overshoots both ways. A smoothing
-below 1 moves the limit only that share of the way per update. The first cut (no limit yet) is always
-a full step: the onset of an overload is where a late cut costs most.
+its request ends, a generation after its admission, so the cuts within one generation all act on
+samples from before the first of them, and a whole cut each time overshoots down (the batch drains
+below what the objective allows, then climbs back by √limit per update). A smoothing below 1 moves
+each cut only that share of the way. Growth is never damped (√limit is already a small probe, and a
+damped one slows the climb back from an overshoot), and the first cut (no limit yet) is always whole:
+the onset of an overload is where a late cut costs most.
 
 Why a set point below the objective: the limit holds the *mean* TPOT at its target, and requests
 scatter around the mean (prefill chunks land on some requests' steps more than on others'), so with
@@ -98,9 +100,10 @@ class TpotConcurrencyLimit:
             if gradient >= 1.0:
                 return
             new = max(inflight, self._min) * gradient
+        elif gradient >= 1.0:
+            new = self.limit + math.sqrt(self.limit)
         else:
-            step = self.limit * gradient + (math.sqrt(self.limit) if gradient >= 1.0 else 0.0)
-            new = self.limit + self._smoothing * (step - self.limit)
+            new = self.limit - self._smoothing * self.limit * (1.0 - gradient)
         if self._max is not None:
             new = min(new, float(self._max))
         self.limit = max(float(self._min), new)

@@ -72,7 +72,7 @@ def test_a_set_point_outside_zero_to_one_is_refused(ratio: float) -> None:
         TpotConcurrencyLimit(SLO_S, min_limit=4, target_ratio=ratio)
 
 
-def test_smoothing_moves_the_limit_a_share_of_each_step_but_the_first_cut_is_whole() -> None:
+def test_smoothing_damps_the_cuts_but_not_the_first_cut_nor_the_growth() -> None:
     limit = TpotConcurrencyLimit(SLO_S, min_limit=4, smoothing=0.25)
     feed(limit, 0.1, inflight=128)  # first cut, whole: 128 × 0.5
     assert limit.limit == pytest.approx(64.0)
@@ -80,8 +80,8 @@ def test_smoothing_moves_the_limit_a_share_of_each_step_but_the_first_cut_is_who
     feed(limit, 0.1, inflight=64)  # step 32, a quarter of the way: 64 − 0.25 × 32
     assert limit.limit == pytest.approx(56.0)
     limit._tpot_s = 0.01
-    feed(limit, 0.01, inflight=56)  # held: step 56 + √56, a quarter of √56
-    assert limit.limit == pytest.approx(56.0 + 0.25 * math.sqrt(56.0))
+    feed(limit, 0.01, inflight=56)  # held: growth is whole, 56 + √56
+    assert limit.limit == pytest.approx(56.0 + math.sqrt(56.0))
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 1.5])
