@@ -40,7 +40,6 @@ from router.prefix_wait import DEFAULT_MIN_MATCH_RATIO
 
 DEFAULT_CAP_MAX_AFFINITY_SHARE = 0.25
 DEFAULT_TPOT_TARGET_RATIO = 0.8
-DEFAULT_CAP_SMOOTHING = 1.0
 
 
 class LatencyModelSettings(BaseModel):
@@ -63,9 +62,9 @@ class LatencyModelSettings(BaseModel):
     tpot_target_ratio: float = Field(DEFAULT_TPOT_TARGET_RATIO, gt=0, le=1)
     """The learned cap's set point as a share of `slo.tpot_s`: the limit holds the mean TPOT there, and
     requests scatter around the mean (`gateway.upstream.tpot_limit`)."""
-    cap_smoothing: float = Field(DEFAULT_CAP_SMOOTHING, gt=0, le=1)
-    """The share of each cut the learned cap makes (1.0: the whole cut; below 1 damps the downward
-    overshoot that the late TPOT feedback causes; growth is never damped, `gateway.upstream.tpot_limit`)."""
+    cap_paced_by_generation: bool = False
+    """Each update of the learned cap takes its share (update_every / limit) of one generation's step,
+    so the late TPOT feedback neither compounds cuts nor overshoots growth (`gateway.upstream.tpot_limit`)."""
 
 
 class PrefixWaitSettings(BaseModel):

@@ -105,7 +105,7 @@ class ReplicaCost:
                     min_limit=settings.min_cap_per_replica,
                     max_limit=configured_cap,
                     target_ratio=settings.tpot_target_ratio,
-                    smoothing=settings.cap_smoothing,
+                    paced=settings.cap_paced_by_generation,
                 )
 
     @property

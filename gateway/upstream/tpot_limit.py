@@ -14,20 +14,23 @@ tpot_slo_s` (`target_ratio` default 1.0):
     gradient  = clamp(target / tpot, 0.5, 1)
     no limit yet and tpot ≤ target     → still none (nothing to limit)
     no limit yet and tpot > target     → limit = inflight × gradient       (starts from what runs now)
-    otherwise, while broken            → limit = limit − smoothing × limit × (1 − gradient)
-    otherwise, while held              → limit = limit + √limit
+    otherwise, while broken            → limit = limit × gradient^share
+    otherwise, while held              → limit = limit + share × √limit
+    share = min(1, update_every / limit) when `paced`, else 1
 
 clamped to [min_limit, max_limit] (max: the configured cap, when one is set). So a limit appears only
 once the objective is broken, shrinks by at most half per update while it is, and grows by √limit per
 update while the objective holds (the Netflix "queue size" headroom), which probes for more.
 
-Why `smoothing` (default 1.0, no damping; Netflix's gradient limit applies 0.2): a TPOT is known when
-its request ends, a generation after its admission, so the cuts within one generation all act on
-samples from before the first of them, and a whole cut each time overshoots down (the batch drains
-below what the objective allows, then climbs back by √limit per update). A smoothing below 1 moves
-each cut only that share of the way. Growth is never damped (√limit is already a small probe, and a
-damped one slows the climb back from an overshoot), and the first cut (no limit yet) is always whole:
-the onset of an overload is where a late cut costs most.
+Why `paced` (default off): a TPOT is known when its request ends, a generation after its admission,
+and a replica at its limit L finishes about L requests per generation, so L / update_every updates
+happen before the first sample that reflects the first of them. Unpaced, each of those updates takes a
+whole step: while broken the cuts compound on samples from before the first (the batch drains below
+what the objective allows), while held the limit grows by √L each time (L / update_every × √L per
+generation: at L = 40, 5 × 6.3, +80 %) and overshoots before any sample can say so. Paced, each update
+takes its share of one generation's step, so a generation moves the limit by about × gradient or
++ √L — Netflix's step per round trip, with the round trip a generation. The first cut (no limit yet)
+is always whole: the onset of an overload is where a late cut costs most.
 
 Why a set point below the objective: the limit holds the *mean* TPOT at its target, and requests
 scatter around the mean (prefill chunks land on some requests' steps more than on others'), so with
@@ -43,13 +46,12 @@ DEFAULT_UPDATE_EVERY = 8
 TPOT_WEIGHT = 0.2
 MIN_GRADIENT = 0.5
 DEFAULT_TARGET_RATIO = 1.0
-DEFAULT_SMOOTHING = 1.0
 
 
 class TpotConcurrencyLimit:
     """The gradient limit of one replica (module docstring); `limit` is None until it is needed."""
 
-    __slots__ = ("_max", "_min", "_samples", "_smoothing", "_target_s", "_tpot_s", "_update_every", "limit")
+    __slots__ = ("_max", "_min", "_paced", "_samples", "_target_s", "_tpot_s", "_update_every", "limit")
 
     def __init__(
         self,
@@ -59,13 +61,13 @@ class TpotConcurrencyLimit:
         max_limit: int | None = None,
         update_every: int = DEFAULT_UPDATE_EVERY,
         target_ratio: float = DEFAULT_TARGET_RATIO,
-        smoothing: float = DEFAULT_SMOOTHING,
+        paced: bool = False,
     ) -> None:
         if tpot_slo_s <= 0 or min_limit < 1 or update_every < 1:
             raise ValueError("tpot_slo_s, min_limit, update_every must be positive")
-        if not 0 < target_ratio <= 1 or not 0 < smoothing <= 1:
-            raise ValueError("target_ratio and smoothing must be in (0, 1]")
-        self._smoothing = smoothing
+        if not 0 < target_ratio <= 1:
+            raise ValueError("target_ratio must be in (0, 1]")
+        self._paced = paced
         self._target_s = tpot_slo_s * target_ratio
         self._min = min_limit
         self._max = max_limit
@@ -100,10 +102,12 @@ class TpotConcurrencyLimit:
             if gradient >= 1.0:
                 return
             new = max(inflight, self._min) * gradient
-        elif gradient >= 1.0:
-            new = self.limit + math.sqrt(self.limit)
         else:
-            new = self.limit - self._smoothing * self.limit * (1.0 - gradient)
+            share = min(1.0, self._update_every / self.limit) if self._paced else 1.0
+            if gradient >= 1.0:
+                new = self.limit + share * math.sqrt(self.limit)
+            else:
+                new = self.limit * gradient**share
         if self._max is not None:
             new = min(new, float(self._max))
         self.limit = max(float(self._min), new)

@@ -72,22 +72,30 @@ def test_a_set_point_outside_zero_to_one_is_refused(ratio: float) -> None:
         TpotConcurrencyLimit(SLO_S, min_limit=4, target_ratio=ratio)
 
 
-def test_smoothing_damps_the_cuts_but_not_the_first_cut_nor_the_growth() -> None:
-    limit = TpotConcurrencyLimit(SLO_S, min_limit=4, smoothing=0.25)
+def test_paced_updates_take_their_share_of_a_generation_but_the_first_cut_is_whole() -> None:
+    """At limit L an update is 8 / L of a generation's step: × gradient^(8/L) while broken,
+    + (8/L) × √L while held; L / 8 updates then move it about one whole step."""
+    limit = TpotConcurrencyLimit(SLO_S, min_limit=4, paced=True)
     feed(limit, 0.1, inflight=128)  # first cut, whole: 128 × 0.5
     assert limit.limit == pytest.approx(64.0)
     limit._tpot_s = 0.1
-    feed(limit, 0.1, inflight=64)  # step 32, a quarter of the way: 64 − 0.25 × 32
-    assert limit.limit == pytest.approx(56.0)
-    limit._tpot_s = 0.01
-    feed(limit, 0.01, inflight=56)  # held: growth is whole, 56 + √56
-    assert limit.limit == pytest.approx(56.0 + math.sqrt(56.0))
+    feed(limit, 0.1, inflight=64)  # share 8 / 64: 64 × 0.5^(1/8)
+    assert limit.limit == pytest.approx(64.0 * 0.5**0.125)
+    limit.limit, limit._tpot_s = 64.0, 0.01
+    feed(limit, 0.01, inflight=64)  # held: 64 + √64 / 8
+    assert limit.limit == pytest.approx(65.0)
+    limit.limit = 4.0
+    feed(limit, 0.01, inflight=4)  # below update_every the share is whole: 4 + √4
+    assert limit.limit == pytest.approx(6.0)
 
 
-@pytest.mark.parametrize("smoothing", [0.0, 1.5])
-def test_a_smoothing_outside_zero_to_one_is_refused(smoothing: float) -> None:
-    with pytest.raises(ValueError, match="smoothing"):
-        TpotConcurrencyLimit(SLO_S, min_limit=4, smoothing=smoothing)
+def test_paced_cuts_over_one_generation_compound_to_about_one_step() -> None:
+    paced, unpaced = (TpotConcurrencyLimit(SLO_S, min_limit=1, paced=p) for p in (True, False))
+    for limit in (paced, unpaced):
+        feed(limit, 0.1, inflight=80)  # the first cut: 40
+        feed(limit, 0.1, inflight=80, samples=40)  # a generation of stale samples (40 requests end)
+    assert unpaced.cap == 1  # five whole halvings: 40 / 32, floored at the minimum
+    assert paced.cap == 14  # about 1.5 halvings: each share 8 / L grows as the limit falls
 
 
 def test_the_pool_setting_reaches_the_replica_limit() -> None:
