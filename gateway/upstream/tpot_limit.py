@@ -11,26 +11,33 @@ by the measured TPOT needs no model of why. Every `update_every` samples (defaul
 exponentially weighted mean of the samples (weight 0.2) and the set point `target = target_ratio ×
 tpot_slo_s` (`target_ratio` default 1.0):
 
-    gradient  = clamp(target / tpot, 0.5, 1)
+    gradient  = clamp(target / tpot, 0.5, 1)       (paced: clamp(target / tpot, 0.5, 2))
     no limit yet and tpot ≤ target     → still none (nothing to limit)
     no limit yet and tpot > target     → limit = inflight × gradient       (starts from what runs now)
-    otherwise, while broken            → limit = limit × gradient^share
-    otherwise, while held              → limit = limit + share × √limit
-    share = min(1, update_every / limit) when `paced`, else 1
+    unpaced                            → limit = limit × gradient (+ √limit while held)
+    paced                              → limit = limit × gradient^share (+ share × √limit while held),
+                                         growth bounded by max(limit, 2 × inflight)
+    share = min(1, update_every / inflight)
 
 clamped to [min_limit, max_limit] (max: the configured cap, when one is set). So a limit appears only
-once the objective is broken, shrinks by at most half per update while it is, and grows by √limit per
-update while the objective holds (the Netflix "queue size" headroom), which probes for more.
+once the objective is broken, shrinks by at most half per update (paced: per generation) while it is,
+and grows by √limit per update (paced: per generation, and by the gradient while TPOT is below the set
+point) while the objective holds (the Netflix "queue size" headroom), which probes for more.
 
 Why `paced` (default off): a TPOT is known when its request ends, a generation after its admission,
-and a replica at its limit L finishes about L requests per generation, so L / update_every updates
+and a replica running L requests finishes about L of them per generation, so L / update_every updates
 happen before the first sample that reflects the first of them. Unpaced, each of those updates takes a
 whole step: while broken the cuts compound on samples from before the first (the batch drains below
 what the objective allows), while held the limit grows by √L each time (L / update_every × √L per
 generation: at L = 40, 5 × 6.3, +80 %) and overshoots before any sample can say so. Paced, each update
 takes its share of one generation's step, so a generation moves the limit by about × gradient or
-+ √L — Netflix's step per round trip, with the round trip a generation. The first cut (no limit yet)
-is always whole: the onset of an overload is where a late cut costs most.
++ √L — Netflix's step per round trip, with the round trip a generation. Paced, it also grows by the
+gradient (up to × 2 per generation) while TPOT is below the set point: a cut that went too far (the
+samples of the first generation after the onset all predate the first cut) climbs back in a few
+generations instead of √L at a time. It grows no further than twice what runs on the replica (a limit
+grown through a quiet night would otherwise meet the next overload far above any batch it has seen,
+and the share, taken on what runs, keeps cuts from it at one step per generation). The first cut (no
+limit yet) is always whole: the onset of an overload is where a late cut costs most.
 
 Why a set point below the objective: the limit holds the *mean* TPOT at its target, and requests
 scatter around the mean (prefill chunks land on some requests' steps more than on others'), so with
@@ -45,6 +52,7 @@ import math
 DEFAULT_UPDATE_EVERY = 8
 TPOT_WEIGHT = 0.2
 MIN_GRADIENT = 0.5
+MAX_PACED_GRADIENT = 2.0
 DEFAULT_TARGET_RATIO = 1.0
 
 
@@ -97,17 +105,19 @@ class TpotConcurrencyLimit:
         self._samples += 1
         if self._samples % self._update_every:
             return
-        gradient = min(1.0, max(MIN_GRADIENT, self._target_s / self._tpot_s))
+        ceiling = MAX_PACED_GRADIENT if self._paced and self.limit is not None else 1.0
+        gradient = min(ceiling, max(MIN_GRADIENT, self._target_s / self._tpot_s))
         if self.limit is None:
             if gradient >= 1.0:
                 return
             new = max(inflight, self._min) * gradient
+        elif not self._paced:
+            new = self.limit * gradient + (math.sqrt(self.limit) if gradient >= 1.0 else 0.0)
         else:
-            share = min(1.0, self._update_every / self.limit) if self._paced else 1.0
+            share = min(1.0, self._update_every / max(inflight, 1))
+            new = self.limit * gradient**share
             if gradient >= 1.0:
-                new = self.limit + share * math.sqrt(self.limit)
-            else:
-                new = self.limit * gradient**share
+                new = min(new + share * math.sqrt(self.limit), max(self.limit, 2.0 * inflight))
         if self._max is not None:
             new = min(new, float(self._max))
         self.limit = max(float(self._min), new)

@@ -73,8 +73,8 @@ def test_a_set_point_outside_zero_to_one_is_refused(ratio: float) -> None:
 
 
 def test_paced_updates_take_their_share_of_a_generation_but_the_first_cut_is_whole() -> None:
-    """At limit L an update is 8 / L of a generation's step: × gradient^(8/L) while broken,
-    + (8/L) × √L while held; L / 8 updates then move it about one whole step."""
+    """With n requests running an update is 8 / n of a generation's step: × gradient^(8/n), the
+    gradient up to 2 while TPOT is below the set point, plus (8/n) × √limit while held."""
     limit = TpotConcurrencyLimit(SLO_S, min_limit=4, paced=True)
     feed(limit, 0.1, inflight=128)  # first cut, whole: 128 × 0.5
     assert limit.limit == pytest.approx(64.0)
@@ -82,20 +82,30 @@ def test_paced_updates_take_their_share_of_a_generation_but_the_first_cut_is_who
     feed(limit, 0.1, inflight=64)  # share 8 / 64: 64 × 0.5^(1/8)
     assert limit.limit == pytest.approx(64.0 * 0.5**0.125)
     limit.limit, limit._tpot_s = 64.0, 0.01
-    feed(limit, 0.01, inflight=64)  # held: 64 + √64 / 8
-    assert limit.limit == pytest.approx(65.0)
+    feed(limit, 0.01, inflight=64)  # held, TPOT a fifth of the set point: gradient 2, 64 × 2^(1/8) + √64 / 8
+    assert limit.limit == pytest.approx(64.0 * 2**0.125 + 1.0)
     limit.limit = 4.0
-    feed(limit, 0.01, inflight=4)  # below update_every the share is whole: 4 + √4
-    assert limit.limit == pytest.approx(6.0)
+    feed(limit, 0.01, inflight=4)  # below update_every the share is whole: 4 × 2 + √4, bounded at 2 × 4
+    assert limit.limit == pytest.approx(8.0)
+
+
+def test_paced_growth_stops_at_twice_what_runs() -> None:
+    """A limit nothing presses on (a quiet night) learns nothing about larger batches: it stays put."""
+    limit = TpotConcurrencyLimit(SLO_S, min_limit=4, paced=True)
+    feed(limit, 0.1, inflight=128)  # 64
+    limit._tpot_s = 0.01
+    for _ in range(50):
+        feed(limit, 0.01, inflight=20)
+    assert limit.limit == pytest.approx(64.0)
 
 
 def test_paced_cuts_over_one_generation_compound_to_about_one_step() -> None:
     paced, unpaced = (TpotConcurrencyLimit(SLO_S, min_limit=1, paced=p) for p in (True, False))
     for limit in (paced, unpaced):
         feed(limit, 0.1, inflight=80)  # the first cut: 40
-        feed(limit, 0.1, inflight=80, samples=40)  # a generation of stale samples (40 requests end)
+        feed(limit, 0.1, inflight=80, samples=40)  # half a generation of stale samples, 80 still running
     assert unpaced.cap == 1  # five whole halvings: 40 / 32, floored at the minimum
-    assert paced.cap == 14  # about 1.5 halvings: each share 8 / L grows as the limit falls
+    assert paced.cap == 28  # five tenths of one: 40 × 0.5^0.5
 
 
 def test_the_pool_setting_reaches_the_replica_limit() -> None:
