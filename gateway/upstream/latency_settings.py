@@ -7,7 +7,8 @@ always learned when enabled (it costs a few dozen float operations per request);
 - the *learned cap* (on by default): with `adaptive_cap` on and the pool's `slo.tpot_s` set (0.05 s
   by default), each replica's cap is found from its TPOT: once the measured TPOT has broken the set
   point `tpot_target_ratio` (0.8) × `slo.tpot_s`, a gradient limit on it (`gateway.upstream.tpot_limit`:
-  shrinks by target/TPOT while broken, grows by √limit while held) — never below
+  × target/TPOT per generation of requests, clamped to [0.5, 2], plus √limit while held; paced by
+  `cap_paced_by_generation`, on) — never below
   `min_cap_per_replica` (8) and never above `max_concurrency_per_replica` when that is set — except
   on a replica whose `affinity_share` (`gateway.upstream.replica_cost`: the share of its dispatched
   prompt tokens that some replicas of the pool hold and others do not) is at or above
@@ -17,8 +18,8 @@ always learned when enabled (it costs a few dozen float operations per request);
   other down. Exported as `llm_gateway_learned_max_concurrency{replica}` (0 while there is none).
   Why on, gated (docs/BENCHMARKS.md, issue 15, "Item 5 with default settings, third round"): on a
   decode-bound fleet (2 × H100 13B, 256-token prompts, TPOT objective 20 ms, 40 s windows) it kept
-  0.85–0.97× and 0.92–0.93× of the knee's SLO goodput at 1.5× and 2× the knee (two runs), where no
-  cap keeps 0.05× and 0
+  1.04–1.06× and 1.00–1.01× of the knee's SLO goodput at 1.5× and 2× the knee (two rounds, paced;
+  the unpaced limit 0.85–0.97× and 0.82–0.93× over nine), where no cap keeps 0.05× and 0
   (every replica batches without bound and TPOT breaks for everyone). On long shared prefixes (4 ×
   H100, 256 × 2,048-token prefixes) a cap lost — a capped replica's queued requests go to replicas
   without their prefix, each miss puts a 2,176-token prefill into everyone's decode steps, TPOT rises,
@@ -62,9 +63,12 @@ class LatencyModelSettings(BaseModel):
     tpot_target_ratio: float = Field(DEFAULT_TPOT_TARGET_RATIO, gt=0, le=1)
     """The learned cap's set point as a share of `slo.tpot_s`: the limit holds the mean TPOT there, and
     requests scatter around the mean (`gateway.upstream.tpot_limit`)."""
-    cap_paced_by_generation: bool = False
-    """Each update of the learned cap takes its share (update_every / limit) of one generation's step,
-    so the late TPOT feedback neither compounds cuts nor overshoots growth (`gateway.upstream.tpot_limit`)."""
+    cap_paced_by_generation: bool = True
+    """Each update of the learned cap takes its share (update_every / requests running) of one
+    generation's step, so the late TPOT feedback neither compounds cuts nor overshoots growth, and the
+    limit grows back by the gradient (up to × 2 per generation) after a cut that went too far
+    (`gateway.upstream.tpot_limit`). False: the plain gradient limit, a whole step per update (measured
+    worse: module docstring)."""
 
 
 class PrefixWaitSettings(BaseModel):

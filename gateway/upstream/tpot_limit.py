@@ -24,20 +24,24 @@ once the objective is broken, shrinks by at most half per update (paced: per gen
 and grows by √limit per update (paced: per generation, and by the gradient while TPOT is below the set
 point) while the objective holds (the Netflix "queue size" headroom), which probes for more.
 
-Why `paced` (default off): a TPOT is known when its request ends, a generation after its admission,
-and a replica running L requests finishes about L of them per generation, so L / update_every updates
-happen before the first sample that reflects the first of them. Unpaced, each of those updates takes a
-whole step: while broken the cuts compound on samples from before the first (the batch drains below
-what the objective allows), while held the limit grows by √L each time (L / update_every × √L per
+Why `paced` (off in this class, which is then the plain gradient limit; on in a pool by default,
+`latency_model.cap_paced_by_generation`): a TPOT is known when its request ends, a generation after its
+admission, and a replica running L requests finishes about L of them per generation, so L / update_every
+updates happen before the first sample that reflects the first of them. Unpaced, each of those updates
+takes a whole step: while broken the cuts compound on samples from before the first (the batch drains
+below what the objective allows), while held the limit grows by √L each time (L / update_every × √L per
 generation: at L = 40, 5 × 6.3, +80 %) and overshoots before any sample can say so. Paced, each update
-takes its share of one generation's step, so a generation moves the limit by about × gradient or
-+ √L — Netflix's step per round trip, with the round trip a generation. Paced, it also grows by the
-gradient (up to × 2 per generation) while TPOT is below the set point: a cut that went too far (the
-samples of the first generation after the onset all predate the first cut) climbs back in a few
-generations instead of √L at a time. It grows no further than twice what runs on the replica (a limit
-grown through a quiet night would otherwise meet the next overload far above any batch it has seen,
-and the share, taken on what runs, keeps cuts from it at one step per generation). The first cut (no
-limit yet) is always whole: the onset of an overload is where a late cut costs most.
+takes its share of one generation's step, so a generation moves the limit by about × gradient or + √L —
+Netflix's step per round trip, with the round trip a generation. Paced, it also grows by the gradient
+(up to × 2 per generation) while TPOT is below the set point: a cut that went too far (the samples of
+the first generation after the onset all predate the first cut) climbs back in a few generations instead
+of √L at a time. It grows no further than twice what runs on the replica (a limit grown through a quiet
+night would otherwise meet the next overload far above any batch it has seen, and the share, taken on
+what runs, keeps cuts from it at one step per generation). The first cut (no limit yet) is always whole:
+the onset of an overload is where a late cut costs most. Measured on a decode-bound fleet at 1.5× and 2×
+its knee (docs/BENCHMARKS.md, issue 15, fourth round; two rounds): paced 1.04–1.06× and 1.00–1.01× of
+the knee's SLO goodput, TPOT p99 21–22 ms; unpaced 0.91–0.95× and 0.88×, TPOT p99 25–31 ms. Damping the
+steps by a constant instead lost (0.87–0.92× at 1.5×).
 
 Why a set point below the objective: the limit holds the *mean* TPOT at its target, and requests
 scatter around the mean (prefill chunks land on some requests' steps more than on others'), so with
