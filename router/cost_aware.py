@@ -114,9 +114,9 @@ class _IndexedPicker:
     ) -> Pick:
         self._membership.follow(pool)
         pick = self.choose(request, replicas, pool)
-        held = [self._index.matched_blocks(r.replica_id, request.prefix_hashes) for r in pool] or [0]
+        shared, common = self._index.match_spread((r.replica_id for r in pool), request.prefix_hashes)
         self._index.record(replicas[pick.index].replica_id, request.prefix_hashes)
-        return replace(pick, shared_prefix_blocks=max(held), common_prefix_blocks=min(held))
+        return replace(pick, shared_prefix_blocks=shared, common_prefix_blocks=common)
 
     def choose(
         self, request: RoutingRequest, replicas: list[ReplicaView], pool: Sequence[ReplicaView]

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -100,6 +100,12 @@ class PrefixIndex:
                 break
             matched += 1
         return matched
+
+    def match_spread(self, replica_ids: Iterable[str], prefix_hashes: Sequence[int]) -> tuple[int, int]:
+        """The longest and the shortest `matched_blocks` over `replica_ids` ((0, 0) for none): the
+        blocks between the two are held by some of those replicas and not others."""
+        held = [self.matched_blocks(replica_id, prefix_hashes) for replica_id in replica_ids] or [0]
+        return max(held), min(held)
 
     def retain(self, replica_ids: Collection[str]) -> None:
         """Forget every replica not in `replica_ids` (called when the pool's membership changes)."""
@@ -193,7 +199,7 @@ class PrefixIndexPicker:
     ) -> Pick:
         self._membership.follow(pool)
         hashes = request.prefix_hashes
-        held = [self._index.matched_blocks(r.replica_id, hashes) for r in pool] or [0]
+        shared, common = self._index.match_spread((r.replica_id for r in pool), hashes)
         loads = [request_load(replica) for replica in replicas]
         if self._guard.imbalanced(loads):
             index = best_score_index([-load for load in loads], self._rng)
@@ -210,6 +216,6 @@ class PrefixIndexPicker:
             index=index,
             branch=branch,
             matched_prefix_blocks=matched,
-            shared_prefix_blocks=max(held),
-            common_prefix_blocks=min(held),
+            shared_prefix_blocks=shared,
+            common_prefix_blocks=common,
         )

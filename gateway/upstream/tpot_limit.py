@@ -109,7 +109,7 @@ class TpotConcurrencyLimit:
         self._samples += 1
         if self._samples % self._update_every:
             return
-        ceiling = MAX_PACED_GRADIENT if self._paced and self.limit is not None else 1.0
+        ceiling = MAX_PACED_GRADIENT if self._paced else 1.0  # the first cut needs gradient < 1 anyway
         gradient = min(ceiling, max(MIN_GRADIENT, self._target_s / self._tpot_s))
         if self.limit is None:
             if gradient >= 1.0:
