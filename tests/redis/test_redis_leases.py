@@ -8,7 +8,7 @@ from admission.leases import Lease, LeaseScope, MemoryLeaseStore
 from admission.redis_leases import RedisLeaseStore
 from core.clock import FakeClock
 
-from .conftest import BackendFactory
+from .conftest import BURST_TIMEOUT_S, BackendFactory
 
 pytestmark = pytest.mark.redis
 
@@ -16,9 +16,13 @@ pytestmark = pytest.mark.redis
 async def test_fifty_concurrent_acquires_across_instances_respect_cap_five(
     make_backend: BackendFactory,
 ) -> None:
-    stores = [RedisLeaseStore(make_backend(), LeaseScope.REPLICA) for _ in range(3)]
+    # This test checks the script's atomicity, not the timeout: 50 acquires at once open ~17 connections
+    # per backend, which a loaded CI host took longer than the production 0.25 s to do (the backend then
+    # answered fail_open with degraded leases, as designed; the fail-open tests cover that path).
+    stores = [RedisLeaseStore(make_backend(timeout_s=BURST_TIMEOUT_S), LeaseScope.REPLICA) for _ in range(3)]
     leases = await asyncio.gather(*(stores[n % 3].acquire("r1", cap=5, ttl_s=30.0) for n in range(50)))
     granted = [lease for lease in leases if lease is not None]
+    assert not [lease for lease in granted if lease.degraded], "Redis did not answer within the timeout"
     assert len(granted) == 5
     assert len({lease.lease_id for lease in granted}) == 5
     assert await stores[0].count("r1") == 5
