@@ -131,6 +131,7 @@ class RedisBackend:
         self._client = client
         self._on_error = on_error
         self._key_prefix = key_prefix
+        self._timeout_s = timeout_s
         self._deadline_s = timeout_s * _DEADLINE_ROUND_TRIPS
         self._log_interval_s = log_interval_s
         self._clock: Clock = clock or SystemClock()
@@ -171,6 +172,11 @@ class RedisBackend:
     def fail_open(self) -> bool:
         """True when an unreachable Redis means allow."""
         return self._on_error is FailureMode.FAIL_OPEN
+
+    @property
+    def timeout_s(self) -> float:
+        """Per-call socket timeout; a call gives up after 4 x this in total."""
+        return self._timeout_s
 
     @property
     def errors_total(self) -> int:

@@ -264,6 +264,7 @@ class Components:
             state.url,
             on_error=FailureMode(state.on_error),
             key_prefix=state.key_prefix,
+            timeout_s=state.timeout_s,
             on_error_callback=count_error,
         )
 

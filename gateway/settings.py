@@ -105,6 +105,11 @@ class StateSettings(StrictModel):
     backend: Literal["memory", "redis"] = "memory"
     url: str = "redis://127.0.0.1:6379/0"
     on_error: Literal["fail_open", "fail_closed"] = "fail_open"
+    timeout_s: float = Field(0.25, gt=0, le=30, allow_inf_nan=False)
+    """Socket connect and read timeout of each Redis call (default 0.25 s); a call also gives up after
+    4 x this in total. Past it the call counts as Redis unreachable and `on_error` answers. Short because
+    admission waits on it; raise it for a Redis across zones, or on a host so loaded that opening a burst
+    of connections takes longer (a burst of 50 first calls on a loaded 2-vCPU CI host did)."""
     key_prefix: str = Field("llm-gateway:", min_length=1)
     """Prefix of every Redis key: deployments (or tests) sharing one Redis keep apart by it."""
     replica_lease_ttl_s: float = Field(10.0, gt=0)

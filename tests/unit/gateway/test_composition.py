@@ -55,9 +55,11 @@ async def test_a_failure_while_starting_closes_what_was_already_built(
 
 
 async def test_redis_state_builds_one_backend_that_closes_last() -> None:
-    components = Components(settings(backend="redis", url=f"redis://127.0.0.1:{free_port()}/0"))  # type: ignore[arg-type]
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    components = Components(settings(backend="redis", url=url, timeout_s=1.5))  # type: ignore[arg-type]
     await components.start()
     backend = components.state_backend
     assert backend is not None, "one shared-state backend for the gate, the credits and idempotency"
+    assert backend.timeout_s == 1.5, "state.timeout_s reaches the Redis client"
     await components.aclose()
     assert components.state_backend is None

@@ -37,6 +37,7 @@ def test_defaults_fill_a_minimal_config() -> None:
         ({"server": {"port": "eighty"}}, "server.port"),
         ({"server": {"prot": 1}}, "server.prot"),
         ({"state": {"backend": "etcd"}}, "state.backend"),
+        ({"state": {"backend": "redis", "timeout_s": 0}}, "state.timeout_s"),
         (
             {
                 "pools": [
