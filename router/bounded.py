@@ -31,6 +31,7 @@ from enum import StrEnum
 
 from router.load import LoadUnit, inflight_load
 from router.pickers import best_score_index
+from router.prefix_index import IndexedPicker, PrefixIndex
 from router.profile import Pick
 from router.ring import DEFAULT_VIRTUAL_NODES_PER_REPLICA, RingCache, hash_key
 from router.types import Branch, ReplicaView, RoutingRequest
@@ -107,7 +108,7 @@ RING_KEYS: dict[RingKeySource, tuple[RingKey, RingBranches]] = {
 """Each key source with its key function and branch labels."""
 
 
-class BoundedRingPicker:
+class BoundedRingPicker(IndexedPicker):
     """Walks the pool's ring from the request's key to the first candidate under the bound.
 
     The fallbacks (no key, all over bound) take the best combined score of the profile's scorers (the
@@ -115,6 +116,15 @@ class BoundedRingPicker:
     broken by the seeded RNG. The ring's membership is the pool (every replica of the snapshot,
     eligible or not), cached until the id set changes. With `bound=None` every candidate admits the
     request: plain consistent hashing over the candidates (picker type `ring`).
+
+    The ring routes on the key alone, but it also keeps a prefix index (`index`, default a fresh
+    `PrefixIndex()` of 16,384 blocks per replica; private to the picker, not shared between instances)
+    of where each request's blocks went — a witness, not an input: it reports the matched blocks of
+    the replica taken and how unevenly the pool holds the prefix (`IndexedPicker`). Without it the
+    learned cap's affinity gate read a prefix- or session-affine pool as "no affinity" and capped it,
+    and a capped owner's queued requests spilled along the ring to replicas without their prefix
+    (`prefix-affinity`, shared prefixes at 1.6× and 2.2× the knee: cache hit 45 % and 55 % against 70 %
+    and 80 % uncapped, goodput 0.69× and 0.38×; docs/BENCHMARKS.md, "Fifth round").
     """
 
     def __init__(
@@ -124,20 +134,24 @@ class BoundedRingPicker:
         branches: RingBranches,
         rng: random.Random,
         virtual_nodes_per_replica: int = DEFAULT_VIRTUAL_NODES_PER_REPLICA,
+        *,
+        index: PrefixIndex | None = None,
     ) -> None:
+        super().__init__(index if index is not None else PrefixIndex())
         self._key_of = key_of
         self._bound = bound
         self._branches = branches
         self._rng = rng
         self._rings = RingCache(virtual_nodes_per_replica)
 
-    def __call__(
+    def choose(
         self,
         request: RoutingRequest,
         replicas: list[ReplicaView],
         scores: list[float],
         pool: Sequence[ReplicaView],
     ) -> Pick:
+        """The first candidate under the bound clockwise from the key, or a fallback."""
         limit = 0 if self._bound is None else self._bound.limit(request, replicas)
         key = self._key_of(request)
         if key is None:

@@ -47,13 +47,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from router.bounded import LoadBound
 from router.latency_model import PREFILL_TOKENS_SCALE, LatencyEstimate
 from router.load import queued_prefill_tokens, running_sequences, waiting_requests
 from router.pickers import best_score_index
-from router.prefix_index import IndexMembership, PrefixIndex
+from router.prefix_index import IndexedPicker, PrefixIndex
 from router.profile import Pick
 from router.ring import DEFAULT_VIRTUAL_NODES_PER_REPLICA, RingCache
 from router.scorers import kv_usage
@@ -94,38 +94,7 @@ def _learned_prefill_tokens_per_s(replica: ReplicaView) -> float | None:
     return PREFILL_TOKENS_SCALE / seconds_per_1000 if seconds_per_1000 > 0 else None
 
 
-class _IndexedPicker:
-    """A picker that keeps a prefix index: follows the pool's membership, chooses (`choose`), records
-    the request's blocks on the chosen replica, and says how much of the prefix the pool's replicas
-    hold unevenly (`Pick.shared_prefix_blocks` / `common_prefix_blocks`: the longest and the shortest
-    match over the whole pool, as `prefix-index` does). Without them the learned cap's affinity gate
-    (`gateway.upstream.replica_cost`) would read "no affinity" and cap a prefix-affine pool."""
-
-    def __init__(self, index: PrefixIndex) -> None:
-        self._index = index
-        self._membership = IndexMembership(index)
-
-    def __call__(
-        self,
-        request: RoutingRequest,
-        replicas: list[ReplicaView],
-        scores: list[float],
-        pool: Sequence[ReplicaView],
-    ) -> Pick:
-        self._membership.follow(pool)
-        pick = self.choose(request, replicas, pool)
-        shared, common = self._index.match_spread((r.replica_id for r in pool), request.prefix_hashes)
-        self._index.record(replicas[pick.index].replica_id, request.prefix_hashes)
-        return replace(pick, shared_prefix_blocks=shared, common_prefix_blocks=common)
-
-    def choose(
-        self, request: RoutingRequest, replicas: list[ReplicaView], pool: Sequence[ReplicaView]
-    ) -> Pick:
-        """The choice, without recording it."""
-        raise NotImplementedError
-
-
-class StickyPrefixPicker(_IndexedPicker):
+class StickyPrefixPicker(IndexedPicker):
     """Sticky until saturated (module docstring); records the request's blocks where it goes."""
 
     def __init__(
@@ -143,7 +112,11 @@ class StickyPrefixPicker(_IndexedPicker):
         self._rings = RingCache(virtual_nodes_per_replica)
 
     def choose(
-        self, request: RoutingRequest, replicas: list[ReplicaView], pool: Sequence[ReplicaView]
+        self,
+        request: RoutingRequest,
+        replicas: list[ReplicaView],
+        scores: list[float],
+        pool: Sequence[ReplicaView],
     ) -> Pick:
         """The sticky-until-saturated choice, without recording it."""
         matched = [self._index.matched_blocks(r.replica_id, request.prefix_hashes) for r in replicas]
@@ -176,7 +149,7 @@ class StickyPrefixPicker(_IndexedPicker):
         return Pick(index=index, branch=branch, matched_prefix_blocks=matched[index])
 
 
-class PredictedLatencyPicker(_IndexedPicker):
+class PredictedLatencyPicker(IndexedPicker):
     """The SLO-aware pick on the learned latency models (module docstring)."""
 
     def __init__(self, index: PrefixIndex, fallback: StickyPrefixPicker, rng: random.Random) -> None:
@@ -185,11 +158,15 @@ class PredictedLatencyPicker(_IndexedPicker):
         self._rng = rng
 
     def choose(
-        self, request: RoutingRequest, replicas: list[ReplicaView], pool: Sequence[ReplicaView]
+        self,
+        request: RoutingRequest,
+        replicas: list[ReplicaView],
+        scores: list[float],
+        pool: Sequence[ReplicaView],
     ) -> Pick:
         estimates = _with_pool_prior([replica.latency for replica in replicas])
         if estimates is None:
-            cold = self._fallback.choose(request, replicas, pool)
+            cold = self._fallback.choose(request, replicas, scores, pool)
             return Pick(
                 index=cold.index,
                 branch=Branch.COLD_MODEL,

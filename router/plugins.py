@@ -31,7 +31,8 @@ Types (defaults in parentheses; the first value of a choice is its default):
       max-score        best combined score, seeded tie-break (branch least_load); no options
       power-of-two     the less loaded of two random candidates; no options
       ring             consistent hashing, the first candidate clockwise from the key: key (prefix |
-                       session), virtual_nodes_per_replica (160)
+                       session), virtual_nodes_per_replica (160); keeps a private prefix index as a
+                       witness of where blocks went (reported, not routed on: router.bounded)
       bounded-ring     CHWBL, the ring with the load bound inside: the options of ring and load-bound
       prefix-index     best score with the imbalance guard inside, records where prefixes went: the options
                        of imbalance-guard, index_capacity_blocks (16384, ≥ 1)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import random
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
 from router.load import request_load
@@ -181,13 +181,17 @@ class IndexMembership:
             self._pool_ids = pool_ids
 
 
-class PrefixIndexPicker:
-    """Imbalance guard, else the best combined score; records the request's blocks where it goes."""
+class IndexedPicker:
+    """A picker that keeps a prefix index: follows the pool's membership, chooses (`choose`), records
+    the request's blocks on the chosen replica, and reports what the index says of the request —
+    `matched_prefix_blocks` on the chosen replica (when `choose` did not), and how unevenly the pool
+    holds its prefix (`shared_prefix_blocks` / `common_prefix_blocks`: the longest and the shortest
+    match over the whole pool, chosen or not). The learned cap's affinity gate reads the last two
+    (`gateway.upstream.replica_cost`); a picker that says nothing reads as "no affinity" and is capped,
+    which on a prefix-affine workload spills queued requests to replicas without their prefix."""
 
-    def __init__(self, index: PrefixIndex, guard: ImbalanceGuard, rng: random.Random) -> None:
+    def __init__(self, index: PrefixIndex) -> None:
         self._index = index
-        self._guard = guard
-        self._rng = rng
         self._membership = IndexMembership(index)
 
     def __call__(
@@ -200,22 +204,48 @@ class PrefixIndexPicker:
         self._membership.follow(pool)
         hashes = request.prefix_hashes
         shared, common = self._index.match_spread((r.replica_id for r in pool), hashes)
+        pick = self.choose(request, replicas, scores, pool)
+        chosen = replicas[pick.index].replica_id
+        matched = pick.matched_prefix_blocks
+        if matched is None:
+            matched = self._index.matched_blocks(chosen, hashes)
+        self._index.record(chosen, hashes)
+        return replace(
+            pick, matched_prefix_blocks=matched, shared_prefix_blocks=shared, common_prefix_blocks=common
+        )
+
+    def choose(
+        self,
+        request: RoutingRequest,
+        replicas: list[ReplicaView],
+        scores: list[float],
+        pool: Sequence[ReplicaView],
+    ) -> Pick:
+        """The choice, without recording it (the index still holds what came before this request)."""
+        raise NotImplementedError
+
+
+class PrefixIndexPicker(IndexedPicker):
+    """Imbalance guard, else the best combined score; records the request's blocks where it goes."""
+
+    def __init__(self, index: PrefixIndex, guard: ImbalanceGuard, rng: random.Random) -> None:
+        super().__init__(index)
+        self._guard = guard
+        self._rng = rng
+
+    def choose(
+        self,
+        request: RoutingRequest,
+        replicas: list[ReplicaView],
+        scores: list[float],
+        pool: Sequence[ReplicaView],
+    ) -> Pick:
+        """The imbalance guard's least load, else the best combined score."""
         loads = [request_load(replica) for replica in replicas]
         if self._guard.imbalanced(loads):
             index = best_score_index([-load for load in loads], self._rng)
-            branch = Branch.IMBALANCE
-        else:
-            index = best_score_index(scores, self._rng)
-            branch = Branch.PREFIX_MISS
-        chosen = replicas[index].replica_id
-        matched = self._index.matched_blocks(chosen, request.prefix_hashes)
-        if branch is Branch.PREFIX_MISS and matched > 0:
-            branch = Branch.PREFIX_MATCH
-        self._index.record(chosen, request.prefix_hashes)
-        return Pick(
-            index=index,
-            branch=branch,
-            matched_prefix_blocks=matched,
-            shared_prefix_blocks=shared,
-            common_prefix_blocks=common,
-        )
+            return Pick(index=index, branch=Branch.IMBALANCE)
+        index = best_score_index(scores, self._rng)
+        matched = self._index.matched_blocks(replicas[index].replica_id, request.prefix_hashes)
+        branch = Branch.PREFIX_MATCH if matched > 0 else Branch.PREFIX_MISS
+        return Pick(index=index, branch=branch, matched_prefix_blocks=matched)

@@ -5,7 +5,8 @@ Counted by the slots (`gateway.upstream.slot`), read by routing through the repl
 - `prefill_tokens_inflight`: Σ uncached prompt tokens of the requests dispatched here that have not
   produced their first token. A request's uncached tokens are its estimated prompt tokens minus the
   prefix blocks the router expected the replica to hold (`RoutingRequest.uncached_tokens` of the
-  decision's `matched_prefix_blocks`; the whole prompt when the policy keeps no prefix index). A
+  decision's `matched_prefix_blocks`; the whole prompt when the policy keeps no prefix index — round
+  robin, least-load, power-of-two; the ring pickers keep one as a witness, `router.bounded`). A
   non-streamed request shows no first token: its tokens stay counted until it ends.
 - `decoding_requests`: requests past their first token, still running.
 - `last_token_s`: when the proxy last relayed a streamed token from the replica (any request;
@@ -29,9 +30,10 @@ its first token and at its end, and the engine's KV use. The learned cap follows
 expected to hold and others not — (tokens the best-placed replica holds − tokens the worst-placed one
 holds) / prompt, from the prefix index over the whole pool, whichever replica the request went to — an
 exponentially weighted mean over dispatches (weight `AFFINITY_SHARE_WEIGHT` = 0.02, about the last 50);
-None while no dispatch said (policies without a prefix index: the cap then applies). It measures how
-much the choice of replica decides a request's prefill, which is what a cap puts at risk: a capped
-replica's queued requests go to replicas without their prefix. A prompt every replica holds (one
+None while no dispatch said (policies without a prefix index — round robin, least-load, power-of-two —
+and the cap then applies). It measures how much the choice of replica decides a request's prefill,
+which is what a cap puts at risk: a capped replica's queued requests go to replicas without their
+prefix. A prompt every replica holds (one
 system prompt for all) counts for nothing — no spill loses it — and neither does a unique one.
 Why not the share cached on this replica: a cap's own spills then read as a workload without sharing
 and kept the cap on — from cold engines at 1.5× the knee of the shared-prefix benchmark the cap formed

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import pytest
+
 from router.bounded import LoadBound
+from router.keys import build_routing_request
 from router.load import LoadUnit
 from router.types import Branch, Decision
 from tests.unit.router.snapshots import IDS, decided, fleet, policy, prefix_request, ring_order
@@ -21,7 +24,7 @@ def decide(**per_replica: Mapping[str, object]) -> Decision:
 def test_idle_fleet_sends_the_key_to_its_owner() -> None:
     decision = decide()
     assert (decision.replica_id, decision.branch, decision.hops) == (ORDER[0], Branch.RING_HIT, 0)
-    assert decision.header_value() == "policy=prefix-affinity; branch=ring_hit; hops=0"
+    assert decision.header_value() == "policy=prefix-affinity; branch=ring_hit; hops=0; prefix_blocks=0"
 
 
 def test_owner_over_bound_spills_to_the_next_replica_clockwise() -> None:
@@ -133,3 +136,33 @@ def test_bound_formula() -> None:
     tokens = LoadBound(unit=LoadUnit.TOKENS)
     assert tokens.request_weight(prefix_request()) == 1
     assert tokens.request_weight(prefix_request(estimated_prompt_tokens=10, max_tokens=5)) == 15
+
+
+@pytest.mark.parametrize("name", ["prefix-affinity", "session-affinity"])
+def test_the_ring_says_how_unevenly_the_pool_holds_the_prefix(name: str) -> None:
+    """The ring routes on its key, but the learned cap's affinity gate needs what a prefix index would
+    say: without it a prefix-affine ring read as "no affinity" and was capped (cache hit 45 % vs 70 %,
+    goodput 0.69x, shared prefixes at 24 req/s). A prompt no replica holds reads as none."""
+    ring = policy(name)
+    shared = "s" * 4096
+    first = decided(ring.decide(build_routing_request("m", shared + "q1", session_key="t"), fleet()))
+    assert (first.matched_prefix_blocks, first.shared_prefix_blocks, first.common_prefix_blocks) == (0, 0, 0)
+    second = decided(ring.decide(build_routing_request("m", shared + "q2", session_key="t"), fleet()))
+    assert second.replica_id == first.replica_id
+    assert second.shared_prefix_blocks == second.matched_prefix_blocks == 4096 // 64
+    assert second.common_prefix_blocks == 0, "only the owner holds it"
+    assert f"prefix_blocks={4096 // 64}" in second.header_value()
+    unique = decided(ring.decide(build_routing_request("m", "u" * 4096, session_key="t"), fleet()))
+    assert (unique.shared_prefix_blocks, unique.common_prefix_blocks) == (0, 0)
+
+
+def test_a_prefix_every_replica_holds_is_no_affinity() -> None:
+    """Spread over the whole pool: once every replica has been sent the prefix (its owner was out in
+    turn), the longest and the shortest match are equal, so nothing between them is at stake."""
+    ring = policy("prefix-affinity")
+    two = ("r0", "r1")
+    prompt = "s" * 1024
+    ring.decide(build_routing_request("m", prompt + "a"), fleet(two, r1={"healthy": False}))
+    ring.decide(build_routing_request("m", prompt + "b"), fleet(two, r0={"healthy": False}))
+    both = decided(ring.decide(build_routing_request("m", prompt + "c"), fleet(two)))
+    assert both.shared_prefix_blocks == both.common_prefix_blocks == 1024 // 64
