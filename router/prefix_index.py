@@ -188,11 +188,20 @@ class IndexedPicker:
     holds its prefix (`shared_prefix_blocks` / `common_prefix_blocks`: the longest and the shortest
     match over the whole pool, chosen or not). The learned cap's affinity gate reads the last two
     (`gateway.upstream.replica_cost`); a picker that says nothing reads as "no affinity" and is capped,
-    which on a prefix-affine workload spills queued requests to replicas without their prefix."""
+    which on a prefix-affine workload spills queued requests to replicas without their prefix.
 
-    def __init__(self, index: PrefixIndex) -> None:
+    `stride_blocks` (default 1) records and matches every stride-th block hash only (blocks stride − 1,
+    2·stride − 1, …): hashes are chained, so each still names the whole prefix up to its block, and
+    a match of m of them reports m × stride blocks (short by less than a stride; a prompt shorter than
+    one stride reports 0). A picker that only reports, never routes on the index, uses it to pay a
+    stride-th of the cost (`router.bounded`)."""
+
+    def __init__(self, index: PrefixIndex, stride_blocks: int = 1) -> None:
+        if stride_blocks < 1:
+            raise ValueError(f"stride_blocks must be >= 1, got {stride_blocks!r}")
         self._index = index
         self._membership = IndexMembership(index)
+        self._stride = stride_blocks
 
     def __call__(
         self,
@@ -202,16 +211,20 @@ class IndexedPicker:
         pool: Sequence[ReplicaView],
     ) -> Pick:
         self._membership.follow(pool)
-        hashes = request.prefix_hashes
+        stride = self._stride
+        hashes = request.prefix_hashes if stride == 1 else request.prefix_hashes[stride - 1 :: stride]
         shared, common = self._index.match_spread((r.replica_id for r in pool), hashes)
         pick = self.choose(request, replicas, scores, pool)
         chosen = replicas[pick.index].replica_id
         matched = pick.matched_prefix_blocks
         if matched is None:
-            matched = self._index.matched_blocks(chosen, hashes)
+            matched = self._index.matched_blocks(chosen, hashes) * stride
         self._index.record(chosen, hashes)
         return replace(
-            pick, matched_prefix_blocks=matched, shared_prefix_blocks=shared, common_prefix_blocks=common
+            pick,
+            matched_prefix_blocks=matched,
+            shared_prefix_blocks=shared * stride,
+            common_prefix_blocks=common * stride,
         )
 
     def choose(

@@ -9,6 +9,7 @@ import pytest
 from router.bounded import LoadBound
 from router.keys import build_routing_request
 from router.load import LoadUnit
+from router.prefix_index import IndexedPicker, PrefixIndex
 from router.types import Branch, Decision
 from tests.unit.router.snapshots import IDS, decided, fleet, policy, prefix_request, ring_order
 
@@ -166,3 +167,22 @@ def test_a_prefix_every_replica_holds_is_no_affinity() -> None:
     ring.decide(build_routing_request("m", prompt + "b"), fleet(two, r0={"healthy": False}))
     both = decided(ring.decide(build_routing_request("m", prompt + "c"), fleet(two)))
     assert both.shared_prefix_blocks == both.common_prefix_blocks == 1024 // 64
+
+
+def test_the_witness_counts_in_strides_of_sixteen_blocks() -> None:
+    """It records every 16th chained hash (each names the prefix up to its block): a match reports
+    whole strides, short by less than one, and a prompt under one stride reports nothing."""
+    ring = policy("prefix-affinity")
+    forty_blocks = "s" * (64 * 40)
+    ring.decide(build_routing_request("m", forty_blocks + "a"), fleet())
+    again = decided(ring.decide(build_routing_request("m", forty_blocks + "b"), fleet()))
+    assert again.matched_prefix_blocks == again.shared_prefix_blocks == 32
+    short = "t" * (64 * 15)
+    ring.decide(build_routing_request("m", short), fleet())
+    repeated = decided(ring.decide(build_routing_request("m", short), fleet()))
+    assert (repeated.matched_prefix_blocks, repeated.shared_prefix_blocks) == (0, 0)
+
+
+def test_a_stride_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="stride_blocks"):
+        IndexedPicker(PrefixIndex(), stride_blocks=0)
