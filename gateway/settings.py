@@ -20,6 +20,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from core.shared_state import DEFAULT_TIMEOUT_S as DEFAULT_REDIS_TIMEOUT_S
 from gateway.engine_flavours import EngineFlavour
 from gateway.model_names import check_model_names
 from gateway.observability.settings import AccessLogSettings, TracingSettings
@@ -105,11 +106,12 @@ class StateSettings(StrictModel):
     backend: Literal["memory", "redis"] = "memory"
     url: str = "redis://127.0.0.1:6379/0"
     on_error: Literal["fail_open", "fail_closed"] = "fail_open"
-    timeout_s: float = Field(0.25, gt=0, le=30, allow_inf_nan=False)
+    timeout_s: float = Field(DEFAULT_REDIS_TIMEOUT_S, gt=0, le=30, allow_inf_nan=False)
     """Socket connect and read timeout of each Redis call (default 0.25 s); a call also gives up after
     4 x this in total. Past it the call counts as Redis unreachable and `on_error` answers. Short because
-    admission waits on it; raise it for a Redis across zones, or on a host so loaded that opening a burst
-    of connections takes longer (a burst of 50 first calls on a loaded 2-vCPU CI host did)."""
+    admission waits on it; raise it for a Redis across zones or on a heavily loaded host. Keep 4 x this
+    well under `replica_lease_ttl_s` / 3 (and `idempotency.lease_s` / 3), the renewal periods: a
+    renewal slower than that lets a held slot credit or claim lapse. Ignored with `backend: memory`."""
     key_prefix: str = Field("llm-gateway:", min_length=1)
     """Prefix of every Redis key: deployments (or tests) sharing one Redis keep apart by it."""
     replica_lease_ttl_s: float = Field(10.0, gt=0)

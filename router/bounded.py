@@ -31,13 +31,14 @@ from enum import StrEnum
 
 from router.load import LoadUnit, inflight_load
 from router.pickers import best_score_index
-from router.prefix_index import DEFAULT_CAPACITY_BLOCKS_PER_REPLICA, IndexedPicker, PrefixIndex
+from router.prefix_index import IndexedPicker, PrefixIndex
 from router.profile import Pick
 from router.ring import DEFAULT_VIRTUAL_NODES_PER_REPLICA, RingCache, hash_key
 from router.types import Branch, ReplicaView, RoutingRequest
 
 DEFAULT_LOAD_FACTOR = 1.25
-WITNESS_STRIDE_BLOCKS = 16
+WITNESS_STRIDE_CHARS = 1024
+WITNESS_CAPACITY_PER_REPLICA = 1024
 
 RingKey = Callable[[RoutingRequest], int | None]
 """Maps a request to its 64-bit ring position, or None when it has no key."""
@@ -120,9 +121,12 @@ class BoundedRingPicker(IndexedPicker):
 
     The ring routes on the key alone, but it also keeps a prefix index of where each request's blocks
     went — a witness, not an input: it reports the matched blocks of the replica taken and how unevenly
-    the pool holds the prefix (`IndexedPicker`). It records every `WITNESS_STRIDE_BLOCKS`-th block
-    (16: 256 tokens at the default 64-character blocks) in 16,384 / 16 = 1,024 entries per replica (the
-    same tokens as prefix-index's 16,384 blocks), private to the picker, not shared between instances:
+    the pool holds the prefix (`IndexedPicker`); its matched blocks also set the replica's uncached
+    prefill tokens in flight (`gateway.upstream.replica_cost`). It records one block hash per
+    `WITNESS_STRIDE_CHARS` (1,024 characters ≈ 256 tokens: every 16th block at the default 64-character
+    blocks; every block when blocks are that long or longer) in 1,024 entries per replica — ≈ 1M
+    characters, prefix-index's default coverage, whatever `index_capacity_blocks` a prefix-index pool
+    sets — private to the picker, not shared between instances:
     on 256-block prompts (pure decision, 4 replicas) a witness of every block cost 72 µs per decision,
     the strided one 22 µs, none 12 µs (prefix-index: 83 µs). Without it the
     learned cap's affinity gate read a prefix- or session-affine pool as "no affinity" and capped it,
@@ -139,8 +143,7 @@ class BoundedRingPicker(IndexedPicker):
         rng: random.Random,
         virtual_nodes_per_replica: int = DEFAULT_VIRTUAL_NODES_PER_REPLICA,
     ) -> None:
-        witness = PrefixIndex(DEFAULT_CAPACITY_BLOCKS_PER_REPLICA // WITNESS_STRIDE_BLOCKS)
-        super().__init__(witness, WITNESS_STRIDE_BLOCKS)
+        super().__init__(PrefixIndex(WITNESS_CAPACITY_PER_REPLICA), WITNESS_STRIDE_CHARS)
         self._key_of = key_of
         self._bound = bound
         self._branches = branches

@@ -18,8 +18,9 @@ score (prefix + load scorers) and reports `prefix_match` (matched > 0) or `prefi
 Several gateway instances: each instance's index sees only its own decisions. `record` also hands each
 record (replica id, block hashes: hashes only, never text) to an optional listener, and `merge` applies
 a record learned from another instance without handing it on, so `gateway.prefix_sharing` can exchange
-records through Redis while this module stays pure and synchronous. A policy that keeps an index exposes
-it through `IndexedPolicy` (`policy_prefix_index`); the others keep nothing to share.
+records through Redis while this module stays pure and synchronous. A policy that routes on an index
+exposes it through `IndexedPolicy` (`policy_prefix_index`); the others have nothing to share (the ring
+pickers' witness index, `router.bounded`, is private: it reports, it does not route).
 """
 
 from __future__ import annotations
@@ -124,7 +125,8 @@ class PrefixIndex:
 
 @runtime_checkable
 class IndexedPolicy(Protocol):
-    """A policy that keeps a prefix index (None when its profile has no index-keeping picker)."""
+    """A policy that routes on a prefix index (None when its profile has no picker that routes on one;
+    the ring pickers' private witness index is not exposed)."""
 
     @property
     def prefix_index(self) -> PrefixIndex | None: ...
@@ -190,18 +192,19 @@ class IndexedPicker:
     (`gateway.upstream.replica_cost`); a picker that says nothing reads as "no affinity" and is capped,
     which on a prefix-affine workload spills queued requests to replicas without their prefix.
 
-    `stride_blocks` (default 1) records and matches every stride-th block hash only (blocks stride − 1,
-    2·stride − 1, …): hashes are chained, so each still names the whole prefix up to its block, and
-    a match of m of them reports m × stride blocks (short by less than a stride; a prompt shorter than
-    one stride reports 0). A picker that only reports, never routes on the index, uses it to pay a
-    stride-th of the cost (`router.bounded`)."""
+    `stride_chars` (default None: every block) records and matches every stride-th block hash only,
+    stride = max(1, stride_chars // the request's block size) blocks (blocks stride − 1, 2·stride − 1,
+    …): hashes are chained, so each still names the whole prefix up to its block, and a match of m of
+    them reports m × stride blocks (short by less than a stride; a prompt shorter than one stride
+    reports 0). A picker that only reports, never routes on the index, uses it to pay a stride-th of
+    the cost (`router.bounded`)."""
 
-    def __init__(self, index: PrefixIndex, stride_blocks: int = 1) -> None:
-        if stride_blocks < 1:
-            raise ValueError(f"stride_blocks must be >= 1, got {stride_blocks!r}")
+    def __init__(self, index: PrefixIndex, stride_chars: int | None = None) -> None:
+        if stride_chars is not None and stride_chars < 1:
+            raise ValueError(f"stride_chars must be >= 1, got {stride_chars!r}")
         self._index = index
         self._membership = IndexMembership(index)
-        self._stride = stride_blocks
+        self._stride_chars = stride_chars
 
     def __call__(
         self,
@@ -211,7 +214,7 @@ class IndexedPicker:
         pool: Sequence[ReplicaView],
     ) -> Pick:
         self._membership.follow(pool)
-        stride = self._stride
+        stride = 1 if self._stride_chars is None else max(1, self._stride_chars // request.block_size_chars)
         hashes = request.prefix_hashes if stride == 1 else request.prefix_hashes[stride - 1 :: stride]
         shared, common = self._index.match_spread((r.replica_id for r in pool), hashes)
         pick = self.choose(request, replicas, scores, pool)

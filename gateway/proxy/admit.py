@@ -206,7 +206,8 @@ class PoolAdmission:
     def prefer_wait(self, request: AdmissionRequest, context: WaitContext) -> Hold | None:
         """Admission's hold hook (`prefix_wait.enabled`): keep waiting for the replica that holds the
         request's prefix while a free slot elsewhere would be a cache miss and the wait fits its TTFT
-        objective (`router.prefix_wait.owner_wait`); None without a prefix index or at the process's
+        objective (`router.prefix_wait.owner_wait`); None without a routing prefix index (the rings'
+        private witness does not count) or at the process's
         connection limit (no slot anywhere: nothing to hold out against)."""
         index = policy_prefix_index(self.pool.policy)
         routing = request.routing

@@ -66,7 +66,9 @@ def gateway_config(port: int, engines: list[ServerThread], key_prefix: str) -> d
             "backend": "redis",
             "url": REDIS_URL,
             "on_error": "fail_closed",
-            "timeout_s": 2.0,  # 120 requests at once on a loaded CI host: these check sharing, not speed
+            # A ceiling, not a delay: Redis answers here in a millisecond, but the first burst of 120
+            # requests opens connections on a loaded CI host, which took longer than the default 0.25 s.
+            "timeout_s": 2.0,
             "key_prefix": key_prefix,
             "replica_lease_ttl_s": LEASE_TTL_S,
             "replica_credit_linger_s": LINGER_S,

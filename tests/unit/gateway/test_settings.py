@@ -38,6 +38,8 @@ def test_defaults_fill_a_minimal_config() -> None:
         ({"server": {"prot": 1}}, "server.prot"),
         ({"state": {"backend": "etcd"}}, "state.backend"),
         ({"state": {"backend": "redis", "timeout_s": 0}}, "state.timeout_s"),
+        ({"state": {"backend": "redis", "timeout_s": 31}}, "state.timeout_s"),
+        ({"state": {"backend": "redis", "timeout_s": "nan"}}, "state.timeout_s"),
         (
             {
                 "pools": [

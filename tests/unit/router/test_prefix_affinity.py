@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import pytest
 
 from router.bounded import LoadBound
-from router.keys import build_routing_request
+from router.keys import KeySettings, build_routing_request
 from router.load import LoadUnit
 from router.prefix_index import IndexedPicker, PrefixIndex
 from router.types import Branch, Decision
@@ -183,6 +183,18 @@ def test_the_witness_counts_in_strides_of_sixteen_blocks() -> None:
     assert (repeated.matched_prefix_blocks, repeated.shared_prefix_blocks) == (0, 0)
 
 
+def test_the_stride_is_in_characters_whatever_the_block_size() -> None:
+    """With 512-character blocks the stride is 2 blocks (1,024 characters): a 2,000-token prefix is
+    still seen, as prefix-index would see it."""
+    ring = policy("prefix-affinity", block_size_chars=512)
+    keys = KeySettings(block_size_chars=512)
+    prefix = "s" * 9000  # 17 whole blocks of 512: the ring's key (16 blocks) is in the shared part
+    first = decided(ring.decide(build_routing_request("m", prefix + "a", keys), fleet()))
+    again = decided(ring.decide(build_routing_request("m", prefix + "b", keys), fleet()))
+    assert again.replica_id == first.replica_id
+    assert again.shared_prefix_blocks == again.matched_prefix_blocks == 16  # 8 strides of 2 blocks
+
+
 def test_a_stride_below_one_is_refused() -> None:
-    with pytest.raises(ValueError, match="stride_blocks"):
-        IndexedPicker(PrefixIndex(), stride_blocks=0)
+    with pytest.raises(ValueError, match="stride_chars"):
+        IndexedPicker(PrefixIndex(), stride_chars=0)
