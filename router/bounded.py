@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -128,7 +128,7 @@ class BoundedRingPicker(IndexedPicker):
     characters, prefix-index's default coverage, whatever `index_capacity_blocks` a prefix-index pool
     sets — private to the picker, not shared between instances:
     on 256-block prompts (pure decision, 4 replicas) a witness of every block cost 72 µs per decision,
-    the strided one 22 µs, none 12 µs (prefix-index: 83 µs). Without it the
+    the strided one 22 µs, none 12 µs. Without it the
     learned cap's affinity gate read a prefix- or session-affine pool as "no affinity" and capped it,
     and a capped owner's queued requests spilled along the ring to replicas without their prefix
     (`prefix-affinity`, shared prefixes at 1.6× and 2.2× the knee: cache hit 45 % and 55 % against 70 %
@@ -156,6 +156,7 @@ class BoundedRingPicker(IndexedPicker):
         replicas: list[ReplicaView],
         scores: list[float],
         pool: Sequence[ReplicaView],
+        matched: Mapping[str, int],
     ) -> Pick:
         """The first candidate under the bound clockwise from the key, or a fallback."""
         limit = 0 if self._bound is None else self._bound.limit(request, replicas)

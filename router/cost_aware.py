@@ -46,7 +46,7 @@ was sent to would never be chosen, so never learned); while no candidate's model
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from router.bounded import LoadBound
@@ -117,22 +117,23 @@ class StickyPrefixPicker(IndexedPicker):
         replicas: list[ReplicaView],
         scores: list[float],
         pool: Sequence[ReplicaView],
+        matched: Mapping[str, int],
     ) -> Pick:
         """The sticky-until-saturated choice, without recording it."""
-        matched = [self._index.matched_blocks(r.replica_id, request.prefix_hashes) for r in replicas]
-        queued = [queued_prefill_tokens(r, request, m) for r, m in zip(replicas, matched, strict=True)]
+        blocks = [matched[r.replica_id] for r in replicas]
+        queued = [queued_prefill_tokens(r, request, m) for r, m in zip(replicas, blocks, strict=True)]
         if not request.prefix_hashes or request.prefix_key is None:
-            return self._least_queued(queued, matched, Branch.NO_KEY)
-        order = self._preference(request.prefix_key, replicas, matched, pool)
+            return self._least_queued(queued, Branch.NO_KEY)
+        order = self._preference(request.prefix_key, replicas, blocks, pool)
         limit = 0 if self._bound is None else self._bound.limit(request, replicas)
         for hops, index in enumerate(order):
             replica = replicas[index]
             under_bound = self._bound is None or self._bound.admits(replica, limit)
             if under_bound and queued[index] <= self._budget.tokens_for(replica):
-                first = Branch.STICKY if matched[index] else Branch.PREFIX_MISS
+                first = Branch.STICKY if blocks[index] else Branch.PREFIX_MISS
                 branch = Branch.SPILLOVER if hops else first
-                return Pick(index=index, branch=branch, hops=hops, matched_prefix_blocks=matched[index])
-        return self._least_queued(queued, matched, Branch.ALL_OVER_BOUND)
+                return Pick(index=index, branch=branch, hops=hops)
+        return self._least_queued(queued, Branch.ALL_OVER_BOUND)
 
     def _preference(
         self, key: int, replicas: list[ReplicaView], matched: list[int], pool: Sequence[ReplicaView]
@@ -144,9 +145,8 @@ class StickyPrefixPicker(IndexedPicker):
             range(len(replicas)), key=lambda i: (-matched[i], rank.get(replicas[i].replica_id, last))
         )
 
-    def _least_queued(self, queued: list[int], matched: list[int], branch: Branch) -> Pick:
-        index = best_score_index([-float(q) for q in queued], self._rng)
-        return Pick(index=index, branch=branch, matched_prefix_blocks=matched[index])
+    def _least_queued(self, queued: list[int], branch: Branch) -> Pick:
+        return Pick(index=best_score_index([-float(q) for q in queued], self._rng), branch=branch)
 
 
 class PredictedLatencyPicker(IndexedPicker):
@@ -163,28 +163,22 @@ class PredictedLatencyPicker(IndexedPicker):
         replicas: list[ReplicaView],
         scores: list[float],
         pool: Sequence[ReplicaView],
+        matched: Mapping[str, int],
     ) -> Pick:
         estimates = _with_pool_prior([replica.latency for replica in replicas])
         if estimates is None:
-            cold = self._fallback.choose(request, replicas, scores, pool)
-            return Pick(
-                index=cold.index,
-                branch=Branch.COLD_MODEL,
-                hops=cold.hops,
-                matched_prefix_blocks=cold.matched_prefix_blocks,
-            )
+            cold = self._fallback.choose(request, replicas, scores, pool, matched)
+            return Pick(index=cold.index, branch=Branch.COLD_MODEL, hops=cold.hops)
         ttft: list[float] = []
         tpot: list[float | None] = []
-        matched: list[int] = []
         for replica, estimate in zip(replicas, estimates, strict=True):
-            blocks = self._index.matched_blocks(replica.replica_id, request.prefix_hashes)
+            blocks = matched[replica.replica_id]
             running = running_sequences(replica)
             queued = queued_prefill_tokens(replica, request, blocks)
             own = request.uncached_tokens(blocks)
             waiting = waiting_requests(replica)
             predicted = estimate.ttft_s(queued, running, waiting, own, replica.since_last_token_s)
             assert predicted is not None  # every estimate has a warm TTFT model here
-            matched.append(blocks)
             ttft.append(predicted)
             tpot.append(estimate.tpot_s(running + 1, kv_usage(replica)))
         slo_tpot = request.slo_tpot_s
@@ -195,7 +189,6 @@ class PredictedLatencyPicker(IndexedPicker):
         return Pick(
             index=best,
             branch=Branch.SLO_MET if met else Branch.SLO_BEST_EFFORT,
-            matched_prefix_blocks=matched[best],
             predicted_ttft_s=ttft[best],
             predicted_tpot_s=tpot[best],
         )

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
@@ -101,12 +101,6 @@ class PrefixIndex:
                 break
             matched += 1
         return matched
-
-    def match_spread(self, replica_ids: Iterable[str], prefix_hashes: Sequence[int]) -> tuple[int, int]:
-        """The longest and the shortest `matched_blocks` over `replica_ids` ((0, 0) for none): the
-        blocks between the two are held by some of those replicas and not others."""
-        held = [self.matched_blocks(replica_id, prefix_hashes) for replica_id in replica_ids] or [0]
-        return max(held), min(held)
 
     def retain(self, replica_ids: Collection[str]) -> None:
         """Forget every replica not in `replica_ids` (called when the pool's membership changes)."""
@@ -192,6 +186,9 @@ class IndexedPicker:
     (`gateway.upstream.replica_cost`); a picker that says nothing reads as "no affinity" and is capped,
     which on a prefix-affine workload spills queued requests to replicas without their prefix.
 
+    The index is read once per decision: each pool member's match (`matched`, by replica id; in
+    strides when strided) goes to `choose`, which reads its candidates' from it.
+
     `stride_chars` (default None: every block) records and matches every stride-th block hash only,
     stride = max(1, stride_chars // the request's block size) blocks (blocks stride − 1, 2·stride − 1,
     …): hashes are chained, so each still names the whole prefix up to its block, and a match of m of
@@ -216,12 +213,14 @@ class IndexedPicker:
         self._membership.follow(pool)
         stride = 1 if self._stride_chars is None else max(1, self._stride_chars // request.block_size_chars)
         hashes = request.prefix_hashes if stride == 1 else request.prefix_hashes[stride - 1 :: stride]
-        shared, common = self._index.match_spread((r.replica_id for r in pool), hashes)
-        pick = self.choose(request, replicas, scores, pool)
+        matched_by_replica = {r.replica_id: self._index.matched_blocks(r.replica_id, hashes) for r in pool}
+        held = matched_by_replica.values() or [0]
+        shared, common = max(held), min(held)
+        pick = self.choose(request, replicas, scores, pool, matched_by_replica)
         chosen = replicas[pick.index].replica_id
         matched = pick.matched_prefix_blocks
         if matched is None:
-            matched = self._index.matched_blocks(chosen, hashes) * stride
+            matched = matched_by_replica[chosen] * stride
         self._index.record(chosen, hashes)
         return replace(
             pick,
@@ -236,8 +235,10 @@ class IndexedPicker:
         replicas: list[ReplicaView],
         scores: list[float],
         pool: Sequence[ReplicaView],
+        matched: Mapping[str, int],
     ) -> Pick:
-        """The choice, without recording it (the index still holds what came before this request)."""
+        """The choice, without recording it; `matched` holds every pool member's match (class
+        docstring), read before this request."""
         raise NotImplementedError
 
 
@@ -255,6 +256,7 @@ class PrefixIndexPicker(IndexedPicker):
         replicas: list[ReplicaView],
         scores: list[float],
         pool: Sequence[ReplicaView],
+        matched: Mapping[str, int],
     ) -> Pick:
         """The imbalance guard's least load, else the best combined score."""
         loads = [request_load(replica) for replica in replicas]
@@ -262,6 +264,5 @@ class PrefixIndexPicker(IndexedPicker):
             index = best_score_index([-load for load in loads], self._rng)
             return Pick(index=index, branch=Branch.IMBALANCE)
         index = best_score_index(scores, self._rng)
-        matched = self._index.matched_blocks(replicas[index].replica_id, request.prefix_hashes)
-        branch = Branch.PREFIX_MATCH if matched > 0 else Branch.PREFIX_MISS
-        return Pick(index=index, branch=branch, matched_prefix_blocks=matched)
+        branch = Branch.PREFIX_MATCH if matched[replicas[index].replica_id] > 0 else Branch.PREFIX_MISS
+        return Pick(index=index, branch=branch)
