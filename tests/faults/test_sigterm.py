@@ -1,5 +1,9 @@
 """Gateway SIGTERM with 120 open streams: the real `llm-gateway serve` process drains — readiness goes
-false, new requests get 503 `draining`, every open stream finishes — and exits by itself."""
+false, new requests get 503 `draining`, every open stream finishes — and exits by itself.
+
+The listener stays open only while requests are in flight, so one long stream (`ANCHOR_TOKENS`, about
+4 s) keeps the drain going while the test probes it: without it a slow host could finish the 120 short
+streams before the probes and the probes would meet a closed port (as a CI run once did)."""
 
 from __future__ import annotations
 
@@ -19,6 +23,8 @@ from tests.faults.traffic import MODEL, VIOLATIONS, run_traffic, tally
 from tests.servers import free_port
 
 STREAMS = 120
+ANCHOR_TOKENS = 160
+"""The anchor stream's length: 160 tokens × 25 ms ≈ 4 s, well inside `drain_timeout_s` (10 s)."""
 
 
 def _wait_ready(url: str, timeout_s: float = 15.0) -> None:
@@ -53,6 +59,7 @@ def test_sigterm_drains_120_open_streams(mock_engines, tmp_path: Path) -> None:
         _wait_ready(url)
 
         async def scenario() -> tuple[list, httpx.Response, int]:
+            anchor = asyncio.create_task(run_traffic(url, 1, max_tokens=ANCHOR_TOKENS, client_timeout_s=20))
             traffic = asyncio.create_task(run_traffic(url, STREAMS, max_tokens=40, client_timeout_s=20))
             await asyncio.sleep(0.6)
             process.send_signal(signal.SIGTERM)
@@ -63,6 +70,7 @@ def test_sigterm_drains_120_open_streams(mock_engines, tmp_path: Path) -> None:
                     json={"model": MODEL, "messages": [{"role": "user", "content": "x"}]},
                 )
                 ready = (await client.get("/readyz")).status_code
+            assert tally(await anchor) == {"ok": 1}, "the anchor stream finishes too"
             return await traffic, refused, ready
 
         outcomes, refused, ready = asyncio.run(scenario())
