@@ -179,12 +179,13 @@ class IndexMembership:
 
 class IndexedPicker:
     """A picker that keeps a prefix index: follows the pool's membership, chooses (`choose`), records
-    the request's blocks on the chosen replica, and reports what the index says of the request —
-    `matched_prefix_blocks` on the chosen replica (when `choose` did not), and how unevenly the pool
-    holds its prefix (`shared_prefix_blocks` / `common_prefix_blocks`: the longest and the shortest
-    match over the whole pool, chosen or not). The learned cap's affinity gate reads the last two
-    (`gateway.upstream.replica_cost`); a picker that says nothing reads as "no affinity" and is capped,
-    which on a prefix-affine workload spills queued requests to replicas without their prefix.
+    the request's blocks on the chosen replica once the decision is committed (`record`), and reports
+    what the index says of the request — `matched_prefix_blocks` on the chosen replica (when `choose`
+    did not), and how unevenly the pool holds its prefix (`shared_prefix_blocks` /
+    `common_prefix_blocks`: the longest and the shortest match over the whole pool, chosen or not).
+    The learned cap's affinity gate reads the last two (`gateway.upstream.replica_cost`); a picker
+    that says nothing reads as "no affinity" and is capped, which on a prefix-affine workload spills
+    queued requests to replicas without their prefix.
 
     The index is read once per decision: each pool member's match (`matched`, by replica id; in
     strides when strided) goes to `choose`, which reads its candidates' from it.
@@ -211,8 +212,7 @@ class IndexedPicker:
         pool: Sequence[ReplicaView],
     ) -> Pick:
         self._membership.follow(pool)
-        stride = 1 if self._stride_chars is None else max(1, self._stride_chars // request.block_size_chars)
-        hashes = request.prefix_hashes if stride == 1 else request.prefix_hashes[stride - 1 :: stride]
+        stride, hashes = self._strided(request)
         matched_by_replica = {r.replica_id: self._index.matched_blocks(r.replica_id, hashes) for r in pool}
         held = matched_by_replica.values() or [0]
         shared, common = max(held), min(held)
@@ -221,13 +221,23 @@ class IndexedPicker:
         matched = pick.matched_prefix_blocks
         if matched is None:
             matched = matched_by_replica[chosen] * stride
-        self._index.record(chosen, hashes)
         return replace(
             pick,
             matched_prefix_blocks=matched,
             shared_prefix_blocks=shared * stride,
             common_prefix_blocks=common * stride,
         )
+
+    def record(self, request: RoutingRequest, replica_id: str) -> None:
+        """Record the request's blocks (strided when strided) on `replica_id`: the decision was taken
+        (`router.profile.Recorder`; the profile calls this when the decision is committed)."""
+        self._index.record(replica_id, self._strided(request)[1])
+
+    def _strided(self, request: RoutingRequest) -> tuple[int, Sequence[int]]:
+        """(stride in blocks, the block hashes read and recorded): every block unless strided."""
+        stride = 1 if self._stride_chars is None else max(1, self._stride_chars // request.block_size_chars)
+        hashes = request.prefix_hashes if stride == 1 else request.prefix_hashes[stride - 1 :: stride]
+        return stride, hashes
 
     def choose(
         self,

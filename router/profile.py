@@ -11,13 +11,19 @@ picker plus configuration, never an `if` in the orchestrator: `router.plugins` r
 name (with their options and defaults) and builds a profile from a spec, `router.presets` spells the
 named policies as such specs. `Profile.decide` returns `None` only when no replica is eligible (or a
 filter left none); the gateway turns that into `503 no_replica`.
+
+Deciding and recording are two steps. A picker that remembers where requests went (a prefix index:
+`Recorder`) records a decision when it is committed — by default at once (`decide(commit=True)`), or
+later (`decide(commit=False)`, then `commit`) when the caller may still drop it: a disaggregated pool
+decides on its prefill set, then on its decode set, and claims (and commits) only when both have room,
+so a request waiting for decode room never finds its own unsent prefill in the index.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from router.eligibility import eligible_replicas
 from router.lora import lora_slots
@@ -73,12 +79,24 @@ class Picker(Protocol):
     ) -> Pick: ...
 
 
+@runtime_checkable
+class Recorder(Protocol):
+    """A picker that remembers where requests went: told of each committed decision (module docstring)."""
+
+    def record(self, request: RoutingRequest, replica_id: str) -> None: ...
+
+
 class Policy(Protocol):
-    """What the gateway calls: a pure decision over a snapshot."""
+    """What the gateway calls: a pure decision over a snapshot, recorded when committed (module
+    docstring)."""
 
     name: str
 
-    def decide(self, request: RoutingRequest, replicas: Sequence[ReplicaView]) -> Decision | None: ...
+    def decide(
+        self, request: RoutingRequest, replicas: Sequence[ReplicaView], *, commit: bool = True
+    ) -> Decision | None: ...
+
+    def commit(self, request: RoutingRequest, decision: Decision) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,10 +122,15 @@ class Profile:
         self.name = name
         self.prefix_index = prefix_index
         self._picker = picker
+        self._recorder = picker if isinstance(picker, Recorder) else None
         self._scorers = tuple(scorers)
         self._filters = tuple(filters)
 
-    def decide(self, request: RoutingRequest, replicas: Sequence[ReplicaView]) -> Decision | None:
+    def decide(
+        self, request: RoutingRequest, replicas: Sequence[ReplicaView], *, commit: bool = True
+    ) -> Decision | None:
+        """The decision over `replicas`, None when none is eligible; committed at once unless `commit`
+        is False (then `commit` it if it is taken, or drop it)."""
         candidates = lora_slots(request, eligible_replicas(request, replicas))
         for narrow in self._filters:
             if not candidates:
@@ -117,7 +140,7 @@ class Profile:
             return None
         scores = self._combined_scores(request, candidates)
         pick = self._picker(request, candidates, scores, replicas)
-        return Decision(
+        decision = Decision(
             replica_id=candidates[pick.index].replica_id,
             policy=self.name,
             branch=pick.branch,
@@ -129,6 +152,16 @@ class Profile:
             shared_prefix_blocks=pick.shared_prefix_blocks,
             common_prefix_blocks=pick.common_prefix_blocks,
         )
+        if commit:
+            self.commit(request, decision)
+        return decision
+
+    def commit(self, request: RoutingRequest, decision: Decision) -> None:
+        """Record `decision` where the picker remembers requests (its prefix index); nothing otherwise.
+        Commit each decision once: a second commit records the request's blocks again (harmless for the
+        index, which refreshes them, but not what happened)."""
+        if self._recorder is not None:
+            self._recorder.record(request, decision.replica_id)
 
     def _combined_scores(self, request: RoutingRequest, candidates: list[ReplicaView]) -> list[float]:
         totals = [0.0] * len(candidates)

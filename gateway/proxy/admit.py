@@ -176,8 +176,10 @@ class PoolAdmission:
         return decision
 
     def take(self, decision: Decision, routing: RoutingRequest) -> Slot:
-        """`claim`'s claiming half: the slot on the replica `decision` chose."""
+        """`claim`'s claiming half: the slot on the replica `decision` chose; the decision is committed
+        here (the policy's prefix index records the request), never for a decision not taken."""
         replica = self.pool.replicas[decision.replica_id]
+        self._router.commit(self.pool, routing, decision)
         uncached = routing.uncached_tokens(decision.matched_prefix_blocks)
         shared, common = decision.shared_prefix_blocks, decision.common_prefix_blocks
         affinity = None

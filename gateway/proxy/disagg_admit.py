@@ -2,12 +2,15 @@
 
 A request of a disaggregated pool is dispatched when BOTH sets have a replica under its cap: routing
 decides on the prefill set (its policy, e.g. prefix cache) and on the decode set (e.g. least load),
-nothing claimed, and only when both chose does it claim both (`PoolAdmission.decide` / `take`), so a
-full decode set never churns prefill slots (claim, fail, release, wake the queue, again). The two slots
-travel as a `SlotPair` to the ticket, which then holds them by role (`SlotRole.PREFILL`, `DECODE`:
-`SlotPair.hand_over`); each is released on its own when its leg is done, the ticket releases what is
-left. `no_replica` (503) when either set has no eligible replica at all. Queue classes, waits and
-early refusal are the pool's, as for an aggregated pool (`build_admission`).
+nothing claimed or recorded, and only when both chose does it claim both (`PoolAdmission.decide` /
+`take`), so a full decode set never churns prefill slots (claim, fail, release, wake the queue, again)
+and the prefill set's prefix index records a request only once it is sent (`router.profile`: a
+request waiting for decode room would otherwise find its own unsent prefill there, read as cached).
+The two slots travel as a `SlotPair` to the ticket, which then holds them by role
+(`SlotRole.PREFILL`, `DECODE`: `SlotPair.hand_over`); each is released on its own when its leg is
+done, the ticket releases what is left. `no_replica` (503) when either set has no eligible replica at
+all. Queue classes, waits and early refusal are the pool's, as for an aggregated pool
+(`build_admission`).
 
 Not wired yet: with Redis slot credits, a request waiting here does not ask the credits' refiller for
 more (the sets' own `PoolAdmission` queues, which do, stay empty); the connection limit is checked per

@@ -3,7 +3,8 @@
 `Router.decide(pool, routing)` takes the pool's frozen snapshot (`Pool.snapshot`), asks the pool's
 policy (`router/`: filters → weighted scorers → picker) and counts the outcome:
 `llm_gateway_routing_decision_seconds` (time to decide) and `routing_decisions_total{policy,branch}`.
-It never claims anything and never does I/O; `None` means no replica is eligible for this request
+It never claims anything, records nothing and never does I/O (`commit` records a decision once it is
+claimed); `None` means no replica is eligible for this request
 now (all at their cap, excluded, or not routable). Claiming the chosen replica is admission's step
 (`gateway.proxy.admit.PoolAdmission.claim`), sending to it the upstream client's
 (`gateway.proxy.send.UpstreamClient`).
@@ -25,10 +26,16 @@ class Router:
         self._metrics = metrics
 
     def decide(self, pool: Pool, routing: RoutingRequest) -> Decision | None:
-        """The pool policy's decision for `routing` over the pool's current snapshot, counted."""
+        """The pool policy's decision for `routing` over the pool's current snapshot, counted; not
+        committed (`commit` it when it is taken: `router.profile`)."""
         started_s = time.perf_counter()
-        decision = pool.policy.decide(routing, pool.snapshot())
+        decision = pool.policy.decide(routing, pool.snapshot(), commit=False)
         self._metrics.routing_decision_seconds.observe(time.perf_counter() - started_s)
         if decision is not None:
             self._metrics.routing_decisions_total.labels(decision.policy, decision.branch).inc()
         return decision
+
+    @staticmethod
+    def commit(pool: Pool, routing: RoutingRequest, decision: Decision) -> None:
+        """Tell the pool's policy its decision was taken (its prefix index records the request there)."""
+        pool.policy.commit(routing, decision)

@@ -90,6 +90,20 @@ class TestPolicy:
         assert second.matched_prefix_blocks == len(chat("Bonjour").prefix_hashes)
         assert second.header_value().endswith(f"; prefix_blocks={second.matched_prefix_blocks}")
 
+    @pytest.mark.parametrize("name", ["prefix-index", "sticky-prefix", "predicted-latency"])
+    def test_an_uncommitted_decision_records_nothing_until_committed(self, name: str) -> None:
+        """`decide(commit=False)` leaves the index as it was (a disaggregated pool drops a prefill
+        decision when decode has no room); `commit` records it where it went."""
+        index_policy = policy(name)
+        request = chat("Bonjour " * 200)
+        dropped = decided(index_policy.decide(request, fleet(), commit=False))
+        again = decided(index_policy.decide(request, fleet(), commit=False))
+        assert (dropped.matched_prefix_blocks, again.matched_prefix_blocks) == (0, 0)
+        index_policy.commit(request, again)
+        after = decided(index_policy.decide(request, fleet()))
+        assert after.replica_id == again.replica_id
+        assert (after.matched_prefix_blocks or 0) > 0
+
     def test_shared_system_prompt_follows_its_replica(self) -> None:
         index_policy = policy("prefix-index")
         first = decided(index_policy.decide(chat("one"), fleet()))

@@ -1,0 +1,85 @@
+"""A disaggregated pool's claim: both sets decide, and only a pair that is claimed is recorded in the
+prefill set's prefix index — a request waiting for decode room never meets its own unsent prefill."""
+
+from __future__ import annotations
+
+import random
+
+from admission.tenant_gate import TenantGate
+from core.clock import FakeClock
+from gateway.metrics import GatewayMetrics
+from gateway.proxy.admit import build_admission
+from gateway.proxy.disagg_admit import PairAdmission, add_pair_admissions
+from gateway.proxy.route import Router
+from gateway.settings import parse_settings
+from gateway.upstream.registry import ReplicaRegistry
+from router.keys import build_routing_request
+from router.prefix_index import PrefixIndex, policy_prefix_index
+
+MODEL = "m"
+PREFILL = [f"http://10.0.1.{n}:8000" for n in (1, 2)]
+DECODE = ["http://10.0.2.1:8000"]
+PROMPT = "s" * 4096  # 64 blocks
+
+
+def pair_admission() -> tuple[PairAdmission, PrefixIndex]:
+    """The pair admission of a pool with two prefill replicas (prefix-index) and one decode replica
+    taking one request at a time, and the prefill set's prefix index."""
+    settings = parse_settings(
+        {
+            "pools": [
+                {
+                    "model": MODEL,
+                    "disaggregation": {
+                        "protocol": "vllm",
+                        "prefill": {"replicas": {"static": PREFILL}, "policy": "prefix-index"},
+                        "decode": {"replicas": {"static": DECODE}, "max_concurrency_per_replica": 1},
+                    },
+                }
+            ]
+        }
+    )
+    clock = FakeClock(0.0)
+    metrics = GatewayMetrics()
+    registry = ReplicaRegistry(settings, metrics, clock, random.Random(1))
+    gate = TenantGate.in_memory(clock)
+    admission = build_admission(
+        settings, registry=registry, router=Router(metrics), gate=gate, clock=clock, metrics=metrics
+    )
+    add_pair_admissions(admission, settings, registry=registry, gate=gate, clock=clock, metrics=metrics)
+    pair = admission.pair(MODEL)
+    index = policy_prefix_index(pair.prefill.pool.policy)
+    assert index is not None
+    return pair, index
+
+
+def test_a_pair_refused_for_decode_room_records_nothing_in_the_prefill_index() -> None:
+    pair, index = pair_admission()
+    first = pair.claim_pair(build_routing_request(MODEL, "other " * 800))
+    assert first is not None, "the decode replica's one slot is taken"
+    held = {rid: index.blocks(rid) for rid in index.replica_ids()}
+    routing = build_routing_request(MODEL, PROMPT)
+    for _ in range(3):  # the request waits and decides again at each release
+        assert pair.claim_pair(routing) is None
+    assert {rid: index.blocks(rid) for rid in index.replica_ids()} == held, "nothing recorded for it"
+    first.release()
+    second = pair.claim_pair(routing)
+    assert second is not None
+    prefill_id = second.prefill.replica.replica_id
+    assert second.prefill.decision.matched_prefix_blocks == 0, "its prefill is not counted as cached"
+    assert index.matched_blocks(prefill_id, routing.prefix_hashes) == len(routing.prefix_hashes)
+    second.release()
+
+
+def test_a_claimed_pair_is_recorded_once_where_its_prefill_went() -> None:
+    """The next request with the same prompt finds it on the replica that prefilled the first."""
+    pair, _ = pair_admission()
+    routing = build_routing_request(MODEL, PROMPT)
+    first = pair.claim_pair(routing)
+    assert first is not None
+    first.release()
+    again = pair.claim_pair(routing)
+    assert again is not None
+    assert again.prefill.replica.replica_id == first.prefill.replica.replica_id
+    assert again.prefill.decision.matched_prefix_blocks == len(routing.prefix_hashes)
+    again.release()
