@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -95,6 +95,15 @@ class RedisOperation(StrEnum):
     RESPONSE_STATE_PUT = "response_state_put"
     PREFIX_INDEX_SYNC = "prefix_index_sync"
     RESPONSE_STATE_DELETE = "response_state_delete"
+
+
+def outlasted_periods(timeout_s: float, periods_s: Mapping[str, float]) -> list[str]:
+    """The names of the renewal periods in `periods_s` that one slow call could outlast: a call may run
+    up to its deadline, `_DEADLINE_ROUND_TRIPS` (4) × `timeout_s`, before `on_error` answers, and a
+    renewal that takes longer than its period lets what it renews (a slot credit, a claim, a heartbeat)
+    lapse while it is still held."""
+    deadline_s = timeout_s * _DEADLINE_ROUND_TRIPS
+    return [name for name, period_s in periods_s.items() if deadline_s >= period_s]
 
 
 def make_redis_client(url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Redis:

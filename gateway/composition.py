@@ -26,6 +26,7 @@ already built.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import random
 import time
@@ -42,7 +43,7 @@ from admission.redis_rate_limit import RedisRateLimitStore
 from admission.retry_budget import RetryBudget
 from admission.tenant_gate import TenantGate
 from core.clock import Clock, SystemClock
-from core.shared_state import FailureMode, RedisBackend, RedisOperation
+from core.shared_state import FailureMode, RedisBackend, RedisOperation, outlasted_periods
 from gateway.autoscaling import AutoscaleSignals
 from gateway.instance_membership import GatewayMembership, RedisMembership
 from gateway.metrics import GatewayMetrics
@@ -74,6 +75,8 @@ from gateway.upstream.model_catalog import ModelCatalog
 from gateway.upstream.pool_watchers import pool_watchers
 from gateway.upstream.registry import Pool, ReplicaRegistry
 from gateway.upstream.slot_credits import SlotCredits
+
+logger = logging.getLogger(__name__)
 
 
 class Components:
@@ -259,6 +262,19 @@ class Components:
 
         def count_error(operation: RedisOperation) -> None:
             self.metrics.state_errors_total.labels(str(operation)).inc()
+
+        renewals_s = {
+            "state.replica_lease_ttl_s / 3": state.replica_lease_ttl_s / 3,
+            "idempotency.lease_s / 3": self.settings.idempotency.lease_s / 3,
+        }
+        for period in outlasted_periods(state.timeout_s, renewals_s):
+            logger.warning(
+                "state.timeout_s %g s: a Redis call may take 4 x that before it fails, not under %s "
+                "(%g s), the renewal period; a slow Redis lets held slot credits or claims lapse",
+                state.timeout_s,
+                period,
+                renewals_s[period],
+            )
 
         return RedisBackend.from_url(
             state.url,

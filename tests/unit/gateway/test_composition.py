@@ -63,3 +63,22 @@ async def test_redis_state_builds_one_backend_that_closes_last() -> None:
     assert backend.timeout_s == 1.5, "state.timeout_s reaches the Redis client"
     await components.aclose()
     assert components.state_backend is None
+
+
+@pytest.mark.parametrize(("timeout_s", "warned"), [(0.25, []), (1.0, ["state.replica_lease_ttl_s / 3"])])
+def test_a_redis_timeout_that_outlasts_a_renewal_period_is_warned_at_start(
+    timeout_s: float, warned: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """4 × 1 s may outlast the slot credits' renewal (10 s / 3), not the idempotency claim's (30 s / 3):
+    each period a slow call could outlast is named once, and the default 0.25 s names none."""
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    config = parse_settings(
+        {
+            "state": {"backend": "redis", "url": url, "timeout_s": timeout_s, "replica_lease_ttl_s": 10},
+            "idempotency": {"lease_s": 30},
+        }
+    )
+    with caplog.at_level("WARNING", logger="gateway.composition"):
+        Components(config)._state_backend()
+    named = [p for p in ("state.replica_lease_ttl_s / 3", "idempotency.lease_s / 3") if p in caplog.text]
+    assert named == warned
