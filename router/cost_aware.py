@@ -32,22 +32,18 @@ queued), `no_key` (no prefix blocks: the least queued).
     ttft_i = model_i.ttft(queued_i, running_i, waiting_i, own_i)   own_i = prompt − matched_i · block tokens
     tpot_i = model_i.tpot(running_i + 1, kv_i)
     meets_i ⇔ tpot_i ≤ request.slo_tpot_s (or unknown / no bound)
-    allowed = the candidates that meet TPOT (all of them when none does)
-    band    = {i ∈ allowed : ttft_i ≤ min over allowed of ttft + ttft_penalty_s}
     delay_i = (a1_i + a4_i) / 1000 × own_i × running_i      what its prefill costs the others there
-    choice  = argmin over band of ttft_i + social_weight × delay_i
+    choice  = argmin ttft_i + social_weight × delay_i over the candidates that meet TPOT (all of them
+              when none does)
 
 The prefix benefit is inside `queued_i`. `delay_i` is the social cost of the choice: an engine
 prefills in the steps it decodes in, so each of the `running_i` sequences there waits the request's
 own prefill time (a1 + a4 seconds per 1,000 of its uncached tokens, the model's prefill rate) once
-more. Minimising its own TTFT alone (`social_weight: 0`: the band then changes nothing) is the
-selfish rule: past the fleet's knee it sends a miss to a less loaded replica that lacks its prefix,
-whose whole batch then waits for that prefill and whose cache now holds a second copy of the prefix
-(cache hit 56–62 % against `prefix-index`'s 81–82 % at the same load, docs/BENCHMARKS.md). The band
-bounds what a request gives up for the others: at most `ttft_penalty_s` (0.5 s, the option
-`sticky-prefix` reads as the same trade) of its own predicted TTFT. Unbounded, the social term —
-seconds of everyone's delay against one request's TTFT — keeps every request of a prefix on its warm
-replica whatever queue builds there (measured: goodput fell, docs/BENCHMARKS.md).
+more. Minimising its own TTFT alone (`social_weight: 0`) is the selfish rule: past the fleet's knee
+it sends a miss to a less loaded replica that lacks its prefix, whose whole batch then waits for that
+prefill and whose cache now holds a second copy of the prefix (cache hit 56–62 % against
+`prefix-index`'s 81–82 % at the same load, docs/BENCHMARKS.md). With the default weight 1 the choice
+minimises the latency it adds to every request it touches, its own included.
 
 Branch `slo_met` when the choice is predicted to meet both
 objectives, `slo_best_effort` otherwise (no replica can: the best one still serves it; admission is
@@ -174,17 +170,13 @@ class PredictedLatencyPicker(IndexedPicker):
         fallback: StickyPrefixPicker,
         rng: random.Random,
         social_weight: float = DEFAULT_SOCIAL_WEIGHT,
-        ttft_penalty_s: float = DEFAULT_TTFT_PENALTY_S,
     ) -> None:
         if social_weight < 0:
             raise ValueError(f"social_weight must be >= 0, got {social_weight!r}")
-        if ttft_penalty_s <= 0:
-            raise ValueError(f"ttft_penalty_s must be > 0, got {ttft_penalty_s!r}")
         super().__init__(index)
         self._fallback = fallback
         self._rng = rng
         self._social_weight = social_weight
-        self._ttft_penalty_s = ttft_penalty_s
 
     def choose(
         self,
@@ -216,9 +208,7 @@ class PredictedLatencyPicker(IndexedPicker):
         slo_tpot = request.slo_tpot_s
         meets = [slo_tpot is None or t is None or t <= slo_tpot for t in tpot]
         allowed = [i for i, ok in enumerate(meets) if ok] or list(range(len(replicas)))
-        fastest_s = min(ttft[i] for i in allowed)
-        band = [i for i in allowed if ttft[i] <= fastest_s + self._ttft_penalty_s]
-        best = band[best_score_index([-cost[i] for i in band], self._rng)]
+        best = allowed[best_score_index([-cost[i] for i in allowed], self._rng)]
         met = meets[best] and (request.slo_ttft_s is None or ttft[best] <= request.slo_ttft_s)
         return Pick(
             index=best,

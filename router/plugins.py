@@ -235,8 +235,7 @@ def _predicted_latency(read: OptionReader, ctx: BuildContext) -> Picker:
     fallback = _sticky(read, ctx)
     assert ctx.prefix_index is not None
     social_weight = read.number("social_weight", DEFAULT_SOCIAL_WEIGHT, minimum=0)
-    penalty_s = read_prefill_budget(read).ttft_penalty_s
-    return PredictedLatencyPicker(ctx.prefix_index, fallback, ctx.rng, social_weight, penalty_s)
+    return PredictedLatencyPicker(ctx.prefix_index, fallback, ctx.rng, social_weight)
 
 
 FILTERS: dict[str, PluginType[Filter]] = {
