@@ -32,20 +32,9 @@ queued), `no_key` (no prefix blocks: the least queued).
     ttft_i = model_i.ttft(queued_i, running_i, waiting_i, own_i)   own_i = prompt − matched_i · block tokens
     tpot_i = model_i.tpot(running_i + 1, kv_i)
     meets_i ⇔ tpot_i ≤ request.slo_tpot_s (or unknown / no bound)
-    delay_i = (a1_i + a4_i) / 1000 × own_i × running_i      what its prefill costs the others there
-    choice  = argmin ttft_i + social_weight × delay_i over the candidates that meet TPOT (all of them
-              when none does)
+    choice  = argmin ttft_i over the candidates that meet TPOT (all of them when none does)
 
-The prefix benefit is inside `queued_i`. `delay_i` is the social cost of the choice: an engine
-prefills in the steps it decodes in, so each of the `running_i` sequences there waits the request's
-own prefill time (a1 + a4 seconds per 1,000 of its uncached tokens, the model's prefill rate) once
-more. Minimising its own TTFT alone (`social_weight: 0`) is the selfish rule: past the fleet's knee
-it sends a miss to a less loaded replica that lacks its prefix, whose whole batch then waits for that
-prefill and whose cache now holds a second copy of the prefix (cache hit 56–62 % against
-`prefix-index`'s 81–82 % at the same load, docs/BENCHMARKS.md). With the default weight 1 the choice
-minimises the latency it adds to every request it touches, its own included.
-
-Branch `slo_met` when the choice is predicted to meet both
+The prefix benefit is inside `queued_i`. Branch `slo_met` when the choice is predicted to meet both
 objectives, `slo_best_effort` otherwise (no replica can: the best one still serves it; admission is
 what refuses work that cannot be served in time). A candidate whose model is cold is predicted with
 the mean coefficients of the warm ones (one pool, one kind of hardware: otherwise a replica nothing
@@ -73,7 +62,6 @@ from router.types import Branch, ReplicaView, RoutingRequest
 DEFAULT_PREFILL_BUDGET_TOKENS = 8192
 DEFAULT_TTFT_PENALTY_S = 0.5
 DEFAULT_STICKY_LOAD_FACTOR = 1.5
-DEFAULT_SOCIAL_WEIGHT = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,19 +152,10 @@ class StickyPrefixPicker(IndexedPicker):
 class PredictedLatencyPicker(IndexedPicker):
     """The SLO-aware pick on the learned latency models (module docstring)."""
 
-    def __init__(
-        self,
-        index: PrefixIndex,
-        fallback: StickyPrefixPicker,
-        rng: random.Random,
-        social_weight: float = DEFAULT_SOCIAL_WEIGHT,
-    ) -> None:
-        if social_weight < 0:
-            raise ValueError(f"social_weight must be >= 0, got {social_weight!r}")
+    def __init__(self, index: PrefixIndex, fallback: StickyPrefixPicker, rng: random.Random) -> None:
         super().__init__(index)
         self._fallback = fallback
         self._rng = rng
-        self._social_weight = social_weight
 
     def choose(
         self,
@@ -192,7 +171,6 @@ class PredictedLatencyPicker(IndexedPicker):
             return Pick(index=cold.index, branch=Branch.COLD_MODEL, hops=cold.hops)
         ttft: list[float] = []
         tpot: list[float | None] = []
-        cost: list[float] = []
         for replica, estimate in zip(replicas, estimates, strict=True):
             blocks = matched[replica.replica_id]
             running = running_sequences(replica)
@@ -200,15 +178,13 @@ class PredictedLatencyPicker(IndexedPicker):
             own = request.uncached_tokens(blocks)
             waiting = waiting_requests(replica)
             predicted = estimate.ttft_s(queued, running, waiting, own, replica.since_last_token_s)
-            assert predicted is not None and estimate.ttft is not None  # every TTFT model is warm here
+            assert predicted is not None  # every estimate has a warm TTFT model here
             ttft.append(predicted)
             tpot.append(estimate.tpot_s(running + 1, kv_usage(replica)))
-            prefill_s_per_token = max(0.0, estimate.ttft[1] + estimate.ttft[4]) / PREFILL_TOKENS_SCALE
-            cost.append(predicted + self._social_weight * prefill_s_per_token * own * running)
         slo_tpot = request.slo_tpot_s
         meets = [slo_tpot is None or t is None or t <= slo_tpot for t in tpot]
         allowed = [i for i, ok in enumerate(meets) if ok] or list(range(len(replicas)))
-        best = allowed[best_score_index([-cost[i] for i in allowed], self._rng)]
+        best = allowed[best_score_index([-ttft[i] for i in allowed], self._rng)]
         met = meets[best] and (request.slo_ttft_s is None or ttft[best] <= request.slo_ttft_s)
         return Pick(
             index=best,

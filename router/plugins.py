@@ -63,7 +63,6 @@ from router.bounded import (
     RingKeySource,
 )
 from router.cost_aware import (
-    DEFAULT_SOCIAL_WEIGHT,
     DEFAULT_STICKY_LOAD_FACTOR,
     DEFAULT_TTFT_PENALTY_S,
     PredictedLatencyPicker,
@@ -234,8 +233,7 @@ def _sticky(read: OptionReader, ctx: BuildContext) -> StickyPrefixPicker:
 def _predicted_latency(read: OptionReader, ctx: BuildContext) -> Picker:
     fallback = _sticky(read, ctx)
     assert ctx.prefix_index is not None
-    social_weight = read.number("social_weight", DEFAULT_SOCIAL_WEIGHT, minimum=0)
-    return PredictedLatencyPicker(ctx.prefix_index, fallback, ctx.rng, social_weight)
+    return PredictedLatencyPicker(ctx.prefix_index, fallback, ctx.rng)
 
 
 FILTERS: dict[str, PluginType[Filter]] = {
@@ -275,8 +273,6 @@ STICKY_OPTIONS = frozenset(  # the options of pickers (and presets) sticky-prefi
     }
 )
 
-PREDICTED_LATENCY_OPTIONS = STICKY_OPTIONS | {"social_weight"}
-
 PICKERS: dict[str, PluginType[Picker]] = {
     PickerType.ROUND_ROBIN: PluginType(frozenset(), lambda read, ctx: RoundRobinPicker()),
     PickerType.MAX_SCORE: PluginType(frozenset(), lambda read, ctx: MaxScorePicker(ctx.rng)),
@@ -287,7 +283,7 @@ PICKERS: dict[str, PluginType[Picker]] = {
     ),
     PickerType.PREFIX_INDEX: PluginType(_GUARD_OPTIONS | {"index_capacity_blocks"}, _prefix_index),
     PickerType.STICKY_PREFIX: PluginType(STICKY_OPTIONS, _sticky),
-    PickerType.PREDICTED_LATENCY: PluginType(PREDICTED_LATENCY_OPTIONS, _predicted_latency),
+    PickerType.PREDICTED_LATENCY: PluginType(STICKY_OPTIONS, _predicted_latency),
 }
 
 

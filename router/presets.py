@@ -24,17 +24,14 @@ Each preset as its profile (score_i = Σ weight · scorer_i, every scorer in [0,
                       index_capacity_blocks}
     sticky-prefix     picker sticky-prefix {prefill_budget_tokens, prefill_tokens_per_s, ttft_penalty_s,
                       load_factor, index_capacity_blocks, virtual_nodes_per_replica}   (router.cost_aware)
-    predicted-latency picker predicted-latency {the options of sticky-prefix, social_weight}
-                                                                          (router.cost_aware)
+    predicted-latency picker predicted-latency {the options of sticky-prefix}   (router.cost_aware)
 
 Options and defaults: prefix-affinity / session-affinity take `load_factor` (c of the CHWBL bound, 1.25,
 >= 1), `load_unit` (`requests` | `tokens`, default `requests`), `virtual_nodes_per_replica` (160);
 prefix-index takes `prefix_weight` (2.0), `load_weight` (1.0), `prefill_weight` (1.0; 0 drops the
 scorer), `prefill_floor_tokens` (0: the prefill scorer's `ratio_floor`), `imbalance_abs_requests`
 (16), `imbalance_rel_ratio` (1.5, >= 1), `index_capacity_blocks`
-(16384 block hashes per replica); predicted-latency takes `social_weight` (1.0, >= 0: the weight
-of the delay its prefill adds to the sequences running where it goes; 0 minimises its own TTFT only).
-Why the prefill term (token-aware load, issue 15): the requests
+(16384 block hashes per replica). Why the prefill term (token-aware load, issue 15): the requests
 that set TTFT p95 are the prefix misses, and a miss's TTFT is its own prefill plus the prefill tokens
 queued ahead of it; counting requests alone sends it to a replica that holds as many requests but
 thousands more tokens to prefill. Measured on 4 simulated H100s at 20 and 28 req/s of 256 × 2,048-token
@@ -55,7 +52,6 @@ from router.keys import KEY_OPTION_NAMES, KeySettings
 from router.load import LoadUnit
 from router.options import OptionReader
 from router.plugins import (
-    PREDICTED_LATENCY_OPTIONS,
     STICKY_OPTIONS,
     PickerType,
     ProfileSpec,
@@ -171,18 +167,17 @@ def _prefix_index(read: OptionReader) -> ProfileSpec:
     }
 
 
-def _cost_aware(
-    picker: PickerType, options: frozenset[str] = STICKY_OPTIONS
-) -> Callable[[OptionReader], ProfileSpec]:
+def _cost_aware(picker: PickerType) -> Callable[[OptionReader], ProfileSpec]:
     """A cost-aware picker (router.cost_aware) with the options given; it needs no scorers."""
 
     def spec(read: OptionReader) -> ProfileSpec:
-        given = read.names() & options
+        given = read.names() & _COST_AWARE_OPTIONS
         return {"picker": {"type": picker, **{k: read.raw(k) for k in sorted(given)}}}
 
     return spec
 
 
+_COST_AWARE_OPTIONS = STICKY_OPTIONS
 _RING_OPTIONS = frozenset({"load_factor", "load_unit", "virtual_nodes_per_replica"})
 _PREFIX_INDEX_OPTIONS = frozenset(
     {
@@ -203,10 +198,8 @@ PRESETS: dict[str, Preset] = {
     PolicyName.PREFIX_AFFINITY: Preset(_RING_OPTIONS, _bounded_ring(RingKeySource.PREFIX)),
     PolicyName.PREFIX_INDEX: Preset(_PREFIX_INDEX_OPTIONS, _prefix_index),
     PolicyName.SESSION_AFFINITY: Preset(_RING_OPTIONS, _bounded_ring(RingKeySource.SESSION)),
-    PolicyName.STICKY_PREFIX: Preset(STICKY_OPTIONS, _cost_aware(PickerType.STICKY_PREFIX)),
-    PolicyName.PREDICTED_LATENCY: Preset(
-        PREDICTED_LATENCY_OPTIONS, _cost_aware(PickerType.PREDICTED_LATENCY, PREDICTED_LATENCY_OPTIONS)
-    ),
+    PolicyName.STICKY_PREFIX: Preset(_COST_AWARE_OPTIONS, _cost_aware(PickerType.STICKY_PREFIX)),
+    PolicyName.PREDICTED_LATENCY: Preset(_COST_AWARE_OPTIONS, _cost_aware(PickerType.PREDICTED_LATENCY)),
 }
 
 

@@ -146,25 +146,6 @@ def test_predicted_latency_takes_the_lowest_predicted_ttft_with_the_prefix_benef
     assert moved.replica_id != warm
 
 
-@pytest.mark.parametrize(("social_weight", "stays"), [(1.0, True), (0.0, False)])
-def test_predicted_latency_prices_the_delay_its_prefill_adds_to_the_running_batch(
-    social_weight: float, stays: bool
-) -> None:
-    """Every replica decodes 20 sequences. The warm one has 6,000 tokens queued (TTFT ≈ 396 ms); a cold
-    one has none but must prefill the 4,097-token prompt (≈ 276 ms), and its 20 sequences each wait
-    that prefill once more (20 × 256 ms ≈ 5.1 s of others' latency) where the warm replica adds 20 ×
-    1 ms. The social rule stays warm; the selfish one (`social_weight: 0`) moves to the faster TTFT."""
-    chooser = policy("predicted-latency", social_weight=social_weight)
-    loads: dict[str, dict[str, Any]] = {rid: {"latency": MODEL, "decoding_requests": 20} for rid in IDS}
-    warm = decided(chooser.decide(shared(16_384, "first"), fleet(**loads))).replica_id
-    loads[warm] = {**loads[warm], "prefill_tokens_inflight": 6000}
-    request = shared(16_384, "second")
-    decision = decided(chooser.decide(request, fleet(**loads)))
-    assert (decision.replica_id == warm) is stays
-    own = request.uncached_tokens(decision.matched_prefix_blocks)
-    assert decision.predicted_ttft_s == pytest.approx(0.02 + 0.0625 * ((6000 if stays else 0) + own) / 1000)
-
-
 def test_predicted_latency_prices_the_request_own_prefill_apart_from_the_tokens_ahead() -> None:
     """a4 prices the request's own uncached tokens on top of a1: with 3,000 tokens ahead on the warm
     replica (3,000 × a1 = 90 ms) against the prompt's 4,000-odd uncached tokens on a cold one
@@ -225,10 +206,6 @@ def test_cost_aware_options_are_validated() -> None:
         policy("sticky-prefix", load_unit="tokens")
     with pytest.raises(ValueError, match="load_factor"):
         policy("sticky-prefix", load_factor=0.5)
-    with pytest.raises(ValueError, match="social_weight"):
-        policy("predicted-latency", social_weight=-1)
-    with pytest.raises(ValueError, match="unknown option"):
-        policy("sticky-prefix", social_weight=1)
 
 
 @pytest.mark.parametrize("name", ["sticky-prefix", "predicted-latency"])
