@@ -30,17 +30,11 @@ queued), `no_key` (no prefix blocks: the least queued).
 **`predicted-latency`** (the SLO-aware picker): with every candidate's TTFT model warm,
 
     ttft_i = model_i.ttft(queued_i, running_i, waiting_i, own_i)   own_i = prompt − matched_i · block tokens
-    tpot_i = model_i.tpot(running_i + waiting_i + 1, kv_i)      the batch it will decode in
+    tpot_i = model_i.tpot(running_i + 1, kv_i)
     meets_i ⇔ tpot_i ≤ request.slo_tpot_s (or unknown / no bound)
     choice  = argmin ttft_i over the candidates that meet TPOT (all of them when none does)
 
-The prefix benefit is inside `queued_i`. TPOT is predicted for the batch the request joins: the
-sequences decoding now plus the `waiting_i` requests ahead of it, which start decoding before it
-does. Counting only those decoding now (as before) let every request routed within one prefill time
-see the same replica under the TPOT objective — requests in prefill do not decode yet — so past the
-knee the filter herded arrivals onto whichever replica was momentarily under it, away from the ones
-holding their prefixes: cache hit 63 % against 76 % with the filter off, SLO goodput 9.3–9.6 against
-18.9 req/s (docs/BENCHMARKS.md, "Sixth round"). Branch `slo_met` when the choice is predicted to meet both
+The prefix benefit is inside `queued_i`. Branch `slo_met` when the choice is predicted to meet both
 objectives, `slo_best_effort` otherwise (no replica can: the best one still serves it; admission is
 what refuses work that cannot be served in time). A candidate whose model is cold is predicted with
 the mean coefficients of the warm ones (one pool, one kind of hardware: otherwise a replica nothing
@@ -186,7 +180,7 @@ class PredictedLatencyPicker(IndexedPicker):
             predicted = estimate.ttft_s(queued, running, waiting, own, replica.since_last_token_s)
             assert predicted is not None  # every estimate has a warm TTFT model here
             ttft.append(predicted)
-            tpot.append(estimate.tpot_s(running + waiting + 1, kv_usage(replica)))
+            tpot.append(estimate.tpot_s(running + 1, kv_usage(replica)))
         slo_tpot = request.slo_tpot_s
         meets = [slo_tpot is None or t is None or t <= slo_tpot for t in tpot]
         allowed = [i for i, ok in enumerate(meets) if ok] or list(range(len(replicas)))
