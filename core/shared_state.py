@@ -99,9 +99,9 @@ class RedisOperation(StrEnum):
 
 def outlasted_periods(timeout_s: float, periods_s: Mapping[str, float]) -> list[str]:
     """The names of the renewal periods in `periods_s` that one slow call could outlast: a call may run
-    up to its deadline, `_DEADLINE_ROUND_TRIPS` (4) × `timeout_s`, before `on_error` answers, and a
-    renewal that takes longer than its period lets what it renews (a slot credit, a claim, a heartbeat)
-    lapse while it is still held."""
+    up to its deadline, `_DEADLINE_ROUND_TRIPS` (4) × `timeout_s`, before `on_error` answers, so
+    renewals fall behind their period; what they renew (a slot credit, a claim, a heartbeat, each
+    living 3 periods) lapses while still held once they fall 2 periods behind. An early warning."""
     deadline_s = timeout_s * _DEADLINE_ROUND_TRIPS
     return [name for name, period_s in periods_s.items() if deadline_s >= period_s]
 

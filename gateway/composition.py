@@ -270,7 +270,8 @@ class Components:
         for period in outlasted_periods(state.timeout_s, renewals_s):
             logger.warning(
                 "state.timeout_s %g s: a Redis call may take 4 x that before it fails, not under %s "
-                "(%g s), the renewal period; a slow Redis lets held slot credits or claims lapse",
+                "(%g s), the renewal period; a slow Redis delays renewals, and a held slot credit or "
+                "claim lapses once they fall 2 periods behind",
                 state.timeout_s,
                 period,
                 renewals_s[period],

@@ -32,24 +32,28 @@ queued), `no_key` (no prefix blocks: the least queued).
     ttft_i = model_i.ttft(queued_i, running_i, waiting_i, own_i)   own_i = prompt − matched_i · block tokens
     tpot_i = model_i.tpot(running_i + 1, kv_i)
     meets_i ⇔ tpot_i ≤ request.slo_tpot_s (or unknown / no bound)
-    choice  = argmin ttft_i over the candidates that meet TPOT or hold part of the request's prefix
-              (matched_i > 0); all of them when none does
+    choice  = argmin ttft_i over the candidates that meet TPOT or hold more of the request's prefix
+              than the least-matching candidate (matched_i > min over the candidates); all of them
+              when none does
 
-The prefix benefit is inside `queued_i`. The TPOT filter spares the replicas that hold the prefix:
-those are the busy ones (popular prefixes draw traffic), so past the fleet's knee a strict filter
-sent their requests to replicas without the prefix — each a miss whose prefill slows that replica's
-whole batch and leaves a second copy of the prefix in its cache. Measured at 28 req/s on 4 simulated
-H100s with 256 × 2,048-token prefixes (docs/BENCHMARKS.md, "Sixth round"): strict, SLO goodput 8.5–9.6
-req/s and cache hit 61–64 %; with the filter off, 18.9 req/s and 76 %. A warm replica's TPOT is the
-learned concurrency cap's to hold (admission, `latency_model.adaptive_cap`), not the router's.
+The prefix benefit is inside `queued_i`. The TPOT filter spares the replicas that hold the prefix
+where others do not: those are the busy ones (popular prefixes draw traffic), so past the fleet's knee
+a strict filter sent their requests to replicas without the prefix — each a miss whose prefill slows
+that replica's whole batch and leaves a second copy of the prefix in its cache. Measured at 28 req/s
+on 4 simulated H100s with 256 × 2,048-token prefixes (docs/BENCHMARKS.md, "Sixth round"): strict, SLO
+goodput 8.5–9.6 req/s and cache hit 61–64 %; with the filter off, 18.9 req/s and 76 %; sparing the
+holders, 19.3–19.5 req/s. A prefix every replica holds (a common system prompt) spares none. Nothing
+else bounds a spared holder's TPOT on such a pool — the learned cap is gated off where prefixes
+decide the prefill (`gateway.upstream.replica_cost`) — and the measurement says the hit still beats
+the miss there.
 
-Branch `slo_met` when the choice is predicted to meet both
-objectives, `slo_best_effort` otherwise (no replica can: the best one still serves it; admission is
-what refuses work that cannot be served in time). A candidate whose model is cold is predicted with
-the mean coefficients of the warm ones (one pool, one kind of hardware: otherwise a replica nothing
-was sent to would never be chosen, so never learned); while no candidate's model is warm the
-`sticky-prefix` rule decides, reported as `cold_model`. The decision carries both predictions
-(`x-gateway-route: …; predicted_ttft_ms=…; predicted_tpot_ms=…`).
+Branch `slo_met` when the choice is predicted to meet both objectives, `slo_prefix_over_tpot` when a
+spared prefix holder predicted over TPOT won, `slo_best_effort` otherwise (no replica can: the best one
+still serves it; admission is what refuses work that cannot be served in time). A candidate whose model
+is cold is predicted with the mean coefficients of the warm ones (one pool, one kind of hardware:
+otherwise a replica nothing was sent to would never be chosen, so never learned); while no candidate's
+model is warm the `sticky-prefix` rule decides, reported as `cold_model`. The decision carries both
+predictions (`x-gateway-route: …; predicted_ttft_ms=…; predicted_tpot_ms=…`).
 """
 
 from __future__ import annotations
@@ -192,13 +196,17 @@ class PredictedLatencyPicker(IndexedPicker):
             tpot.append(estimate.tpot_s(running + 1, kv_usage(replica)))
         slo_tpot = request.slo_tpot_s
         meets = [slo_tpot is None or t is None or t <= slo_tpot for t in tpot]
-        holds = [matched[replica.replica_id] > 0 for replica in replicas]
+        least_held = min(matched[replica.replica_id] for replica in replicas)
+        holds = [matched[replica.replica_id] > least_held for replica in replicas]
         allowed = [i for i, ok in enumerate(meets) if ok or holds[i]] or list(range(len(replicas)))
         best = allowed[best_score_index([-ttft[i] for i in allowed], self._rng)]
         met = meets[best] and (request.slo_ttft_s is None or ttft[best] <= request.slo_ttft_s)
+        branch = Branch.SLO_MET if met else Branch.SLO_BEST_EFFORT
+        if not meets[best] and any(meets[i] for i in allowed):  # a holder over TPOT beat one within it
+            branch = Branch.SLO_PREFIX_OVER_TPOT
         return Pick(
             index=best,
-            branch=Branch.SLO_MET if met else Branch.SLO_BEST_EFFORT,
+            branch=branch,
             predicted_ttft_s=ttft[best],
             predicted_tpot_s=tpot[best],
         )

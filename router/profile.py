@@ -16,7 +16,9 @@ Deciding and recording are two steps. A picker that remembers where requests wen
 `Recorder`) records a decision when it is committed — by default at once (`decide(commit=True)`), or
 later (`decide(commit=False)`, then `commit`) when the caller may still drop it: a disaggregated pool
 decides on its prefill set, then on its decode set, and claims (and commits) only when both have room,
-so a request waiting for decode room never finds its own unsent prefill in the index.
+so a request waiting for decode room never finds its own unsent prefill in the index. Only prefix
+indexes wait for the commit: a picker's other state (round robin's cursor) moves at decision time,
+so a dropped prefill decision still advances a round-robin prefill set.
 """
 
 from __future__ import annotations

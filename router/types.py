@@ -34,6 +34,7 @@ class Branch(StrEnum):
     STICKY = "sticky"
     SLO_MET = "slo_met"
     SLO_BEST_EFFORT = "slo_best_effort"
+    SLO_PREFIX_OVER_TPOT = "slo_prefix_over_tpot"
     COLD_MODEL = "cold_model"
 
 

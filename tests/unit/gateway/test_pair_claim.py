@@ -72,14 +72,19 @@ def test_a_pair_refused_for_decode_room_records_nothing_in_the_prefill_index() -
 
 
 def test_a_claimed_pair_is_recorded_once_where_its_prefill_went() -> None:
-    """The next request with the same prompt finds it on the replica that prefilled the first."""
-    pair, _ = pair_admission()
+    """One record per claimed pair (counted by the index's listener, which prefix sharing uses), on the
+    prefill replica; the next request with the same prompt finds it there."""
+    pair, index = pair_admission()
+    records: list[str] = []
+    index.listen(lambda replica_id, _hashes: records.append(replica_id))
     routing = build_routing_request(MODEL, PROMPT)
     first = pair.claim_pair(routing)
     assert first is not None
+    assert records == [first.prefill.replica.replica_id]
     first.release()
     again = pair.claim_pair(routing)
     assert again is not None
     assert again.prefill.replica.replica_id == first.prefill.replica.replica_id
     assert again.prefill.decision.matched_prefix_blocks == len(routing.prefix_hashes)
+    assert records == [first.prefill.replica.replica_id] * 2
     again.release()

@@ -189,16 +189,31 @@ def test_predicted_latency_skips_replicas_predicted_to_miss_tpot() -> None:
 def test_predicted_latency_keeps_a_replica_holding_the_prefix_even_over_tpot() -> None:
     """The warm replica decodes 200 sequences (TPOT 90 ms, over the 50 ms objective) and holds the
     request's 4,096-token prefix; the others decode 50 (30 ms) but would prefill all of it. The TPOT
-    filter spares the holder, so the lower TTFT of the hit wins (reported best effort: predicted over
-    TPOT); a replica over TPOT without the prefix is still skipped (test above)."""
+    filter spares the holder, so the lower TTFT of the hit wins (branch `slo_prefix_over_tpot`: others
+    were predicted within TPOT); a replica over TPOT without the prefix is still skipped (test above)."""
     chooser = policy("predicted-latency")
     loads: dict[str, dict[str, Any]] = {rid: {"latency": MODEL, "decoding_requests": 50} for rid in IDS}
     warm = decided(chooser.decide(shared(16_384, "first"), fleet(**loads))).replica_id
     loads[warm] = {"latency": MODEL, "decoding_requests": 200}
     request = shared(16_384, "second", slo_tpot_s=0.05)
     decision = decided(chooser.decide(request, fleet(**loads)))
-    assert decision.replica_id == warm and decision.branch is Branch.SLO_BEST_EFFORT
+    assert decision.replica_id == warm and decision.branch is Branch.SLO_PREFIX_OVER_TPOT
     assert decision.predicted_tpot_s == pytest.approx(0.01 + 0.0004 * 201)
+
+
+def test_a_prefix_every_candidate_holds_spares_none_from_the_tpot_filter() -> None:
+    """A common system prompt held everywhere: going elsewhere loses nothing, so the busy replica
+    (TPOT 90 ms, the fastest TTFT: the others have 2,000 prefill tokens queued) is still skipped."""
+    chooser = policy("predicted-latency")
+    loads: dict[str, dict[str, Any]] = {rid: {"latency": MODEL, "decoding_requests": 50} for rid in IDS}
+    for rid in IDS:  # the others excluded, each replica takes one request of the prefix: all hold it
+        others = frozenset(IDS) - {rid}
+        assert decided(chooser.decide(shared(16_384, rid, exclude=others), fleet(**loads))).replica_id == rid
+    for rid in IDS:
+        loads[rid]["prefill_tokens_inflight"] = 2000
+    loads["r0"] = {"latency": MODEL, "decoding_requests": 200}
+    decision = decided(chooser.decide(shared(16_384, "next", slo_tpot_s=0.05), fleet(**loads)))
+    assert decision.replica_id != "r0" and decision.branch is Branch.SLO_MET
 
 
 def test_predicted_latency_reports_best_effort_when_no_replica_meets_the_slo() -> None:
