@@ -182,10 +182,10 @@ class PredictedLatencyPicker(IndexedPicker):
         if estimates is None:
             cold = self._fallback.choose(request, replicas, scores, pool, matched)
             return Pick(index=cold.index, branch=Branch.COLD_MODEL, hops=cold.hops)
+        held = [matched[replica.replica_id] for replica in replicas]
         ttft: list[float] = []
         tpot: list[float | None] = []
-        for replica, estimate in zip(replicas, estimates, strict=True):
-            blocks = matched[replica.replica_id]
+        for replica, estimate, blocks in zip(replicas, estimates, held, strict=True):
             running = running_sequences(replica)
             queued = queued_prefill_tokens(replica, request, blocks)
             own = request.uncached_tokens(blocks)
@@ -196,9 +196,8 @@ class PredictedLatencyPicker(IndexedPicker):
             tpot.append(estimate.tpot_s(running + 1, kv_usage(replica)))
         slo_tpot = request.slo_tpot_s
         meets = [slo_tpot is None or t is None or t <= slo_tpot for t in tpot]
-        least_held = min(matched[replica.replica_id] for replica in replicas)
-        holds = [matched[replica.replica_id] > least_held for replica in replicas]
-        allowed = [i for i, ok in enumerate(meets) if ok or holds[i]] or list(range(len(replicas)))
+        least_held = min(held)  # a holder of more than that is spared the TPOT filter (module docstring)
+        allowed = [i for i, ok in enumerate(meets) if ok or held[i] > least_held] or list(range(len(held)))
         best = allowed[best_score_index([-ttft[i] for i in allowed], self._rng)]
         met = meets[best] and (request.slo_ttft_s is None or ttft[best] <= request.slo_ttft_s)
         branch = Branch.SLO_MET if met else Branch.SLO_BEST_EFFORT
