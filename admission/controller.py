@@ -102,6 +102,9 @@ class AdmissionController(Generic[S]):
         full_by_own_caps: Callable[[], bool] | None = None,
         prefer_wait: PreferWait | None = None,
         slot_key: Callable[[S], str] | None = None,
+        output_tokens: Callable[[AdmissionRequest], int | None] | None = None,
+        seconds_per_token: Callable[[], float | None] | None = None,
+        slots_over_caps: Callable[[], int] | None = None,
     ) -> None:
         self._config = config or AdmissionConfig()
         self._try_dispatch = try_dispatch
@@ -112,10 +115,12 @@ class AdmissionController(Generic[S]):
         self._queue: PriorityQueue[_Waiter[S]] = PriorityQueue(
             clock, self._config.classes, self._config.max_queue_depth
         )
-        self._forecast = ReleaseForecast(clock)
+        self._forecast = ReleaseForecast(clock, seconds_per_token=seconds_per_token)
         self._rates = PoolRates(clock, self._queue.class_names, self._forecast)
         self._holds = Holds(prefer_wait, clock, self._forecast, self._report_hold)
         self._slot_key = slot_key
+        self._output_tokens = output_tokens
+        self._slots_over_caps = slots_over_caps
         self.stats = AdmissionStats()
         self._timer = EarliestTimer(timers or LoopTimers(clock), self._on_timer)
         self._pump_handle: asyncio.Handle | None = None
@@ -212,7 +217,7 @@ class AdmissionController(Generic[S]):
             hold = self._holds.at_arrival(request, max_wait_s)
             slot = None if hold is not None else self._try_dispatch(request)
             if slot is not None:
-                return slot, 0.0, self._record_dispatch(priority, 0.0, self._key_of(slot))
+                return slot, 0.0, self._record_dispatch(request, slot, 0.0)
             self._holds.may_be_free = hold is not None
         if hold is None:
             self._refuse_if_hopeless(priority)
@@ -255,6 +260,7 @@ class AdmissionController(Generic[S]):
             ratio=config.early_refusal_ratio,
             max_wait_s=self._queue.priority_class(priority).max_wait_s,
             ahead=ahead,
+            blocked=0 if self._slots_over_caps is None else self._slots_over_caps(),
             capacity_per_s=self.capacity_rate_per_s(),
             above_per_s=self.above_rate_per_s(priority),
             forecast=self._forecast,
@@ -298,9 +304,8 @@ class AdmissionController(Generic[S]):
                 return
             self._queue.take(entry)  # queued: walked in dispatch order, nothing removed it since
             queue_wait_s = entry.waited_s(self._clock.now_s())
-            slot_key = self._key_of(slot)
-            hold_key = self._record_dispatch(entry.priority, queue_wait_s, slot_key, queued=True)
-            self._holds.dispatched(waiter, slot_key)
+            hold_key = self._record_dispatch(waiter.request, slot, queue_wait_s, queued=True)
+            self._holds.dispatched(waiter, self._key_of(slot))
             waiter.future.set_result((slot, queue_wait_s, hold_key))
             self._publish_depths({entry.priority})
         self._holds.end_round(stopped=False)
@@ -355,15 +360,17 @@ class AdmissionController(Generic[S]):
         return None if self._slot_key is None else self._slot_key(slot)
 
     def _record_dispatch(
-        self, priority: str, queue_wait_s: float, slot_key: str | None, queued: bool = False
+        self, request: AdmissionRequest, slot: S, queue_wait_s: float, queued: bool = False
     ) -> int:
         """Count a dispatch; returns its release-forecast key (the slot is held from now on, on the
-        replica `slot_key` names)."""
+        replica `slot_key` names; its output budget feeds the forecast's prior)."""
+        priority = request.priority
         self._rates.record(priority)
         self.stats.record_dispatch(priority, queue_wait_s, fast_path=not queued)
         if self._observer is not None:
             self._observer.dispatched(priority, queue_wait_s)
-        return self._forecast.hold(slot_key)
+        budget = None if self._output_tokens is None else self._output_tokens(request)
+        return self._forecast.hold(self._key_of(slot), output_tokens=budget)
 
     def _report_hold(self, outcome: HoldOutcome, held_s: float) -> None:
         self.stats.holds[outcome] += 1

@@ -6,9 +6,12 @@ controller gathers them (queue, meters, forecast) and turns a `Hopeless` answer 
 
     B      = ratio × max_wait_s(class)
     m      = OVERTAKE_MARGIN_SIGMAS × √(λ_above × B)
-    need   = ahead + 1 + λ_above × B + m                slot releases within B
+    need   = ahead + 1 + blocked + λ_above × B + m      slot releases within B
     hopeless ⇔ need > C × B                              (expected wait (ahead + 1 + m) / (C − λ_above))
             or the held tickets are not expected to free ⌈need⌉ slots within B (`ReleaseForecast`)
+
+`blocked`: slots held above the replicas' caps now (a learned cap cut below what runs): their releases
+free nothing for a waiter, so they come first.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ def hopeless(
     ratio: float,
     max_wait_s: float,
     ahead: int,
+    blocked: int = 0,
     capacity_per_s: float | None,
     above_per_s: float,
     forecast: ReleaseForecast,
@@ -48,12 +52,12 @@ def hopeless(
     if capacity_per_s is None or not math.isfinite(capacity_per_s * budget_s):
         return None
     margin = OVERTAKE_MARGIN_SIGMAS * math.sqrt(above_per_s * budget_s)
-    need = ahead + 1 + above_per_s * budget_s + margin
+    need = ahead + 1 + blocked + above_per_s * budget_s + margin
     available = capacity_per_s - above_per_s
     if need > capacity_per_s * budget_s + SLACK:
         if available <= 0:
             return Hopeless(f"the classes above {priority} take all of this pool's capacity", max_wait_s)
-        wait_s = (ahead + 1 + margin) / available
+        wait_s = (ahead + 1 + blocked + margin) / available
         burst = " with a burst of higher-class arrivals" if margin > 0 else ""
         why = f"the {priority} queue would take about {wait_s:.1f} s{burst}, over its {max_wait_s:g} s limit"
         return Hopeless(why, wait_s)

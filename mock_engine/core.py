@@ -56,6 +56,11 @@ class EngineStats:
     prompt_tokens_total: int
     generation_tokens_total: int
     preemptions_total: int
+    inter_token_latency_sum_s: float = 0.0
+    """Σ of the gaps between a request's consecutive output tokens (simulated seconds; a preemption's
+    recompute counts in its gap, as in vLLM's `inter_token_latency_seconds`)."""
+    inter_token_latency_count: int = 0
+    """How many gaps the sum holds (every output token but each request's first)."""
     running_adapters: tuple[str, ...] = ()
     """Distinct adapters of the running requests, in the order they started (vLLM's
     `running_lora_adapters`); the base model is not listed."""

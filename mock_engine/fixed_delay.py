@@ -56,6 +56,8 @@ class FixedDelayCore:
         self._now_s = float("-inf")
         self._prompt_tokens_total = 0
         self._generation_tokens_total = 0
+        self._inter_token_sum_s = 0.0
+        self._inter_token_count = 0
 
     def submit(self, request: EngineRequest) -> None:
         self._now_s = max(self._now_s, request.arrival_s)
@@ -86,6 +88,9 @@ class FixedDelayCore:
             events.append(TokenEvent(request_id, state.emitted, due_s, finished))
             state.emitted += 1
             self._generation_tokens_total += 1
+            if state.emitted > 1:  # its first token has no gap before it
+                self._inter_token_sum_s += self._token_delay_s
+                self._inter_token_count += 1
             if finished:
                 del self._running[request_id]
                 self._release(state.request, due_s)
@@ -114,6 +119,8 @@ class FixedDelayCore:
             prompt_tokens_total=self._prompt_tokens_total,
             generation_tokens_total=self._generation_tokens_total,
             preemptions_total=0,
+            inter_token_latency_sum_s=self._inter_token_sum_s,
+            inter_token_latency_count=self._inter_token_count,
             running_adapters=distinct_adapters(s.request.adapter for s in self._running.values()),
             waiting_adapters=distinct_adapters(r.adapter for r in self._waiting),
         )

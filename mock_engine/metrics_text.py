@@ -2,7 +2,9 @@
 
 `render_metrics(model, stats, flavour="vllm")`; `FLAVOURS` lists the flavours. Each flavour uses the real
 engine's names, labels, HELP text and number style (sources below); only metrics the mock's `EngineStats`
-can fill are rendered — no histogram, since the stats carry no latency distribution.
+can fill are rendered. The one histogram is the inter-token latency (vLLM and SGLang name it
+`…:inter_token_latency_seconds`), rendered with its `+Inf` bucket, `_sum` and `_count` only: the stats
+carry the gaps' sum and count, not their distribution (the server passes the sum in wall seconds).
 
 - vllm — vllm-project/vllm, vllm/v1/metrics/loggers.py: labels `model_name`, `engine`; counters with
   `_total` as prometheus_client exposes them; `vllm:kv_cache_usage_perc` is a fraction (0..1). With LoRA
@@ -149,6 +151,27 @@ def _llamacpp(stats: EngineStats) -> list[_Row]:
     ]
 
 
+# flavour → (name, help) of its inter-token latency histogram
+_INTER_TOKEN: dict[str, tuple[str, str]] = {
+    "vllm": ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds."),
+    "sglang": ("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds."),
+}
+
+
+def _histogram_lines(
+    name: str, help_text: str, labels: str, *, total_s: float, count: int, number: Callable[[float], str]
+) -> list[str]:
+    """A histogram with only its `+Inf` bucket (module docstring), `labels` merged with `le`."""
+    bucket_labels = f'{{{labels[1:-1]},le="+Inf"}}' if labels else '{le="+Inf"}'
+    return [
+        f"# HELP {name} {help_text}",
+        f"# TYPE {name} histogram",
+        f"{name}_sum{labels} {number(total_s)}",
+        f"{name}_bucket{bucket_labels} {number(count)}",
+        f"{name}_count{labels} {number(count)}",
+    ]
+
+
 def _escape(label_value: str) -> str:
     return label_value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
@@ -239,6 +262,11 @@ def render_metrics(
         lines.append(f"# HELP {name} {help_text}")
         lines.append(f"# TYPE {name} {kind}")
         lines.append(f"{name}{labels} {number(value)}")
+    histogram = _INTER_TOKEN.get(flavour)
+    if histogram is not None:
+        name, help_text = histogram
+        total_s, count = stats.inter_token_latency_sum_s, stats.inter_token_latency_count
+        lines.extend(_histogram_lines(name, help_text, labels, total_s=total_s, count=count, number=number))
     if lora is not None and flavour == "vllm":
         lines.extend(lora.lines())
     return ("\n".join(lines) + "\n").encode()

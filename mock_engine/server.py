@@ -182,6 +182,8 @@ class MockEngineApp:
 
     def _metrics(self) -> bytes:
         stats = self.driver.core.stats()
+        wall_sum_s = stats.inter_token_latency_sum_s / self.driver.speed  # an engine reports real time
+        stats = dataclasses.replace(stats, inter_token_latency_sum_s=wall_sum_s)
         if self.lora_info is not None:
             self.lora_info.sample(stats, self._clock())
         flavour = self.config.metrics_flavour

@@ -121,6 +121,9 @@ class PoolAdmission:
                 full_by_own_caps=self.full_by_own_caps,
                 prefer_wait=self.prefer_wait if self.pool.settings.prefix_wait.enabled else None,
                 slot_key=_replica_id,
+                output_tokens=_output_budget,
+                seconds_per_token=self.token_latency_s,
+                slots_over_caps=self.slots_over_caps,
             )
         return controller
 
@@ -151,6 +154,22 @@ class PoolAdmission:
         stops a claim: other pools' releases free slots then, which this pool's own tickets cannot
         forecast (admission's early refusal stays out)."""
         return self._max_inflight is None or self._registry.total_inflight() < self._max_inflight
+
+    def token_latency_s(self) -> float | None:
+        """The pool's time per output token now: the mean of its engines' last token-latency windows
+        (`ReplicaCost.token_latency_s`); None when no engine reported one."""
+        known = [r.cost.token_latency_s for r in self.pool.replicas.values() if r.cost.token_latency_s]
+        return sum(known) / len(known) if known else None
+
+    def slots_over_caps(self) -> int:
+        """Requests this instance runs above its replicas' caps (a learned cap cut below what runs):
+        releases that free nothing for a waiter (admission's early refusal counts them first)."""
+        over = 0
+        for replica in self.pool.replicas.values():
+            cap = replica.effective_max_concurrency()
+            if cap is not None and replica.inflight_requests > cap:
+                over += replica.inflight_requests - cap
+        return over
 
     def claim(self, routing: RoutingRequest) -> Slot | None:
         """A slot on the replica routing picks among eligible replicas under their cap (with shared
@@ -246,6 +265,11 @@ class PoolAdmission:
                 "all that do are down, draining or circuit-open)"
             )
         return AdmissionRefused(RejectReason.NO_REPLICA, self.pool.retry_after_s(model), why)
+
+
+def _output_budget(request: AdmissionRequest) -> int | None:
+    """The request's output budget in tokens (`max_tokens`), None when it set none."""
+    return None if request.routing is None else request.routing.max_tokens
 
 
 def _replica_id(slot: Slot) -> str:

@@ -37,7 +37,7 @@ def pool_watchers(  # noqa: PLR0917 - the composition root's parts, passed as th
     pool with `models.discover` (a disaggregated pool's prefill set included: it is a pool too)."""
     watchers: list[PoolWatcher] = []
     for pool in registry.pools.values():
-        scraper = _scraper(pool, control_client, metrics, clock, child_rng())
+        scraper = _scraper(pool, control_client, metrics, clock, child_rng(), registry.notify_capacity)
         if scraper is not None:
             watchers.append(scraper)
         if pool.settings.models.discover:
@@ -53,8 +53,13 @@ def pool_watchers(  # noqa: PLR0917 - the composition root's parts, passed as th
     return watchers
 
 
-def _scraper(
-    pool: Pool, client: httpx.AsyncClient, metrics: GatewayMetrics, clock: Clock, rng: random.Random
+def _scraper(  # noqa: PLR0917 - the composition root's parts
+    pool: Pool,
+    client: httpx.AsyncClient,
+    metrics: GatewayMetrics,
+    clock: Clock,
+    rng: random.Random,
+    on_capacity: Callable[[], None],
 ) -> EngineScraper | None:
     adapter = adapter_for(pool.settings.engine)
     if adapter is None or not pool.settings.scrape.enabled:
@@ -73,7 +78,9 @@ def _scraper(
             kv_usage_ratio=m.replica_kv_usage_ratio,
             prefix_cache_hit_ratio=m.replica_prefix_cache_hit_ratio,
             lora_adapters=m.replica_lora_adapters,
+            learned_cap=m.learned_max_concurrency,
         ),
         clock=clock.now_s,
         rng=rng,
+        on_capacity=on_capacity,
     )

@@ -246,12 +246,12 @@ class ReplicaRegistry:
                 ", ".join(sorted(pool.declared_models | pool.discovered_models)),
             )
         self._metrics.replica_models.labels(replica.replica_id).set(len(models))
-        self._notify_capacity()
+        self.notify_capacity()
 
     def set_draining(self, replica: Replica, draining: bool) -> None:
         replica.draining = draining
         self._publish(replica)
-        self._notify_capacity()
+        self.notify_capacity()
 
     def apply_membership(self, pool: Pool, target: ReplicaSet) -> None:
         """Apply one discovery event (see `gateway.upstream.discovery.membership`), synchronously."""
@@ -273,7 +273,7 @@ class ReplicaRegistry:
             self._remove(pool, by_url[url])
         if plan.changed:
             logger.info("pool %s membership: %s", pool.model, plan)
-            self._notify_capacity()
+            self.notify_capacity()
 
     def _remove(self, pool: Pool, replica: Replica) -> None:
         pool.replicas.pop(replica.replica_id, None)
@@ -293,8 +293,9 @@ class ReplicaRegistry:
                 self._metrics.breaker_transitions_total.remove(rid, state)
         self._count_states(pool)
 
-    def _notify_capacity(self) -> None:
-        """Capacity may have grown (a replica joined or came back): let admission dispatch waiters."""
+    def notify_capacity(self) -> None:
+        """Capacity may have grown (a replica joined or came back, a learned cap grew): let admission
+        dispatch waiters."""
         for listener in self._release_listeners:
             listener()
 
@@ -310,7 +311,7 @@ class ReplicaRegistry:
     def _publish_panic(self, pool: Pool) -> None:
         self._metrics.pool_panic.labels(pool.model).set(1 if pool.panic else 0)
         if pool.panic:
-            self._notify_capacity()  # circuit-open replicas just became routable: dispatch waiters
+            self.notify_capacity()  # circuit-open replicas just became routable: dispatch waiters
 
     def _publish(self, replica: Replica) -> None:
         pool = self.pools.get(replica.model)

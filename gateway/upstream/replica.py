@@ -21,10 +21,12 @@ non-draining replica is routable whatever its breaker says (`gateway.upstream.re
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gateway.upstream.breaker import CircuitBreaker
+from gateway.upstream.engine_metrics.sample import EngineSample
 from gateway.upstream.replica_cost import ReplicaCost
 from router.eligibility import is_routable
 from router.types import EngineLoad, ReplicaView
@@ -108,12 +110,41 @@ class Replica:
         )
 
     def effective_max_concurrency(self) -> int | None:
-        """The cap routing applies: `max_concurrency`, or the learned cap when one is set (it is never
-        above `max_concurrency`), lowered to this instance's credits when shared."""
-        cap = self.max_concurrency if self.cost.learned_cap is None else self.cost.learned_cap
+        """The cap routing applies to this instance's in-flight requests: `max_concurrency`, or the
+        learned cap when one is set (never above `max_concurrency`), lowered to this instance's credits
+        when shared. A learned cap fed by the engine's token latency is on the engine's whole batch, so
+        the requests other senders run there (`ReplicaCost.foreign_requests`) come off it first."""
+        cost = self.cost
+        learned = cost.learned_cap
+        if learned is None:
+            cap = self.max_concurrency
+        else:
+            if cost.windowed:
+                learned = max(0, learned - math.ceil(cost.foreign_requests))
+            cap = learned if self.max_concurrency is None else min(learned, self.max_concurrency)
         if self.credit_limit is None or cap is None:
             return cap
         return min(cap, self.credit_limit())
+
+    @property
+    def learned_cap(self) -> int | None:
+        """The learned cap on the engine (`ReplicaCost.learned_cap`), None while there is none."""
+        return self.cost.learned_cap
+
+    def engine_sampled(self, sample: EngineSample | None) -> bool:
+        """The scraper's word: a fresh sample (its token latency and batch teach the learned cap), or
+        None when the engine's samples went stale. True when this instance's cap grew (admission
+        should look at its waiters again)."""
+        before = self.effective_max_concurrency()
+        if sample is None:
+            self.cost.engine_lost()
+        else:
+            batch = sample.running + sample.waiting
+            self.cost.engine_sampled(sample.token_latency_s, batch, self.inflight_requests)
+        after = self.effective_max_concurrency()
+        if after is None:
+            return before is not None
+        return before is not None and after > before
 
     def routable_ignoring_panic(self, now_s: float) -> bool:
         """Healthy, not draining, breaker letting traffic through: what panic mode's threshold counts."""

@@ -75,10 +75,12 @@ class ReplicaCost:
         "_tpot_limit",
         "affinity_share",
         "decoding_requests",
+        "foreign_requests",
         "last_token_s",
         "learned_cap",
         "model",
         "prefill_tokens_inflight",
+        "token_latency_s",
     )
 
     def __init__(
@@ -95,6 +97,11 @@ class ReplicaCost:
         self._clock: Clock = clock or SystemClock()
         self.last_token_s: float | None = None
         self.learned_cap: int | None = None
+        self.foreign_requests = 0.0
+        """Requests on the engine that this instance did not send (other gateway instances, direct
+        clients): engine running + waiting minus this instance's in-flight, at the last fresh scrape."""
+        self.token_latency_s: float | None = None
+        """The engine's mean inter-token latency over the last closed scrape window (None: unknown)."""
         self.affinity_share: float | None = None
         self._cap_max_affinity_share = settings.cap_max_affinity_share
         self.model: ReplicaLatencyModel | None = None
@@ -109,6 +116,11 @@ class ReplicaCost:
                     target_ratio=settings.tpot_target_ratio,
                     paced=settings.cap_paced_by_generation,
                 )
+
+    @property
+    def windowed(self) -> bool:
+        """The learned cap follows the engine's token latency (fast samples), on its whole batch."""
+        return self._tpot_limit is not None and self._tpot_limit.windowed
 
     @property
     def estimate(self) -> LatencyEstimate | None:
@@ -179,6 +191,26 @@ class ReplicaCost:
             self.decoding_requests -= 1
         else:
             self.prefill_tokens_inflight -= sample.uncached_tokens
+
+    def engine_sampled(self, token_latency_s: float | None, engine_batch: float, own_inflight: int) -> None:
+        """A fresh scrape: the engine runs and queues `engine_batch` requests, `own_inflight` of them this
+        instance's; `token_latency_s` (when the scrape closed a window) moves the learned cap on the
+        engine's whole batch (`TpotConcurrencyLimit.observe_window`)."""
+        self.foreign_requests = max(0.0, engine_batch - own_inflight)
+        if token_latency_s is not None:
+            self.token_latency_s = token_latency_s
+        limit = self._tpot_limit
+        if limit is None or token_latency_s is None:
+            return
+        if self.affinity_share is not None and self.affinity_share >= self._cap_max_affinity_share:
+            limit.reset()  # prefix affinity at work: a cap would spill requests to cold replicas
+        else:
+            limit.observe_window(token_latency_s, engine_batch)
+        self.learned_cap = limit.cap
+
+    def engine_lost(self) -> None:
+        """No fresh scrape any more: nothing is known of other senders."""
+        self.foreign_requests = 0.0
 
     def learn_tpot(self, running: float, engine: EngineLoad | None, tpot_s: float, inflight: int = 0) -> None:
         """Learn one TPOT sample (with `inflight` requests on the replica now) and move the cap."""

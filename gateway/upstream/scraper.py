@@ -93,11 +93,21 @@ class ScrapeSettings(BaseModel):
 
 
 class ScrapeTarget(Protocol):
-    """A replica as the scraper sees it (`gateway.upstream.registry.Replica` fits)."""
+    """A replica as the scraper sees it (`gateway.upstream.registry.Replica` fits): `engine` is what
+    routing reads; `engine_sampled` hears of each fresh sample, and None when samples went stale."""
 
     replica_id: str
     url: str
     engine: EngineLoad | None
+
+    def engine_sampled(self, sample: EngineSample | None) -> bool:
+        """True when the sample may have let the target take more requests (its cap grew)."""
+        ...
+
+    @property
+    def learned_cap(self) -> int | None:
+        """The batch budget the samples taught it (`llm_gateway_learned_max_concurrency`)."""
+        ...
 
 
 class GaugeChild(Protocol):
@@ -131,6 +141,8 @@ class ScrapeMetrics:
     waiting: GaugeFamily | None = None
     kv_usage_ratio: GaugeFamily | None = None
     prefix_cache_hit_ratio: GaugeFamily | None = None
+    learned_cap: GaugeFamily | None = None
+    """The target's learned cap after each fresh sample (0: none)."""
     lora_adapters: GaugeFamily | None = None
     """Labels (replica, state): how many LoRA adapters have `running` / `waiting` requests."""
 
@@ -158,6 +170,7 @@ class EngineScraper:
         metrics: ScrapeMetrics | None = None,
         clock: Clock = time.monotonic,
         rng: random.Random | None = None,
+        on_capacity: Callable[[], None] | None = None,
     ) -> None:
         self.settings = settings
         self._adapter = adapter
@@ -167,6 +180,7 @@ class EngineScraper:
         self._metrics = metrics or ScrapeMetrics()
         self._clock = clock
         self._rng = rng or random.Random()
+        self._on_capacity = on_capacity
         self._states: dict[str, _ReplicaState] = {}
         self._task: asyncio.Task[None] | None = None
 
@@ -226,12 +240,18 @@ class EngineScraper:
         return targets
 
     async def _scrape_and_publish(self, target: ScrapeTarget, state: _ReplicaState) -> None:
+        fresh: EngineSample | None = None
         try:
-            state.last = await self._scrape(target, state.last)
+            state.last = fresh = await self._scrape(target, state.last)
             state.stale_counted = False
         except EngineMetricsError as exc:
             self._count(target.replica_id, exc.reason)
         self._publish(target, state)
+        if fresh is not None:
+            if target.engine_sampled(fresh) and self._on_capacity is not None:
+                self._on_capacity()  # waiters may fit now
+            if self._metrics.learned_cap is not None:
+                self._metrics.learned_cap.labels(target.replica_id).set(target.learned_cap or 0)
 
     async def _scrape(self, target: ScrapeTarget, previous: EngineSample | None) -> EngineSample:
         timeout_s = self.settings.timeout_s
@@ -264,6 +284,7 @@ class EngineScraper:
             self._count(target.replica_id, ScrapeErrorReason.STALE)
         self._remove_gauges(target.replica_id)
         target.engine = self._stale_load(last, age_s)
+        target.engine_sampled(None)
 
     def _stale_load(self, last: EngineSample | None, age_s: float) -> EngineLoad | None:
         if self.settings.on_stale is OnStale.IGNORE:

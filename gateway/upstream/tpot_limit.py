@@ -43,6 +43,26 @@ its knee (docs/BENCHMARKS.md, issue 15, fourth round; two rounds): paced 1.04–
 the knee's SLO goodput, TPOT p99 21–22 ms; unpaced 0.91–0.95× and 0.88×, TPOT p99 25–31 ms. Damping the
 steps by a constant instead lost (0.87–0.92× at 1.5×).
 
+Fast samples (`observe_window`): where the engine exports an inter-token latency histogram, every
+scrape that closes a window (`gateway.upstream.engine_metrics.adapter`) gives the replica's own mean
+token latency over the last interval, at the batch it ran (engine running + waiting, every gateway
+instance's requests together). Such a sample lags an admission by a prefill, not a generation, so it
+takes a damped step from the batch that ran, not from the limit (gradient clamped to [0.5, 2]):
+
+    first cut             limit = batch × gradient                      (the onset: a whole step)
+    latency over target   limit = min(limit, batch × gradient^WINDOW_GAIN)
+    latency under target  limit = min(max(limit, batch × gradient^WINDOW_GAIN), WINDOW_HEADROOM × batch)
+
+Why from the batch: a cut frees no slot until requests finish, so the batch — and the latency — stay
+high for up to a generation after it, and cuts compounded on the limit would take it far below what
+the objective allows (every dispatch then stops until the batch drains: queued requests time out).
+Anchored to what runs, a cut goes as far as the latency the current batch shows, once.
+
+From the first fast sample on, finished requests' TPOTs no longer move the limit (they describe the
+batch of a generation ago). With fast samples the limit is on the engine's whole batch, not one
+instance's requests: the replica subtracts the others' share before routing reads it
+(`gateway.upstream.replica`).
+
 Why a set point below the objective: the limit holds the *mean* TPOT at its target, and requests
 scatter around the mean (prefill chunks land on some requests' steps more than on others'), so with
 the target at the objective itself about a third of the admitted requests break it (docs/BENCHMARKS.md,
@@ -58,12 +78,29 @@ TPOT_WEIGHT = 0.2
 MIN_GRADIENT = 0.5
 MAX_PACED_GRADIENT = 2.0
 DEFAULT_TARGET_RATIO = 1.0
+WINDOW_GAIN = 0.3
+"""The exponent of a fast sample's gradient: under a third of a step per scrape interval (a change
+shows in the window one or two intervals later — the requests it admits prefill first — so a whole
+step would overshoot and oscillate)."""
+WINDOW_HEADROOM = 1.25
+"""A fast limit grows no further than this × the batch running and waiting: a limit far above what
+runs would let a burst through before any window could show its cost."""
 
 
 class TpotConcurrencyLimit:
     """The gradient limit of one replica (module docstring); `limit` is None until it is needed."""
 
-    __slots__ = ("_max", "_min", "_paced", "_samples", "_target_s", "_tpot_s", "_update_every", "limit")
+    __slots__ = (
+        "_max",
+        "_min",
+        "_paced",
+        "_samples",
+        "_target_s",
+        "_tpot_s",
+        "_update_every",
+        "limit",
+        "windowed",
+    )
 
     def __init__(
         self,
@@ -87,6 +124,8 @@ class TpotConcurrencyLimit:
         self._samples = 0
         self._tpot_s: float | None = None
         self.limit: float | None = None
+        self.windowed = False
+        """True once a fast sample arrived: finished requests' TPOTs no longer move the limit."""
 
     @property
     def cap(self) -> int | None:
@@ -97,10 +136,30 @@ class TpotConcurrencyLimit:
         """Forget the limit and the samples (no limit until the objective breaks again)."""
         self.limit = self._tpot_s = None
         self._samples = 0
+        self.windowed = False
+
+    def observe_window(self, latency_s: float, batch: float) -> None:
+        """One fast sample: the engine's mean token latency over a scrape interval, at `batch` sequences
+        running and waiting there (module docstring, "Fast samples")."""
+        if not math.isfinite(latency_s) or latency_s <= 0:
+            return
+        self.windowed = True
+        gradient = min(MAX_PACED_GRADIENT, max(MIN_GRADIENT, self._target_s / latency_s))
+        base = max(batch, float(self._min))
+        if self.limit is None:
+            if gradient >= 1.0:
+                return
+            new = base * gradient
+        elif gradient < 1.0:
+            new = min(self.limit, base * gradient**WINDOW_GAIN)
+        else:
+            new = min(max(self.limit, base * gradient**WINDOW_GAIN), WINDOW_HEADROOM * base)
+        self.limit = max(float(self._min), new)  # engine-wide: a per-instance configured cap applies apart
 
     def observe(self, tpot_s: float, inflight: int) -> None:
-        """One finished request's TPOT, with `inflight` requests on the replica now."""
-        if not math.isfinite(tpot_s) or tpot_s <= 0:
+        """One finished request's TPOT, with `inflight` requests on the replica now (ignored once fast
+        samples arrive)."""
+        if not math.isfinite(tpot_s) or tpot_s <= 0 or self.windowed:
             return
         if self._tpot_s is None:
             self._tpot_s = tpot_s

@@ -84,6 +84,8 @@ class PhysicsCore:
         self._preemptions_total = 0
         self._prompt_tokens_total = 0
         self._generation_tokens_total = 0
+        self._inter_token_sum_s = 0.0
+        self._inter_token_count = 0
         self._prefix_queries_tokens = 0
         self._prefix_hits_tokens = 0
 
@@ -162,6 +164,8 @@ class PhysicsCore:
             prompt_tokens_total=self._prompt_tokens_total,
             generation_tokens_total=self._generation_tokens_total,
             preemptions_total=self._preemptions_total,
+            inter_token_latency_sum_s=self._inter_token_sum_s,
+            inter_token_latency_count=self._inter_token_count,
             running_adapters=distinct_adapters(s.request.adapter for s in self._running.values()),
             waiting_adapters=distinct_adapters(s.request.adapter for s in self._waiting),
         )
@@ -318,6 +322,10 @@ class PhysicsCore:
         self._generation_tokens_total += 1
         if index == 0:
             self._prompt_tokens_total += sequence.request.prompt_tokens
+        elif sequence.last_token_s is not None:
+            self._inter_token_sum_s += time_s - sequence.last_token_s
+            self._inter_token_count += 1
+        sequence.last_token_s = time_s
         finished = sequence.finished
         events.append(TokenEvent(sequence.request_id, index, time_s, finished))
         if finished:

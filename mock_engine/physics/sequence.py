@@ -45,6 +45,7 @@ class SequenceState:
     cached_hashes: list[int] = field(default_factory=list)
     transfer_done_s: float = float("-inf")
     kv_received: bool = False
+    last_token_s: float | None = None
 
     @property
     def request_id(self) -> str:

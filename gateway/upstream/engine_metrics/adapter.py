@@ -26,6 +26,13 @@ documented set of rules to every flavour:
   so an interval that holds only the 8-token tail of a full hit read 0 % and that 0 % was carried over
   until the next request. On the first sample, or after a counter reset (an engine restart: a counter
   went down), the cumulative hits / queries; None while the engine has never been queried.
+- Token latency. From an inter-token latency histogram (`token_latency` names, read as `<name>_sum` in
+  seconds and `<name>_count` gaps): Δsum / Δcount over a window of at least `MIN_WINDOW_TOKEN_GAPS`
+  gaps, reported only by the sample whose scrape closed the window (it then reopens at the current
+  counters) — None in every other sample, so each closed window reaches the batch budget once
+  (`gateway.upstream.batch_budget`). It is the engine's own mean time between a sequence's tokens over
+  the window, whoever sent the requests: every gateway instance reads the same figure. None before the
+  first window, after a counter reset (the window reopens), or when the flavour exports no histogram.
 - Malformed text raises `EngineMetricsError(PARSE)` (see `exposition` for what counts as malformed).
 """
 
@@ -88,10 +95,13 @@ class FlavourSpec:
     hit_counters: tuple[CounterPair, ...] = ()
     model_label: str | None = "model_name"
     lora_info: tuple[str, ...] = ()
+    token_latency: tuple[str, ...] = ()
+    """Inter-token latency histograms (base names, newest first); read as `_sum` and `_count`."""
     wanted: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
         names = {*self.running, *self.waiting, *self.kv_usage, *self.hit_ratio_gauges, *self.lora_info}
+        names.update(f"{name}{part}" for name in self.token_latency for part in ("_sum", "_count"))
         for pair in self.hit_counters:
             names.update(pair.hits)
             names.update(pair.queries)
@@ -168,6 +178,32 @@ def _counter_ratio(previous: EngineSample | None, hits: float, queries: float) -
     return _HitCounters(carried if carried is not None else window_ratio, start_hits, start_queries)
 
 
+MIN_WINDOW_TOKEN_GAPS = 32
+"""A token-latency window closes once it holds this many gaps (one busy scrape interval holds far more;
+a lone stream at 20 ms a token closes one about every 0.6 s)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _TokenWindow:
+    """The window's mean to report (None: no window closed) and the counters where the open one starts."""
+
+    latency_s: float | None
+    start_sum_s: float
+    start_count: float
+
+
+def _token_window(previous: EngineSample | None, total_s: float, count: float) -> _TokenWindow:
+    """Token latency over the window this scrape closes, if it closes one (module docstring)."""
+    start_sum = previous.token_window_sum_s if previous is not None else None
+    start_count = previous.token_window_count if previous is not None else None
+    if start_sum is None or start_count is None or count < start_count or total_s < start_sum:
+        return _TokenWindow(None, total_s, count)  # first sample, or the engine restarted
+    gaps = count - start_count
+    if gaps < MIN_WINDOW_TOKEN_GAPS:
+        return _TokenWindow(None, start_sum, start_count)
+    return _TokenWindow((total_s - start_sum) / gaps, total_s, count)
+
+
 class SpecAdapter:
     """The one adapter implementation, configured by a `FlavourSpec` (rules in the module docstring)."""
 
@@ -206,6 +242,7 @@ class SpecAdapter:
         kv = read.first(self.spec.kv_usage, _mean)
         ratio, window = self._hit_ratio(read, previous)
         running_adapters, waiting_adapters, max_loras = lora_adapters(exposition, self.spec.lora_info)
+        tokens = self._token_window(read, previous)
         return EngineSample(
             running=_clamp_count(running),
             waiting=_clamp_count(waiting),
@@ -217,7 +254,17 @@ class SpecAdapter:
             running_adapters=running_adapters,
             waiting_adapters=waiting_adapters,
             max_loras=max_loras,
+            token_latency_s=tokens.latency_s if tokens else None,
+            token_window_sum_s=tokens.start_sum_s if tokens else None,
+            token_window_count=tokens.start_count if tokens else None,
         )
+
+    def _token_window(self, read: _Reader, previous: EngineSample | None) -> _TokenWindow | None:
+        for name in self.spec.token_latency:
+            total_s, count = read.total((f"{name}_sum",)), read.total((f"{name}_count",))
+            if total_s is not None and count is not None:
+                return _token_window(previous, total_s, count)
+        return None
 
     def _hit_ratio(
         self, read: _Reader, previous: EngineSample | None

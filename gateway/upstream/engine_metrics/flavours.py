@@ -8,6 +8,10 @@ table). Candidates are listed newest first; the adapter takes the first one pres
   / Δ`vllm:prefix_cache_queries_total` (V0: gauge `vllm:gpu_prefix_cache_hit_rate`);
 - sglang: `sglang:num_running_reqs`, `sglang:num_queue_reqs`, KV `sglang:token_usage`, hit ratio gauge
   `sglang:cache_hit_rate` (else Δ`sglang:cached_tokens_total` / Δ`sglang:prompt_tokens_total`);
+- token latency (the batch budget's signal): the inter-token latency histogram,
+  `vllm:inter_token_latency_seconds` (older: `vllm:time_per_output_token_seconds`) and
+  `sglang:inter_token_latency_seconds` (older: `sglang:time_per_output_token_seconds`); TGI and
+  llama.cpp export none;
 - tgi: `tgi_batch_current_size`, `tgi_queue_size`; no KV usage, no prefix-cache metrics;
 - llamacpp: `llamacpp:requests_processing`, `llamacpp:requests_deferred`, KV `llamacpp:kv_cache_usage_ratio`
   (older builds only), hit ratio Δ`llamacpp:prompt_tokens_cached_total` / Δ(`llamacpp:prompt_tokens_total`
@@ -40,6 +44,7 @@ VLLM = FlavourSpec(
     kv_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
     hit_ratio_gauges=("vllm:gpu_prefix_cache_hit_rate",),
     lora_info=("vllm:lora_requests_info",),
+    token_latency=("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
     hit_counters=(
         CounterPair(hits=("vllm:prefix_cache_hits_total",), queries=("vllm:prefix_cache_queries_total",)),
         CounterPair(
@@ -60,6 +65,7 @@ SGLANG = FlavourSpec(
     waiting=("sglang:num_queue_reqs",),
     kv_usage=("sglang:token_usage",),
     hit_ratio_gauges=("sglang:cache_hit_rate",),
+    token_latency=("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
     hit_counters=(
         CounterPair(hits=("sglang:cached_tokens_total",), queries=("sglang:prompt_tokens_total",)),
     ),

@@ -57,6 +57,12 @@ class EngineSample:
     empty for flavours that do not export it)."""
     waiting_adapters: frozenset[str] = frozenset()
     max_loras: int | None = None
+    token_latency_s: float | None = None
+    """The engine's mean inter-token latency (seconds) over the window this scrape closed; None when it
+    closed none (see the adapter's "Token latency" rule)."""
+    token_window_sum_s: float | None = None
+    """The inter-token histogram's sum and count where the open window started (None without one)."""
+    token_window_count: float | None = None
 
     def to_load(self, now_s: float) -> EngineLoad:
         """The routing view of this sample at `now_s` (fresh; a missing KV ratio reads as 0.0)."""

@@ -79,3 +79,30 @@ def test_a_discarded_grant_leaves_without_being_timed() -> None:
     forecast.discard(key)
     forecast.discard(key)
     assert len(forecast) == 0 and forecast.mean_hold_s == pytest.approx(4.0)
+
+
+def test_before_the_first_completion_the_prior_is_the_output_budget_times_the_token_latency() -> None:
+    clock = FakeClock()
+    per_token_s: list[float | None] = [None]
+    forecast = ReleaseForecast(clock, smoothing=1.0, seconds_per_token=lambda: per_token_s[0])
+    first = forecast.hold("r0", output_tokens=200)
+    forecast.hold("r1", output_tokens=100)
+    forecast.hold("r1")  # no budget: not in the prior
+    assert forecast.mean_hold_s is None, "no token latency yet"
+    per_token_s[0] = 0.04
+    assert forecast.mean_hold_s == pytest.approx(150 * 0.04)
+    assert forecast.releases_due(1, 1.0) is False, "dispatched now, due in 6 s"
+    clock.advance(5.5)
+    assert forecast.releases_due(3, 1.0) is True
+    forecast.release(first)
+    assert forecast.mean_hold_s == pytest.approx(5.5), "measured from the first completion on"
+    forecast.hold("r0", output_tokens=10_000)
+    assert forecast.mean_hold_s == pytest.approx(5.5)
+
+
+def test_a_discarded_ticket_leaves_the_prior() -> None:
+    forecast = ReleaseForecast(FakeClock(), seconds_per_token=lambda: 0.01)
+    key = forecast.hold(output_tokens=1000)
+    forecast.hold(output_tokens=100)
+    forecast.discard(key)
+    assert forecast.mean_hold_s == pytest.approx(1.0)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from admission.config import AdmissionConfig
@@ -73,6 +73,9 @@ def make_harness(
     *,
     early_refusal_ratio: float | None = None,
     early_refusal_needs_queue: bool = False,
+    output_tokens: Callable[[AdmissionRequest], int | None] | None = None,
+    seconds_per_token: Callable[[], float | None] | None = None,
+    slots_over_caps: Callable[[], int] | None = None,
 ) -> Harness:
     clock = FakeClock(start_s=1000.0)
     timers = ManualTimers(clock)
@@ -84,7 +87,16 @@ def make_harness(
         early_refusal_ratio=early_refusal_ratio,
         early_refusal_needs_queue=early_refusal_needs_queue,
     )
-    controller = AdmissionController(fleet.try_dispatch, gate, clock=clock, config=config, timers=timers)
+    controller = AdmissionController(
+        fleet.try_dispatch,
+        gate,
+        clock=clock,
+        config=config,
+        timers=timers,
+        output_tokens=output_tokens,
+        seconds_per_token=seconds_per_token,
+        slots_over_caps=slots_over_caps,
+    )
     fleet.controller = controller
     return Harness(clock, timers, fleet, gate, controller)
 

@@ -263,3 +263,41 @@ async def test_no_early_refusal_while_a_limit_shared_with_other_pools_blocks() -
     own_caps[0] = False
     waiting = await _queue(h, "interactive", 1)
     await _finish(h, held, waiting)
+
+
+async def test_before_any_request_ended_the_prior_hold_time_lets_an_onset_be_refused_at_once() -> None:
+    """The first generation of a sudden overload: nothing has completed, so S is unknown — without a
+    prior every arrival would queue and wait out its class's limit. The output budget (200 tokens) ×
+    the engines' token latency (20 ms) says the 20 grants held free nothing for 4 s."""
+    h = make_harness(
+        slots=20,
+        classes=CLASSES,
+        early_refusal_ratio=0.25,
+        output_tokens=lambda request: 200,
+        seconds_per_token=lambda: 0.02,
+    )
+    held = [await h.controller.admit(req(f"onset{n}")) for n in range(20)]
+    assert h.controller.capacity_rate_per_s() == pytest.approx(20 / 4.0)
+    with pytest.raises(AdmissionRefused) as refused:  # the cohort frees nothing within B = 1 s
+        await asyncio.wait_for(h.controller.admit(req("first-waiter")), timeout=1)
+    assert refused.value.reason is RejectReason.QUEUE_FULL
+    assert refused.value.retry_after_s == 3, "the cohort is due in 4 s, 3 s past the budget"
+    h.clock.advance(3.5)
+    waiters = await _queue(h, "interactive", 1)  # due within 1 s now: it may wait
+    await _finish(h, held, waiters)
+
+
+async def test_slots_held_above_the_caps_are_released_before_any_waiter_gets_one() -> None:
+    """A learned cap cut below what runs: the first `blocked` releases free nothing for a waiter."""
+    blocked = [0]
+    h = make_harness(slots=20, classes=CLASSES, early_refusal_ratio=0.25, slots_over_caps=lambda: blocked[0])
+    held = await _steady(h, {"interactive": 20}, rounds=20)  # C = 20/s, B = 1 s
+    waiters = await _queue(h, "interactive", 10)
+    blocked[0] = 10
+    with pytest.raises(AdmissionRefused):
+        await asyncio.wait_for(h.controller.admit(req("eleventh")), timeout=1)
+    blocked[0] = 0
+    late = asyncio.create_task(h.controller.admit(req("eleventh-again")))
+    await settle()
+    assert not late.done(), "without the blocked slots the same arrival may wait"
+    await _finish(h, held, [*waiters, late])

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from gateway.upstream.engine_metrics.sample import EngineSample
 from mock_engine.core import EngineStats
 from mock_engine.metrics_text import render_metrics
 from router.types import EngineLoad
@@ -71,6 +72,14 @@ class Target:
     replica_id: str
     url: str
     engine: EngineLoad | None = None
+    sampled: list[EngineSample | None] = field(default_factory=list)
+    learned_cap: int | None = None
+    grows: bool = False
+    """What `engine_sampled` answers: the sample let it take more requests."""
+
+    def engine_sampled(self, sample: EngineSample | None) -> bool:
+        self.sampled.append(sample)
+        return self.grows
 
 
 class FakeClock:

@@ -13,7 +13,7 @@ from gateway.upstream.engine_metrics import (
     adapter_for,
     known_flavours,
 )
-from gateway.upstream.engine_metrics.adapter import MIN_WINDOW_QUERY_TOKENS
+from gateway.upstream.engine_metrics.adapter import MIN_WINDOW_QUERY_TOKENS, MIN_WINDOW_TOKEN_GAPS
 from tests.unit.engine_metrics import fixtures
 
 
@@ -264,3 +264,57 @@ def test_vllm_lora_info_reads_the_newest_label_set_of_running_and_waiting_adapte
 def test_without_the_lora_gauge_no_adapter_is_reported() -> None:
     got = sample("vllm", fixtures.VLLM_V1, model=fixtures.VLLM_MODEL)
     assert got.running_adapters == frozenset() and got.waiting_adapters == frozenset()
+
+
+def token_latency(
+    flavour: str, total_s: float, count: float, name: str = "inter_token_latency_seconds"
+) -> str:
+    running, waiting = {
+        "vllm": ("num_requests_running", "num_requests_waiting"),
+        "sglang": (
+            "num_running_reqs",
+            "num_queue_reqs",
+        ),
+    }[flavour]
+    return f"""{flavour}:{running} 3
+{flavour}:{waiting} 0
+{flavour}:{name}_sum {total_s}
+{flavour}:{name}_count {count}
+"""
+
+
+@pytest.mark.parametrize("flavour", ["vllm", "sglang"])
+def test_token_latency_is_the_mean_gap_of_a_closed_window_reported_once(flavour: str) -> None:
+    assert MIN_WINDOW_TOKEN_GAPS == 32
+    first = sample(flavour, token_latency(flavour, 10.0, 1000))
+    assert first.token_latency_s is None, "the first sample only opens the window"
+    closed = sample(flavour, token_latency(flavour, 10.0 + 64 * 0.04, 1064), previous=first)
+    assert closed.token_latency_s == pytest.approx(0.04)
+    idle = sample(flavour, token_latency(flavour, 10.0 + 64 * 0.04, 1064), previous=closed)
+    assert idle.token_latency_s is None, "a window reaches the budget once; an idle interval says nothing"
+
+
+def test_a_token_window_stays_open_until_it_holds_enough_gaps() -> None:
+    first = sample("vllm", token_latency("vllm", 0.0, 0))
+    partial = sample("vllm", token_latency("vllm", 20 * 0.05, 20), previous=first)
+    assert partial.token_latency_s is None
+    closed = sample("vllm", token_latency("vllm", 20 * 0.05 + 20 * 0.03, 40), previous=partial)
+    assert closed.token_latency_s == pytest.approx((20 * 0.05 + 20 * 0.03) / 40)
+
+
+def test_token_latency_reopens_after_an_engine_restart_and_reads_the_older_name() -> None:
+    before = sample("vllm", token_latency("vllm", 100.0, 5000, "time_per_output_token_seconds"))
+    restarted = sample(
+        "vllm", token_latency("vllm", 1.0, 50, "time_per_output_token_seconds"), previous=before
+    )
+    assert restarted.token_latency_s is None, "a counter went down: the window reopens, nothing reported"
+    after = sample(
+        "vllm",
+        token_latency("vllm", 1.0 + 40 * 0.02, 90, "time_per_output_token_seconds"),
+        previous=restarted,
+    )
+    assert after.token_latency_s == pytest.approx(0.02)
+
+
+def test_flavours_without_the_histogram_report_no_token_latency() -> None:
+    assert sample("vllm", counters(1, 2)).token_latency_s is None

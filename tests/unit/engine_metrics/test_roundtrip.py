@@ -82,3 +82,21 @@ def test_each_flavour_uses_its_engine_names() -> None:
 def test_unknown_flavour_is_rejected() -> None:
     with pytest.raises(ValueError, match="unknown metrics flavour"):
         render_metrics("m", STATS, flavour="triton")
+
+
+CARRIES_TOKEN_LATENCY = {"vllm": True, "sglang": True, "tgi": False, "llamacpp": False}
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_round_trip_of_the_inter_token_latency_histogram(flavour: str) -> None:
+    from dataclasses import replace
+
+    adapter = ADAPTERS[flavour]
+    first = adapter.sample(
+        render_metrics(MODEL, STATS, flavour=flavour).decode(), taken_at_s=1.0, model=MODEL
+    )
+    later = replace(STATS, inter_token_latency_sum_s=80 * 0.025, inter_token_latency_count=80)
+    got = adapter.sample(
+        render_metrics(MODEL, later, flavour=flavour).decode(), taken_at_s=2.0, previous=first, model=MODEL
+    )
+    assert got.token_latency_s == (pytest.approx(0.025) if CARRIES_TOKEN_LATENCY[flavour] else None)

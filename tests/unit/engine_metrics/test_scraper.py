@@ -61,6 +61,7 @@ def metrics(registry: CollectorRegistry) -> ScrapeMetrics:
         prefix_cache_hit_ratio=Gauge(
             "llm_gateway_replica_prefix_cache_hit_ratio", "x", ["replica"], registry=registry
         ),
+        learned_cap=Gauge("llm_gateway_learned_max_concurrency", "x", ["replica"], registry=registry),
     )
 
 
@@ -83,6 +84,7 @@ def make_scraper(
     metrics: ScrapeMetrics | None = None,
     settings: ScrapeSettings = SETTINGS,
     flavour: str = "vllm",
+    on_capacity: Callable[[], None] | None = None,
 ) -> EngineScraper:
     return EngineScraper(
         settings,
@@ -93,7 +95,23 @@ def make_scraper(
         metrics=metrics,
         clock=clock,
         rng=random.Random(7),
+        on_capacity=on_capacity,
     )
+
+
+async def test_each_fresh_sample_reaches_its_target_and_a_grown_cap_wakes_admission(
+    server: MetricsServer, client: httpx.AsyncClient, metrics: ScrapeMetrics, registry: CollectorRegistry
+) -> None:
+    woken: list[int] = []
+    same, grown = Target("r1", server.url), Target("r2", server.url, grows=True, learned_cap=12)
+    scraper = make_scraper(
+        [same, grown], client, FakeClock(), metrics=metrics, on_capacity=lambda: woken.append(1)
+    )
+    await scraper.poll_once()
+    assert len(same.sampled) == len(grown.sampled) == 1 and same.sampled[0] is not None
+    assert woken == [1], "only the target whose cap grew wakes admission"
+    assert gauge(registry, "learned_max_concurrency", "r2") == 12
+    assert gauge(registry, "learned_max_concurrency", "r1") == 0
 
 
 async def test_a_fresh_sample_is_published_and_exported(

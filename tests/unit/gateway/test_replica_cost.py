@@ -10,6 +10,7 @@ import pytest
 from core.clock import FakeClock
 from gateway.metrics import GatewayMetrics
 from gateway.settings import parse_settings
+from gateway.upstream.engine_metrics.sample import EngineSample
 from gateway.upstream.latency_settings import LatencyModelSettings
 from gateway.upstream.registry import ReplicaRegistry
 from gateway.upstream.replica import Replica
@@ -236,3 +237,42 @@ def test_a_claim_passes_the_prompt_size_and_its_affinity_tokens_to_the_replica()
     reg, replica, _ = registry()
     reg.claim(replica, DECISION, 1200, uncached_tokens=250, prompt_tokens=1000, affinity_tokens=750).release()
     assert replica.cost.affinity_share == pytest.approx(0.75)
+
+
+def engine_sample(running: float, waiting: float = 0.0, token_latency_s: float | None = None) -> EngineSample:
+    return EngineSample(running, waiting, None, None, taken_at_s=0.0, token_latency_s=token_latency_s)
+
+
+def test_an_engine_fed_cap_is_on_the_whole_batch_and_other_senders_come_off_it() -> None:
+    _, replica, _ = registry(slo={"tpot_s": 0.05})  # set point 40 ms
+    replica.inflight_requests = 30
+    assert not replica.engine_sampled(engine_sample(running=100, token_latency_s=0.08))  # gradient 0.5
+    assert replica.cost.learned_cap == 50, "the first cut: half of the 100 the engine runs"
+    assert replica.cost.foreign_requests == 70, "70 of them are other instances' (or direct clients')"
+    assert replica.effective_max_concurrency() == 0, "this instance's share: 50 − 70, none"
+    assert not replica.view(0.0).has_free_slot
+    replica.inflight_requests = 20
+    grew = replica.engine_sampled(engine_sample(running=45))  # the others left; no window closed
+    assert grew, "its cap grew: admission should look at its waiters"
+    assert replica.effective_max_concurrency() == 50 - 25
+    assert replica.engine_sampled(None), "stale samples: nothing known of other senders, its share grows"
+    assert replica.cost.foreign_requests == 0
+    assert replica.effective_max_concurrency() == 50
+
+
+def test_without_an_engine_window_the_cap_stays_this_instances_own() -> None:
+    _, replica, _ = registry(slo={"tpot_s": 0.05})
+    for _ in range(8):
+        replica.cost.learn_tpot(running=90, engine=None, tpot_s=0.1, inflight=100)
+    replica.inflight_requests = 10
+    replica.engine_sampled(engine_sample(running=60))  # 50 foreign, but the cap is not the engine's
+    assert replica.cost.learned_cap == 50
+    assert replica.effective_max_concurrency() == 50
+
+
+def test_a_configured_cap_still_bounds_this_instance_under_an_engine_fed_cap() -> None:
+    _, replica, _ = registry(slo={"tpot_s": 0.05}, max_concurrency_per_replica=16)
+    replica.engine_sampled(engine_sample(running=200, token_latency_s=0.08))
+    assert replica.cost.learned_cap == 100, "engine-wide, not clamped by the per-instance cap"
+    replica.engine_sampled(engine_sample(running=0))
+    assert replica.effective_max_concurrency() == 16

@@ -254,3 +254,16 @@ def test_random_workloads_with_aborts_complete_and_free_all_kv(seed: int) -> Non
     assert_complete(events, {k: v for k, v in expected.items() if k not in aborted})
     stats = core.stats()
     assert (stats.running, stats.waiting, stats.kv_usage_ratio) == (0, 0, 0.0)
+
+
+def test_inter_token_latency_sums_every_gap_after_each_first_token() -> None:
+    core = PhysicsCore(tiny())
+    core.submit(request("a", prompt_tokens=100, max_tokens=4))
+    core.submit(request("b", prompt_tokens=60, max_tokens=3))
+    events = by_request(run_until_idle(core))
+    gaps = [
+        later.time_s - earlier.time_s for seq in events.values() for earlier, later in itertools.pairwise(seq)
+    ]
+    stats = core.stats()
+    assert stats.inter_token_latency_count == len(gaps) == 3 + 2
+    assert stats.inter_token_latency_sum_s == pytest.approx(sum(gaps))
