@@ -8,8 +8,8 @@ Responses and pooling bodies the same rendering of their own fields, `_prompt_te
 and, for chat/completions streams, asking the engine for usage (`stream_options.include_usage`) so the
 gateway can account tokens (the Anthropic and Responses streams always carry their usage).
 
-`/v1/responses/{id}` calls (retrieve, delete, cancel) have no body that names a model: they are parsed
-by `parse_response_call` once the response-state store has told which pool holds the id.
+`/v1/responses/{id}` calls (retrieve, delete, cancel, input items) have no body that names a model: they
+are parsed by `parse_response_call` once the response-state store has told which pool holds the id.
 """
 
 from __future__ import annotations
@@ -261,8 +261,9 @@ def _strings(values: list[Any]) -> list[str]:
 
 
 def parse_response_call(method: str, path: str, query: bytes, model: str) -> ParsedRequest:
-    """A `/v1/responses/{id}[/cancel]` call as a request of `model`'s pool (the pool that holds the
-    id): no body, nothing to generate, sent to `path` (+ the query string) on the pinned replica."""
+    """A `/v1/responses/{id}[/cancel|/input_items]` call as a request of `model`'s pool (the pool that
+    holds the id): no body, nothing to generate, sent to `path` (+ the query string) on the pinned
+    replica."""
     upstream = path + ("?" + query.decode("latin-1") if query else "")
     return ParsedRequest(
         endpoint=Endpoint.RESPONSES,

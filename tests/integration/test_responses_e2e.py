@@ -83,6 +83,16 @@ def test_retrieve_delete_and_cancel_reach_the_replica_that_holds_the_response(fl
     assert deleted.headers[REPLICA] == replica and deleted.status_code == 200
 
 
+def test_input_items_are_listed_by_the_replica_that_holds_the_response(fleet: Fleet) -> None:
+    client = _client(fleet)
+    first_id, _, replica = _create(client, input="first turn")
+    second_id, _, _ = _create(client, input="second turn", previous_response_id=first_id)
+    raw = client.responses.input_items.with_raw_response.list(second_id)
+    assert raw.headers[REPLICA] == replica
+    texts = [item.content[0].text for item in raw.parse().data]  # type: ignore[union-attr]
+    assert texts[0] == "first turn" and texts[-1] == "second turn"
+
+
 def test_a_deleted_response_is_forgotten_by_the_gateway(fleet: Fleet) -> None:
     """After a successful delete the gateway itself answers 404 `response_not_found` for the id (no
     replica touched: no `x-gateway-replica`, which a forwarded call would carry), for every call on it
