@@ -150,7 +150,7 @@ class ProxyHandler:
                 raise Draining("the gateway is shutting down")
             tenant = self._tenant(scope)
             raw = await client.read_body(server_settings.max_body_bytes, server_settings.body_timeout_s)
-            parsed, stored = await self._parse(endpoint, scope, raw)
+            parsed, stored = await self._parse(endpoint, scope, raw, tenant)
             stream = parsed.stream
             if await self._handle(endpoint, scope, receive, reply, tenant, parsed, stored, request_record):
                 outcome = OUTCOME_CLIENT_DISCONNECT
@@ -250,13 +250,14 @@ class ProxyHandler:
         return resolved
 
     async def _parse(
-        self, endpoint: Endpoint, scope: Scope, raw: bytes
+        self, endpoint: Endpoint, scope: Scope, raw: bytes, tenant: Tenant
     ) -> tuple[ParsedRequest, tuple[str, ResponseLocation] | None]:
         """The parsed request and, when it needs a stored response (a `/v1/responses/{id}` call or a
-        `previous_response_id`), that response's id and location (404 when unknown)."""
+        `previous_response_id`), that response's id and location (404 when unknown or `tenant`'s
+        not)."""
         call = response_call(scope["path"]) if endpoint is Endpoint.RESPONSES else None
         if call is not None:
-            location = await self._affinity.locate(call.response_id)
+            location = await self._affinity.locate(tenant, call.response_id)
             parsed = parse_response_call(
                 scope["method"], scope["path"], scope.get("query_string", b""), location.model
             )
@@ -265,7 +266,7 @@ class ProxyHandler:
         previous = parsed.previous_response_id
         if previous is None:
             return parsed, None
-        return parsed, (previous, await self._affinity.locate(previous))
+        return parsed, (previous, await self._affinity.locate(tenant, previous))
 
     async def _serve(self, ctx: RequestContext, reply: Reply) -> None:
         """Serve (a loadable LoRA adapter nobody serves loaded first: `gateway.proxy.adapter_loading`),
@@ -274,10 +275,11 @@ class ProxyHandler:
         if not ctx.idempotency_key or ctx.stream:
             await self._server.serve(ctx, reply)
             return
+        tenants = self._tenants.tenants_configured  # with tenants a record is the tenant's, whatever its key
         scoped = idempotency_scope(  # method and upstream path: each `/v1/responses/{id}` call is its own
             f"{ctx.parsed.method} {ctx.parsed.upstream_path}",
             ctx.model,
-            ctx.authorization,
+            f"tenant:{ctx.tenant.name}" if tenants else ctx.authorization,
             ctx.idempotency_key,
         )
         stored = await self._idempotency.claim(scoped, body_digest(ctx.parsed.raw))

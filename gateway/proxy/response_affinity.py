@@ -12,16 +12,26 @@ so a client that chains on the id at once, through any instance, finds the recor
 relayed status), so a later call on it is the gateway's own 404 `response_not_found`, never forwarded;
 a refused or failed delete keeps it.
 
+A stored response belongs to the tenant whose request produced it. With tenants configured, every
+record is kept under its owner (`stored_key`: a digest of the tenant's name, then the id), and every
+access — `previous_response_id`, retrieve, delete, cancel, input items — looks the id up under the
+caller's tenant, so another tenant's id is exactly an unknown one: 404 `response_not_found`, the same
+answer and message, nothing sent upstream. Without tenants (every request is the anonymous tenant) the
+key is the id itself, as before tenants existed.
+
 Failures are explicit, never a silent answer from a replica without the state:
-- an id with no record (never relayed by the gateway, or its record expired) → 404 `response_not_found`;
+- an id with no record (never relayed by the gateway, its record expired, or another tenant's) → 404
+  `response_not_found`;
 - a record whose replica has left the pool, or is not routable (down, draining, breaker open), or whose
   pool is not the one asked → 404 `response_state_lost` (the reason header says which).
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 
+from admission.tenants import Tenant, TenantDirectory
 from gateway.api.response_calls import response_call
 from gateway.errors import ResponseNotFound, ResponseStateLost
 from gateway.proxy.context import RequestContext
@@ -30,15 +40,30 @@ from gateway.proxy.response_state import ResponseLocation, ResponseState
 from router.eligibility import is_routable
 
 
+def stored_key(owner: str | None, response_id: str) -> str:
+    """The response state's key of `response_id` owned by the tenant named `owner`: the id itself
+    without an owner (no tenants configured), else the first 16 hex digits of the name's sha256, ':',
+    the id (fixed length: no two owners' keys can collide, whatever their names or the ids hold)."""
+    if owner is None:
+        return response_id
+    return hashlib.sha256(owner.encode()).hexdigest()[:16] + ":" + response_id
+
+
 class ResponseAffinity:
-    """Remembers where responses live and pins requests that need one (module docstring)."""
+    """Remembers where responses live and pins requests that need one (module docstring). With
+    tenants configured in `tenants`, each record belongs to the tenant that produced it."""
 
-    def __init__(self, state: ResponseState) -> None:
+    def __init__(self, state: ResponseState, tenants: TenantDirectory | None = None) -> None:
         self._state = state
+        self._by_tenant = tenants is not None and tenants.tenants_configured
 
-    async def locate(self, response_id: str) -> ResponseLocation:
-        """The location of `response_id`, or 404 `response_not_found`."""
-        location = await self._state.get(response_id)
+    def _key(self, tenant: Tenant, response_id: str) -> str:
+        return stored_key(tenant.name if self._by_tenant else None, response_id)
+
+    async def locate(self, tenant: Tenant, response_id: str) -> ResponseLocation:
+        """The location of `tenant`'s `response_id`, or 404 `response_not_found` (also when the id is
+        another tenant's: the same answer as for an unknown id)."""
+        location = await self._state.get(self._key(tenant, response_id))
         if location is None:
             raise ResponseNotFound(
                 f"the gateway knows no stored response {response_id!r} (never produced through it, "
@@ -74,8 +99,9 @@ class ResponseAffinity:
         if ctx.parsed.method == "DELETE":
             call = response_call(ctx.parsed.upstream_path.partition("?")[0])
             if call is not None and reply.status is not None and 200 <= reply.status < 300:
-                await self._state.delete(call.response_id)
+                await self._state.delete(self._key(ctx.tenant, call.response_id))
             return
         if reply.response_id is None or reply.decision is None:
             return
-        await self._state.put(reply.response_id, ResponseLocation(ctx.model, reply.decision.replica_id))
+        location = ResponseLocation(ctx.model, reply.decision.replica_id)
+        await self._state.put(self._key(ctx.tenant, reply.response_id), location)
