@@ -25,7 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from admission.tenants import AuthenticationFailed
 from core.clock import Clock
 from gateway.api.admin import build_admin_router
-from gateway.api.asgi_io import Receive, Scope, Send, header, send_response
+from gateway.api.asgi_io import Message, Receive, Scope, Send, header, send_response
 from gateway.api.openapi import OPENAPI_PATH, openapi_document
 from gateway.api.request_ids import request_id_of
 from gateway.api.request_parsing import Endpoint
@@ -92,6 +92,8 @@ class GatewayApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
+            if scope["method"] == "HEAD":  # served as GET, without its body (RFC 9110 §9.3.2)
+                scope, send = {**scope, "method": "GET"}, _without_body(send)
             endpoint, allow = _proxy_route(scope["path"])
             if endpoint is not None and self.state.proxy is not None:
                 if scope["method"] in allow:
@@ -123,6 +125,18 @@ class GatewayApp:
                 await self.shutdown()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+def _without_body(send: Send) -> Send:
+    """`send` with every body chunk emptied: a HEAD answer has GET's status and headers (its
+    `content-length` included) and no body."""
+
+    async def head_send(message: Message) -> None:
+        if message["type"] == "http.response.body" and message.get("body"):
+            message = {**message, "body": b""}
+        await send(message)
+
+    return head_send
 
 
 def _proxy_route(path: str) -> tuple[Endpoint | None, tuple[str, ...]]:
