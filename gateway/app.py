@@ -30,6 +30,7 @@ from gateway.api.openapi import OPENAPI_PATH, openapi_document
 from gateway.api.request_ids import request_id_of
 from gateway.api.request_parsing import Endpoint
 from gateway.api.response_calls import response_call
+from gateway.api.tenant_key import tenant_authorization
 from gateway.composition import Components
 from gateway.error_mapping import to_response
 from gateway.errors import BadRequest, Draining, GatewayError, MethodNotAllowed, RouteNotFound, Unauthorized
@@ -190,9 +191,10 @@ def _build_ops_app(state: Components) -> FastAPI:
     async def models(request: Request) -> dict[str, object]:
         """What the fleet serves now (`ModelCatalog.listing`: pools with an eligible replica, their
         declared names and discovered adapters, aliases); with tenants configured, the same API key
-        check as the inference routes (401 `unauthorized`). Every tenant may use every pool."""
+        check as the inference routes (401 `unauthorized`; `Authorization` or `x-api-key`). Every
+        tenant may use every pool."""
         try:
-            state.tenants.resolve(request.headers.get("authorization"))
+            state.tenants.resolve(tenant_authorization(request.scope))
         except AuthenticationFailed as exc:
             raise Unauthorized(exc.message) from None
         return {"object": "list", "data": state.catalog.listing(int(state.started_s))}

@@ -16,7 +16,7 @@ to the client has a deadline too (`gateway.api.asgi_io.ClientIO`).
 
 Errors are rendered for the endpoint's API surface (`gateway.api.surface`: Anthropic-shaped on
 `/v1/messages`). The tenant key is `Authorization: Bearer <key>`, or `x-api-key: <key>` (the Anthropic
-clients' header) when no `Authorization` is sent.
+clients' header) when no `Authorization` is sent (`gateway.api.tenant_key`).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from gateway.api.request_ids import request_id_of
 from gateway.api.request_parsing import Endpoint, ParsedRequest, parse_request, parse_response_call
 from gateway.api.response_calls import response_call
 from gateway.api.surface import ApiSurface
+from gateway.api.tenant_key import tenant_authorization
 from gateway.error_mapping import to_response, to_sse_event
 from gateway.errors import (
     Draining,
@@ -225,12 +226,8 @@ class ProxyHandler:
         return watcher.disconnected
 
     def _tenant(self, scope: Scope) -> Tenant:
-        authorization = header(scope, b"authorization")
-        if authorization is None:
-            api_key = header(scope, b"x-api-key")
-            authorization = None if api_key is None else f"Bearer {api_key}"
         try:
-            return self._tenants.resolve(authorization)
+            return self._tenants.resolve(tenant_authorization(scope))
         except AuthenticationFailed as exc:
             raise Unauthorized(exc.message) from None
 
