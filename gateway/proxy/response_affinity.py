@@ -5,12 +5,12 @@ Engines keep stored responses in memory, so a request with `previous_response_id
 of every response id it relays (`remember`, after the response: the id from the non-streamed body or the
 stream's `response.created` event) in the `ResponseState` (`gateway.proxy.response_state`; Redis when
 configured, so every instance agrees), and pins such requests to it (`pin`): routing may pick that one
-replica only (every other replica of the pool is excluded, retries included), admission and timers as
-for any request. `remember` runs just before the response's last byte (the reply's `before_end` hook),
-so a client that chains on the id at once, through any instance, finds the record. A `DELETE
-/v1/responses/{id}` the engine answered with a 2xx forgets the id (`remember` again, reading the
-relayed status), so a later call on it is the gateway's own 404 `response_not_found`, never forwarded;
-a refused or failed delete keeps it.
+replica only (every other replica of the pool is excluded, retries included; the decision's branch is
+`pinned`), admission and timers as for any request. `remember` runs just before the response's last
+byte (the reply's `before_end` hook), so a client that chains on the id at once, through any instance,
+finds the record. A `DELETE /v1/responses/{id}` the engine answered with a 2xx forgets the id
+(`remember` again, reading the relayed status), so a later call on it is the gateway's own 404
+`response_not_found`, never forwarded; a refused or failed delete keeps it.
 
 A stored response belongs to the tenant whose request produced it. With tenants configured, every
 record is kept under its owner (`stored_key`: a digest of the tenant's name, then the id), and every
@@ -91,7 +91,7 @@ class ResponseAffinity:
                 f"{pool.model!r}, which is not routable now (down, draining or circuit-open)"
             )
         others = frozenset(rid for rid in views if rid != location.replica_id)
-        return replace(ctx, routing=replace(ctx.routing, exclude=others))
+        return replace(ctx, routing=replace(ctx.routing, exclude=others, pinned=True))
 
     async def remember(self, ctx: RequestContext, reply: Reply) -> None:
         """Record the replica of the response id the reply carried (if any); after a successful

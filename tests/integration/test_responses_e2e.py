@@ -83,6 +83,23 @@ def test_retrieve_delete_and_cancel_reach_the_replica_that_holds_the_response(fl
     assert deleted.headers[REPLICA] == replica and deleted.status_code == 200
 
 
+def test_a_pinned_request_says_so_in_its_route_and_the_routing_metric(fleet: Fleet) -> None:
+    """A chained request and an id call are pinned to the holder: `branch=pinned` in `x-gateway-route`
+    (not the policy's own branch, which would describe a choice that was not made), counted under it."""
+    client = _client(fleet)
+    created = client.responses.with_raw_response.create(model=MODEL, input="first", max_output_tokens=3)
+    assert "branch=least_load" in created.headers["x-gateway-route"]
+    response_id = created.parse().id
+    chained = client.responses.with_raw_response.create(
+        model=MODEL, input="then", previous_response_id=response_id, max_output_tokens=3
+    )
+    retrieved = client.responses.with_raw_response.retrieve(response_id)
+    for raw in (chained, retrieved):
+        assert raw.headers["x-gateway-route"].startswith("policy=least-load; branch=pinned;")
+    pinned = fleet.app.state.metrics.routing_decisions_total.labels("least-load", "pinned")
+    assert pinned._value.get() == 2
+
+
 def test_input_items_are_listed_by_the_replica_that_holds_the_response(fleet: Fleet) -> None:
     client = _client(fleet)
     first_id, _, replica = _create(client, input="first turn")
