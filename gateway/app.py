@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 
@@ -34,6 +35,7 @@ from gateway.api.tenant_key import tenant_authorization
 from gateway.composition import Components
 from gateway.error_mapping import to_response
 from gateway.errors import BadRequest, Draining, GatewayError, MethodNotAllowed, RouteNotFound, Unauthorized
+from gateway.observability.ops_log import ASGIApp, OpsLog
 from gateway.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -56,6 +58,8 @@ class GatewayApp:
     ) -> None:
         self.state = Components(settings, clock, rng, span_exporter=span_exporter)
         self._ops = _build_ops_app(self.state)
+        self._ops_log: OpsLog | None = None
+        """Access-log lines of the requests outside the serve path; None while the access log is off."""
 
     @property
     def draining(self) -> bool:
@@ -63,6 +67,16 @@ class GatewayApp:
 
     async def startup(self) -> None:
         await self.state.start()
+        observer = self.state.observer
+        if observer is not None and observer.access_log is not None:
+            self._ops_log = OpsLog(observer.access_log, self._tenant_name)
+
+    def _tenant_name(self, scope: Scope) -> str | None:
+        """The name of the tenant the request's key resolves to (None when refused)."""
+        try:
+            return self.state.tenants.resolve(tenant_authorization(scope)).name
+        except AuthenticationFailed:
+            return None
 
     async def drain(self) -> None:
         """Graceful stop: readiness goes false and new requests get 503 `draining` at once, and the
@@ -96,21 +110,17 @@ class GatewayApp:
             if scope["method"] == "HEAD":  # served as GET, without its body (RFC 9110 §9.3.2)
                 scope, send = {**scope, "method": "GET"}, _without_body(send)
             endpoint, allow = _proxy_route(scope["path"])
-            if endpoint is not None and self.state.proxy is not None:
-                if scope["method"] in allow:
-                    await self.state.proxy(endpoint, scope, receive, send)
-                else:
-                    refusal = MethodNotAllowed(
-                        f"method {scope['method']} not allowed on {scope['path']}", allow=allow
-                    )
-                    answer = to_response(refusal, endpoint.surface)
-                    headers = [
-                        *answer.headers,
-                        ("x-request-id", request_id_of(header(scope, b"x-request-id"))),
-                    ]
-                    await send_response(send, answer.status, headers, answer.body)
+            proxy = self.state.proxy
+            if endpoint is not None and proxy is not None and scope["method"] in allow:
+                await proxy(endpoint, scope, receive, send)  # the serve path writes its own line
                 return
-            await self._ops(scope, receive, send)
+            answer: ASGIApp = self._ops
+            if endpoint is not None and proxy is not None:
+                answer = functools.partial(_refuse_method, endpoint, allow)
+            if self._ops_log is None:  # access log off
+                await answer(scope, receive, send)
+            else:
+                await self._ops_log.serve(answer, scope, receive, send)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
         else:
@@ -126,6 +136,16 @@ class GatewayApp:
                 await self.shutdown()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+async def _refuse_method(
+    endpoint: Endpoint, allow: tuple[str, ...], scope: Scope, receive: Receive, send: Send
+) -> None:
+    """405 `method_not_allowed` on a proxied path, with `Allow` and in the endpoint's error shape."""
+    refusal = MethodNotAllowed(f"method {scope['method']} not allowed on {scope['path']}", allow=allow)
+    answer = to_response(refusal, endpoint.surface)
+    headers = [*answer.headers, ("x-request-id", request_id_of(header(scope, b"x-request-id")))]
+    await send_response(send, answer.status, headers, answer.body)
 
 
 def _without_body(send: Send) -> Send:

@@ -138,7 +138,7 @@ class ProxyHandler:
         )
         send = client.send  # each write within the write deadline; a stalled reader ends the request
         reply = Reply(request_id=request_id_of(header(scope, b"x-request-id")), send=send)
-        request_record = self._server.observe(scope, reply.request_id)  # spans, access log (or a no-op)
+        request_record = self._server.observe(scope, reply.request_id, endpoint.value)  # or a no-op
         outcome = OUTCOME_SUCCESS
         tenant: Tenant | None = None
         stream = False
@@ -151,7 +151,7 @@ class ProxyHandler:
                 raise Draining("the gateway is shutting down")
             tenant = self._tenant(scope)
             raw = await client.read_body(server_settings.max_body_bytes, server_settings.body_timeout_s)
-            parsed, stored = await self._parse(endpoint, scope, raw, tenant)
+            parsed, stored = await self._parse(endpoint, scope, raw, tenant, request_record)
             stream = parsed.stream
             if await self._handle(endpoint, scope, receive, reply, tenant, parsed, stored, request_record):
                 outcome = OUTCOME_CLIENT_DISCONNECT
@@ -247,19 +247,21 @@ class ProxyHandler:
         return resolved
 
     async def _parse(
-        self, endpoint: Endpoint, scope: Scope, raw: bytes, tenant: Tenant
+        self, endpoint: Endpoint, scope: Scope, raw: bytes, tenant: Tenant, record: RequestRecord
     ) -> tuple[ParsedRequest, tuple[str, ResponseLocation] | None]:
-        """The parsed request and, when it needs a stored response (a `/v1/responses/{id}` call or a
-        `previous_response_id`), that response's id and location (404 when unknown or `tenant`'s
-        not)."""
+        """The parsed request (told to `record`) and, when it needs a stored response (a
+        `/v1/responses/{id}` call or a `previous_response_id`), that response's id and location (404
+        when unknown or `tenant`'s not)."""
         call = response_call(scope["path"]) if endpoint is Endpoint.RESPONSES else None
         if call is not None:
             location = await self._affinity.locate(tenant, call.response_id)
             parsed = parse_response_call(
                 scope["method"], scope["path"], scope.get("query_string", b""), location.model
             )
+            record.request_parsed(parsed)
             return parsed, (call.response_id, location)
         parsed = parse_request(endpoint, raw)
+        record.request_parsed(parsed)
         previous = parsed.previous_response_id
         if previous is None:
             return parsed, None
