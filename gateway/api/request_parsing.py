@@ -235,8 +235,8 @@ def parse_request(endpoint: Endpoint, raw: bytes) -> ParsedRequest:
     user = body.get("user")
     max_tokens_fields = _MAX_TOKENS_FIELDS.get(endpoint, ("max_completion_tokens", "max_tokens"))
     max_tokens = _optional_int(body, *max_tokens_fields)
-    for name in ("max_completion_tokens", "max_tokens"):  # each checked everywhere, not only the winner
-        _optional_int(body, name)
+    if max_tokens_fields != ("max_completion_tokens", "max_tokens"):
+        _optional_int(body, "max_completion_tokens", "max_tokens")  # still type-checked everywhere
     n = _optional_int(body, "n") if endpoint in _USAGE_INJECTED else None
     previous = body.get("previous_response_id") if endpoint is Endpoint.RESPONSES else None
     return ParsedRequest(

@@ -148,8 +148,3 @@ def test_a_non_integral_value_is_a_bad_request_naming_the_field(
 ) -> None:
     with pytest.raises(BadRequest, match=f"'{field}' must be a non-negative integer"):
         parse_request(endpoint, _integer_body(endpoint, field, literal))
-
-
-def test_every_budget_field_is_checked_not_only_the_one_that_wins() -> None:
-    with pytest.raises(BadRequest, match="'max_tokens'"):
-        parse_request(Endpoint.CHAT, _chat(max_completion_tokens=3, max_tokens="x"))
