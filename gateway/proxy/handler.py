@@ -197,6 +197,8 @@ class ProxyHandler:
         """Resolve the model, build the context, serve it (falling back to other pools on a refusal,
         `gateway.proxy.fallback`), remember a stored response; True when the client left meanwhile."""
         served = self._served(endpoint, scope, parsed)
+        reply.pool = served.pool.model
+        others = None if stored is None else self._affinity.others(served.pool, *stored)  # before headers
         priority = self._tenants.resolve_priority(tenant, header(scope, PRIORITY_HEADER))
 
         def context(served: ServedModel) -> RequestContext:
@@ -217,8 +219,8 @@ class ProxyHandler:
             return built
 
         ctx = context(served)
-        ctx = ctx if stored is None else self._affinity.pin(ctx, *stored)
-        fallbacks = [] if stored is not None else self._catalog.fallbacks(served.pool, endpoint.capability)
+        ctx = ctx if others is None else self._affinity.pin(ctx, others)
+        fallbacks = [] if others is not None else self._catalog.fallbacks(served.pool, endpoint.capability)
         async with DisconnectWatcher(receive) as watcher:
             reply.watcher = watcher
             ctx = await self._fallback.serve(ctx, reply, self._serve, fallbacks, context)

@@ -4,13 +4,13 @@ Engines keep stored responses in memory, so a request with `previous_response_id
 `/v1/responses/{id}` call must reach the replica that produced the id. The gateway remembers the replica
 of every response id it relays (`remember`, after the response: the id from the non-streamed body or the
 stream's `response.created` event) in the `ResponseState` (`gateway.proxy.response_state`; Redis when
-configured, so every instance agrees), and pins such requests to it (`pin`): routing may pick that one
-replica only (every other replica of the pool is excluded, retries included; the decision's branch is
-`pinned`), admission and timers as for any request. `remember` runs just before the response's last
-byte (the reply's `before_end` hook), so a client that chains on the id at once, through any instance,
-finds the record. A `DELETE /v1/responses/{id}` the engine answered with a 2xx forgets the id
-(`remember` again, reading the relayed status), so a later call on it is the gateway's own 404
-`response_not_found`, never forwarded; a refused or failed delete keeps it.
+configured, so every instance agrees), and pins such requests to it (`others`, then `pin`): routing
+may pick that one replica only (every other replica of the pool is excluded, retries included; the
+decision's branch is `pinned`), admission and timers as for any request. `remember` runs just before
+the response's last byte (the reply's `before_end` hook), so a client that chains on the id at once,
+through any instance, finds the record. A `DELETE /v1/responses/{id}` the engine answered with a 2xx
+forgets the id (`remember` again, reading the relayed status), so a later call on it is the gateway's
+own 404 `response_not_found`, never forwarded; a refused or failed delete keeps it.
 
 A stored response belongs to the tenant whose request produced it. With tenants configured, every
 record is kept under its owner (`stored_key`: a digest of the tenant's name, then the id), and every
@@ -37,6 +37,7 @@ from gateway.errors import ResponseNotFound, ResponseStateLost
 from gateway.proxy.context import RequestContext
 from gateway.proxy.reply import Reply
 from gateway.proxy.response_state import ResponseLocation, ResponseState
+from gateway.upstream.registry import Pool
 from router.eligibility import is_routable
 
 
@@ -71,9 +72,9 @@ class ResponseAffinity:
             )
         return location
 
-    def pin(self, ctx: RequestContext, response_id: str, location: ResponseLocation) -> RequestContext:
-        """`ctx` routed only to the replica holding `response_id`, or 404 `response_state_lost`."""
-        pool = ctx.pool
+    def others(self, pool: Pool, response_id: str, location: ResponseLocation) -> frozenset[str]:
+        """The replicas of `pool` a request on `response_id` must not reach (all but its holder), or 404
+        `response_state_lost` when the holder cannot take it."""
         if location.model != pool.model:
             raise ResponseStateLost(
                 f"response {response_id!r} is held by pool {location.model!r}, not by pool {pool.model!r}"
@@ -90,7 +91,11 @@ class ResponseAffinity:
                 f"response {response_id!r} is stored on replica {location.replica_id} of pool "
                 f"{pool.model!r}, which is not routable now (down, draining or circuit-open)"
             )
-        others = frozenset(rid for rid in views if rid != location.replica_id)
+        return frozenset(rid for rid in views if rid != location.replica_id)
+
+    @staticmethod
+    def pin(ctx: RequestContext, others: frozenset[str]) -> RequestContext:
+        """`ctx` routed only to the holder: `others` (from `others`) excluded, retries included."""
         return replace(ctx, routing=replace(ctx.routing, exclude=others, pinned=True))
 
     async def remember(self, ctx: RequestContext, reply: Reply) -> None:

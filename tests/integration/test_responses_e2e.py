@@ -184,6 +184,22 @@ def test_a_response_on_a_drained_replica_is_lost_with_a_clear_404(fleet: Fleet) 
     assert client.responses.retrieve(response_id).id == response_id
 
 
+def test_a_lost_response_is_answered_before_the_timer_headers_are_read(fleet: Fleet) -> None:
+    """The handler's order: the stored response's replica routable (404) before the timer headers
+    (400), as for the model and the endpoint."""
+    client = _client(fleet)
+    response_id, _, replica = _create(client, input="remember me")
+    _set_draining(fleet, replica, True)
+    with pytest.raises(openai.NotFoundError) as raised:
+        client.responses.create(
+            model=MODEL,
+            input="next",
+            previous_response_id=response_id,
+            extra_headers={"x-gateway-ttft-timeout-ms": "0"},
+        )
+    assert raised.value.response.headers[REASON] == "response_state_lost"
+
+
 def test_a_response_on_a_removed_replica_is_lost_with_a_clear_404(fleet: Fleet) -> None:
     client = _client(fleet)
     response_id, _, replica = _create(client, input="remember me")
