@@ -48,6 +48,7 @@ from redis.exceptions import ReadOnlyError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from core.clock import Clock, SystemClock
+from core.redaction import redact
 
 logger = logging.getLogger(__name__)
 
@@ -280,7 +281,7 @@ class RedisBackend:
                 "redis unreachable during %s (%s: %s); answering %s; %d error(s) since last report",
                 operation,
                 type(exc).__name__,
-                exc,
+                redact(str(exc)),
                 self._on_error,
                 self._errors_since_log,
             )

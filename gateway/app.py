@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 
@@ -25,14 +26,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from admission.tenants import AuthenticationFailed
 from core.clock import Clock
 from gateway.api.admin import build_admin_router
-from gateway.api.asgi_io import Receive, Scope, Send, header, send_response
+from gateway.api.asgi_io import Message, Receive, Scope, Send, header, send_response
 from gateway.api.openapi import OPENAPI_PATH, openapi_document
 from gateway.api.request_ids import request_id_of
 from gateway.api.request_parsing import Endpoint
 from gateway.api.response_calls import response_call
+from gateway.api.tenant_key import tenant_authorization
 from gateway.composition import Components
 from gateway.error_mapping import to_response
 from gateway.errors import BadRequest, Draining, GatewayError, MethodNotAllowed, RouteNotFound, Unauthorized
+from gateway.observability.ops_log import ASGIApp, OpsLog
 from gateway.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -55,6 +58,8 @@ class GatewayApp:
     ) -> None:
         self.state = Components(settings, clock, rng, span_exporter=span_exporter)
         self._ops = _build_ops_app(self.state)
+        self._ops_log: OpsLog | None = None
+        """Access-log lines of the requests outside the serve path; None while the access log is off."""
 
     @property
     def draining(self) -> bool:
@@ -62,6 +67,16 @@ class GatewayApp:
 
     async def startup(self) -> None:
         await self.state.start()
+        observer = self.state.observer
+        if observer is not None and observer.access_log is not None:
+            self._ops_log = OpsLog(observer.access_log, self._tenant_name)
+
+    def _tenant_name(self, scope: Scope) -> str | None:
+        """The name of the tenant the request's key resolves to (None when refused)."""
+        try:
+            return self.state.tenants.resolve(tenant_authorization(scope)).name
+        except AuthenticationFailed:
+            return None
 
     async def drain(self) -> None:
         """Graceful stop: readiness goes false and new requests get 503 `draining` at once, and the
@@ -92,22 +107,20 @@ class GatewayApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
+            if scope["method"] == "HEAD":  # served as GET, without its body (RFC 9110 §9.3.2)
+                scope, send = {**scope, "method": "GET"}, _without_body(send)
             endpoint, allow = _proxy_route(scope["path"])
-            if endpoint is not None and self.state.proxy is not None:
-                if scope["method"] in allow:
-                    await self.state.proxy(endpoint, scope, receive, send)
-                else:
-                    refusal = MethodNotAllowed(
-                        f"method {scope['method']} not allowed on {scope['path']}", allow=allow
-                    )
-                    answer = to_response(refusal, endpoint.surface)
-                    headers = [
-                        *answer.headers,
-                        ("x-request-id", request_id_of(header(scope, b"x-request-id"))),
-                    ]
-                    await send_response(send, answer.status, headers, answer.body)
+            proxy = self.state.proxy
+            if endpoint is not None and proxy is not None and scope["method"] in allow:
+                await proxy(endpoint, scope, receive, send)  # the serve path writes its own line
                 return
-            await self._ops(scope, receive, send)
+            answer: ASGIApp = self._ops
+            if endpoint is not None and proxy is not None:
+                answer = functools.partial(_refuse_method, endpoint, allow)
+            if self._ops_log is None:  # access log off
+                await answer(scope, receive, send)
+            else:
+                await self._ops_log.serve(answer, scope, receive, send)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
         else:
@@ -123,6 +136,28 @@ class GatewayApp:
                 await self.shutdown()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+async def _refuse_method(
+    endpoint: Endpoint, allow: tuple[str, ...], scope: Scope, receive: Receive, send: Send
+) -> None:
+    """405 `method_not_allowed` on a proxied path, with `Allow` and in the endpoint's error shape."""
+    refusal = MethodNotAllowed(f"method {scope['method']} not allowed on {scope['path']}", allow=allow)
+    answer = to_response(refusal, endpoint.surface)
+    headers = [*answer.headers, ("x-request-id", request_id_of(header(scope, b"x-request-id")))]
+    await send_response(send, answer.status, headers, answer.body)
+
+
+def _without_body(send: Send) -> Send:
+    """`send` with every body chunk emptied: a HEAD answer has GET's status and headers (its
+    `content-length` included) and no body."""
+
+    async def head_send(message: Message) -> None:
+        if message["type"] == "http.response.body" and message.get("body"):
+            message = {**message, "body": b""}
+        await send(message)
+
+    return head_send
 
 
 def _proxy_route(path: str) -> tuple[Endpoint | None, tuple[str, ...]]:
@@ -176,9 +211,10 @@ def _build_ops_app(state: Components) -> FastAPI:
     async def models(request: Request) -> dict[str, object]:
         """What the fleet serves now (`ModelCatalog.listing`: pools with an eligible replica, their
         declared names and discovered adapters, aliases); with tenants configured, the same API key
-        check as the inference routes (401 `unauthorized`). Every tenant may use every pool."""
+        check as the inference routes (401 `unauthorized`; `Authorization` or `x-api-key`). Every
+        tenant may use every pool."""
         try:
-            state.tenants.resolve(request.headers.get("authorization"))
+            state.tenants.resolve(tenant_authorization(request.scope))
         except AuthenticationFailed as exc:
             raise Unauthorized(exc.message) from None
         return {"object": "list", "data": state.catalog.listing(int(state.started_s))}

@@ -206,7 +206,7 @@ class Components:
             idempotency=idempotency,
             metrics=metrics,
             engine_keys=self._engine_keys(),
-            affinity=ResponseAffinity(response_state_store(backend, clock)),
+            affinity=ResponseAffinity(response_state_store(backend, clock), self.tenants),
         )
         signals.start()
         self._on_close(signals.stop)

@@ -10,6 +10,7 @@ import math
 from enum import StrEnum
 
 from admission.outcomes import AdmissionRefused, RejectReason
+from core.redaction import redact
 
 
 class ErrorCode(StrEnum):
@@ -50,6 +51,7 @@ class GatewayError(Exception):
     error_type: str = "server_error"
 
     def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        message = redact(message)  # no credential in an answer or a log line (`core.redaction`)
         super().__init__(message)
         self.message = message
         self.retry_after_s = retry_after_s

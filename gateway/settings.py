@@ -20,6 +20,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from core.redaction import redact
 from core.shared_state import DEFAULT_TIMEOUT_S as DEFAULT_REDIS_TIMEOUT_S
 from gateway.engine_flavours import EngineFlavour
 from gateway.model_names import check_model_names
@@ -65,7 +66,10 @@ CONFIG_PATH_ENV = "LLM_GATEWAY_CONFIG"
 
 
 class ConfigError(ValueError):
-    """A configuration problem; the message names the key."""
+    """A configuration problem; the message names the key (and never a credential: `core.redaction`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(redact(message))
 
 
 class ServerSettings(StrictModel):

@@ -20,6 +20,7 @@ from types import FrameType
 
 import uvicorn
 
+from core.redaction import redact
 from gateway.api.connection_guard import ConnectionGuard, guarded_protocol
 from gateway.app import GatewayApp, create_app
 from gateway.settings import Settings
@@ -124,4 +125,12 @@ def serve(settings: Settings, log_level: str = "info") -> None:
                 now,
                 guard.max_connections,
             )
+    log_shared_state(settings)
     DrainingServer(config, app).run()
+
+
+def log_shared_state(settings: Settings) -> None:
+    """The start-up line naming the shared state (Redis's URL with its credentials redacted)."""
+    state = settings.state
+    if state.backend == "redis":
+        logger.info("shared state: Redis at %s (on_error %s)", redact(state.url), state.on_error)

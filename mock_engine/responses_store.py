@@ -8,7 +8,9 @@
   request to another replica fails visibly. `store: false` keeps nothing.
 - `GET /v1/responses/{id}`: the stored object; `DELETE /v1/responses/{id}`: `{"id", "object":
   "response", "deleted": true}`; `POST /v1/responses/{id}/cancel`: 400 "Cannot cancel a synchronous
-  response." (the mock has no background responses). Each an unknown id: 404 as above (`param` null).
+  response." (the mock has no background responses); `GET /v1/responses/{id}/input_items`: OpenAI's
+  list shape (`{"object": "list", "data", "first_id", "last_id", "has_more": false}`) of the
+  conversation's messages before the response's output. Each an unknown id: 404 as above (`param` null).
 
 The store holds at most `MAX_STORED` responses (the oldest dropped first), in this process's memory: a
 restarted engine has lost them, as vLLM's. `ResponseStore.served` counts the calls each stored id
@@ -90,7 +92,7 @@ class ResponsesApi:
         return {("POST", RESPONSES_PATH): self._create}
 
     def match(self, method: str, path: str) -> Handler | None:
-        """The handler of a `/v1/responses/{id}[/cancel]` call, or None."""
+        """The handler of a `/v1/responses/{id}[/cancel|/input_items]` call, or None."""
         if not path.startswith(RESPONSES_PATH + "/"):
             return None
         parts = path[len(RESPONSES_PATH) + 1 :].split("/")
@@ -100,6 +102,8 @@ class ResponsesApi:
             return self._delete
         if len(parts) == 2 and parts[1] == "cancel" and method == "POST":
             return self._cancel
+        if len(parts) == 2 and parts[1] == "input_items" and method == "GET":
+            return self._input_items
         return None
 
     async def _create(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -163,6 +167,25 @@ class ResponsesApi:
             await respond(send, 404, not_found_body(response_id))
             return
         await respond(send, 200, orjson.dumps({"id": response_id, "object": "response", "deleted": True}))
+
+    async def _input_items(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response_id = self._id(scope)
+        stored = self.store.get(response_id)
+        if stored is None:
+            await respond(send, 404, not_found_body(response_id))
+            return
+        items = [
+            {
+                "id": f"msg_{response_id}_{i}",
+                "type": "message",
+                "role": message["role"],
+                "content": [{"type": "input_text", "text": message["content"]}],
+            }
+            for i, message in enumerate(stored.conversation[:-1])
+        ]
+        first, last = (items[0]["id"], items[-1]["id"]) if items else (None, None)
+        listing = {"object": "list", "data": items, "first_id": first, "last_id": last, "has_more": False}
+        await respond(send, 200, orjson.dumps(listing))
 
     async def _cancel(self, scope: Scope, receive: Receive, send: Send) -> None:
         response_id = self._id(scope)

@@ -36,6 +36,9 @@ class Branch(StrEnum):
     SLO_BEST_EFFORT = "slo_best_effort"
     SLO_PREFIX_OVER_TPOT = "slo_prefix_over_tpot"
     COLD_MODEL = "cold_model"
+    PINNED = "pinned"
+    """Any policy: the request may go to one replica only, the one holding its state (`RoutingRequest.
+    pinned`); the policy's own branch would describe a choice that was not made."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +127,9 @@ class RoutingRequest:
     block_size_chars: int = 64
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
+    pinned: bool = False
+    """The request may go only to the one replica not in `exclude` (it holds the request's stored state:
+    the gateway's Responses state affinity); its decision's branch is `pinned`, whatever the policy."""
     lora_adapter: bool = False
     """`model` is a LoRA adapter (one a replica lists with a parent, or the pool may load): routing keeps
     it off replicas whose LoRA slots are full of other adapters (`router.lora`)."""

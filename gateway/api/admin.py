@@ -16,6 +16,8 @@ Each replica's status also says whether it is `ejected` (breaker open or half-op
 nor draining: what the pool's ejection budget counts) and whether its pool is in panic mode
 (`pool_panic`: routing ignores breakers; `eligible` then reflects that). See
 `gateway.upstream.registry`.
+
+`GET /admin/config` shows the settings in force with every credential redacted (`core.redaction`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.clock import Clock
+from core.redaction import redact
 from gateway.errors import RouteNotFound, Unauthorized
 from gateway.proxy.preemption import DEFAULT_MARGIN_S, Preemption
 from gateway.settings import Settings
@@ -139,6 +142,8 @@ def build_admin_router(
 
     @router.get("/config")
     async def config() -> dict[str, Any]:
-        return settings.model_dump(mode="json")
+        """The settings in force, credentials redacted (`core.redaction`: URL passwords, header values)."""
+        dumped: dict[str, Any] = redact(settings.model_dump(mode="json"))
+        return dumped
 
     return router

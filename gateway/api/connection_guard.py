@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from http import HTTPStatus
@@ -75,10 +75,13 @@ def connection_limits(configured: int, file_limit: int | None) -> tuple[int, int
     return limit, max(limit + 1, int(limit * ACCEPT_CEILING_RATIO))
 
 
-def raw_response(error: GatewayError) -> bytes:
-    """`error` as a complete HTTP/1.1 response that closes the connection (written by the protocol)."""
+def raw_response(error: GatewayError, default_headers: Sequence[tuple[bytes, bytes]] = ()) -> bytes:
+    """`error` as a complete HTTP/1.1 response that closes the connection (written by the protocol),
+    with the server's `default_headers` first (uvicorn's: `date`, and any configured), as every
+    response that goes through the application has them."""
     answer = to_response(error)
     lines = [f"HTTP/1.1 {answer.status} {HTTPStatus(answer.status).phrase}"]
+    lines += [f"{name.decode('latin-1')}: {value.decode('latin-1')}" for name, value in default_headers]
     lines += [f"{name}: {value}" for name, value in answer.headers]
     lines += [f"content-length: {len(answer.body)}", "connection: close", "", ""]
     return "\r\n".join(lines).encode("latin-1") + answer.body
@@ -294,7 +297,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self.guard.metrics.client_timeouts_total.labels("header" if self._began else "idle").inc()
         in_response = self.cycle is not None and not self.cycle.response_complete
         if self._began and not in_response:
-            self._close_with(raw_response(_HEADER_TIMEOUT))
+            self._close_with(raw_response(_HEADER_TIMEOUT, self.server_state.default_headers))
         else:  # nothing to answer (silent), or a pipelined request behind a running response
             self.abort()
 
@@ -309,7 +312,7 @@ class GuardedProtocol(HttpToolsProtocol):
             return
         cycle.disconnected = True  # the application's receive() now answers http.disconnect
         cycle.message_event.set()
-        self._close_with(raw_response(_BODY_TIMEOUT))
+        self._close_with(raw_response(_BODY_TIMEOUT, self.server_state.default_headers))
 
     def _write_tick_s(self) -> float:
         return self.guard.write_timeout_s / 4

@@ -2,11 +2,12 @@
 
 A static document, built from the code it describes so it cannot drift: the proxied paths are the
 `Endpoint` enum and the Responses API's id calls (`RESPONSE_CALLS`: `GET`/`DELETE
-/v1/responses/{response_id}`, `POST …/cancel`, bodiless); the error responses are every `ErrorCode`,
-each under the status its error class in `gateway.errors` answers with; the request headers are the
-names the serve path reads. Request bodies describe the fields the gateway itself reads (model, stream,
-max_tokens, the prompt fields, stream_options, user) with `additionalProperties: true`: everything else
-passes through to the engine, which validates it. The admin API (`/admin/...`) is not part of this surface.
+/v1/responses/{response_id}`, `POST …/cancel`, `GET …/input_items`, bodiless); the error responses are
+every `ErrorCode`, each under the status its error class in `gateway.errors` answers with; the request
+headers are the names the serve path reads. Request bodies describe the fields the gateway itself reads
+(model, stream, max_tokens, the prompt fields, stream_options, user) with `additionalProperties: true`:
+everything else passes through to the engine, which validates it. The admin API (`/admin/...`) is not
+part of this surface.
 
 Error responses are the contract of README "Error contract": an OpenAI-style body
 `{"error": {"message", "type", "code": <reason>}}` (Anthropic's `{"type": "error", "error": {...}}` on
@@ -222,8 +223,9 @@ def _operation(
 
 
 def _response_call_paths(error_refs: dict[int, Schema]) -> dict[str, Schema]:
-    """`GET`/`DELETE /v1/responses/{response_id}` and `POST …/cancel` (`RESPONSE_CALLS`): no body, the
-    id in the path; answered by the replica that holds the response, or the gateway's 404."""
+    """`GET`/`DELETE /v1/responses/{response_id}`, `POST …/cancel`, `GET …/input_items`
+    (`RESPONSE_CALLS`): no body, the id in the path; answered by the replica that holds the response,
+    or the gateway's 404."""
     paths: dict[str, Schema] = {}
     for call in RESPONSE_CALLS:
         content = {"application/json": _JSON_OBJECT}

@@ -80,7 +80,7 @@ BODY_FIELDS: dict[Endpoint, tuple[dict[str, Schema], list[str]]] = {
 
 @dataclass(frozen=True, slots=True)
 class ResponseCallDoc:
-    """One documented `/v1/responses/{response_id}[/cancel]` operation."""
+    """One documented `/v1/responses/{response_id}[/cancel|/input_items]` operation."""
 
     path: str
     method: str
@@ -114,6 +114,13 @@ RESPONSE_CALLS = (
         "cancel_response",
         "OpenAI Responses: cancel a background response",
         _AFFINITY + " No request body.",
+    ),
+    ResponseCallDoc(
+        _ID_PATH + "/input_items",
+        "get",
+        "list_response_input_items",
+        "OpenAI Responses: the input items of a stored response",
+        _AFFINITY,
     ),
 )
 RESPONSE_ID_PARAMETER: Schema = {

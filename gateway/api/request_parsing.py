@@ -1,15 +1,19 @@
 """Parse a request body just enough to route and account it; the body is forwarded unchanged.
 
 Extracted: model, stream, max_tokens (`max_completion_tokens` or `max_tokens`; `max_output_tokens` on
-the Responses API), whether the client asked for streamed usage, `previous_response_id` (Responses), and
-the canonical prompt text for routing keys (`router.keys.canonical_prompt_text`; for the Anthropic,
-Responses and pooling bodies the same rendering of their own fields, `_prompt_text`). Wrong types raise
-`BadRequest` naming the field. The only rewrites (`rewrite_body`) are the pool's upstream model name
-and, for chat/completions streams, asking the engine for usage (`stream_options.include_usage`) so the
-gateway can account tokens (the Anthropic and Responses streams always carry their usage).
+the Responses API), `n` (chat and completions), whether the client asked for streamed usage,
+`previous_response_id` (Responses), and the canonical prompt text for routing keys
+(`router.keys.canonical_prompt_text`; for the Anthropic, Responses and pooling bodies the same rendering
+of their own fields, `_prompt_text`). Wrong types raise `BadRequest` naming the field. An integer field
+takes any JSON number with an integral value (`4`, `4.0`, `1e2`: vLLM's and pydantic's reading) from 0
+to 2^63 - 1 (`MAX_INTEGER`); a fraction, a negative or a larger value is a 400 naming the field. The
+only rewrites (`rewrite_body`) are the pool's upstream model name and, for chat/completions streams,
+asking the engine for usage (`stream_options.include_usage`) so the gateway can account tokens (the
+Anthropic and Responses streams always carry their usage); otherwise the body goes upstream as the
+client wrote it.
 
-`/v1/responses/{id}` calls (retrieve, delete, cancel) have no body that names a model: they are parsed
-by `parse_response_call` once the response-state store has told which pool holds the id.
+`/v1/responses/{id}` calls (retrieve, delete, cancel, input items) have no body that names a model: they
+are parsed by `parse_response_call` once the response-state store has told which pool holds the id.
 """
 
 from __future__ import annotations
@@ -94,6 +98,8 @@ class ParsedRequest:
     client_wants_usage: bool
     prompt_text: str
     user: str | None
+    n: int | None = None
+    """Chat and completions: the choices asked for (None: absent, the engine's default of 1)."""
     previous_response_id: str | None = None
     """Responses API: the stored response this one continues (state affinity pins its replica)."""
     method: str = "POST"
@@ -168,14 +174,34 @@ def _check_nesting(body: dict[str, Any]) -> None:
             raise BadRequest(f"'{name}' is nested deeper than {MAX_PROMPT_NESTING} levels")
 
 
+MAX_INTEGER = 2**63 - 1
+"""The largest integer field accepted (an engine's signed 64-bit integer)."""
+
+
+def integral_value(value: object) -> int | None:
+    """`value` as an integer when it is a JSON number with an integral value (`4`, `4.0`, `1e2`), else
+    None (a boolean, a fraction, a string, anything else)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
 def _optional_int(body: dict[str, Any], *names: str) -> int | None:
+    """The first of `names` present and not null, as an integer in [0, `MAX_INTEGER`] (400 otherwise)."""
     for name in names:
         value = body.get(name)
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        number = integral_value(value)
+        if number is None or number < 0:
             raise BadRequest(f"'{name}' must be a non-negative integer")
-        return value
+        if number > MAX_INTEGER:
+            raise BadRequest(f"'{name}' must be at most {MAX_INTEGER} (2^63 - 1)")
+        return number
     return None
 
 
@@ -211,6 +237,7 @@ def parse_request(endpoint: Endpoint, raw: bytes) -> ParsedRequest:
     max_tokens = _optional_int(body, *max_tokens_fields)
     if max_tokens_fields != ("max_completion_tokens", "max_tokens"):
         _optional_int(body, "max_completion_tokens", "max_tokens")  # still type-checked everywhere
+    n = _optional_int(body, "n") if endpoint in _USAGE_INJECTED else None
     previous = body.get("previous_response_id") if endpoint is Endpoint.RESPONSES else None
     return ParsedRequest(
         endpoint=endpoint,
@@ -222,6 +249,7 @@ def parse_request(endpoint: Endpoint, raw: bytes) -> ParsedRequest:
         client_wants_usage=bool(stream_options and stream_options.get("include_usage")),
         prompt_text=_prompt_text(endpoint, body),
         user=user if isinstance(user, str) and user else None,
+        n=n,
         previous_response_id=previous,
     )
 
@@ -261,8 +289,9 @@ def _strings(values: list[Any]) -> list[str]:
 
 
 def parse_response_call(method: str, path: str, query: bytes, model: str) -> ParsedRequest:
-    """A `/v1/responses/{id}[/cancel]` call as a request of `model`'s pool (the pool that holds the
-    id): no body, nothing to generate, sent to `path` (+ the query string) on the pinned replica."""
+    """A `/v1/responses/{id}[/cancel|/input_items]` call as a request of `model`'s pool (the pool that
+    holds the id): no body, nothing to generate, sent to `path` (+ the query string) on the pinned
+    replica."""
     upstream = path + ("?" + query.decode("latin-1") if query else "")
     return ParsedRequest(
         endpoint=Endpoint.RESPONSES,

@@ -64,14 +64,15 @@ class RequestObserver:
         if self.access_log is not None:
             await self.access_log.stop()
 
-    def begin(self, scope: Scope, request_id: str) -> RequestRecord:
-        """The record of a request that just arrived (a SERVER span starts now when tracing)."""
+    def begin(self, scope: Scope, request_id: str, endpoint: str | None = None) -> RequestRecord:
+        """The record of a request to `endpoint` (its path) that just arrived (a SERVER span starts now
+        when tracing)."""
         tracer = self.tracer
         if tracer is None:
             if self.access_log is None:
                 return NO_RECORD
             trace_id = client_trace_id(_trace_headers(scope).get("traceparent"))
-            return LoggedRecord(self.access_log, request_id, trace_id)
+            return LoggedRecord(self.access_log, request_id, trace_id, endpoint, scope.get("method"))
         parent = _PROPAGATOR.extract(_trace_headers(scope))
         path = scope.get("path", "")
         span = tracer.tracer.start_span(
@@ -84,4 +85,4 @@ class RequestObserver:
                 genai.REQUEST_ID: request_id,
             },
         )
-        return TracedRecord(tracer.tracer, span, self.access_log, request_id)
+        return TracedRecord(tracer.tracer, span, self.access_log, request_id, endpoint, scope.get("method"))

@@ -21,6 +21,7 @@ from gateway.errors import GatewayError, UpstreamError, UpstreamStatusError
 from gateway.observability.access_log import OUTCOME_SUCCESS, AccessLog
 
 if TYPE_CHECKING:
+    from gateway.api.request_parsing import ParsedRequest
     from gateway.proxy.context import RequestContext
     from gateway.proxy.reply import Reply
     from gateway.upstream.slot import Slot
@@ -38,6 +39,10 @@ class RequestRecord:
 
     collects_finish_reasons = False
     """Whether the relay should look for `finish_reason` in the answer (only spans report it)."""
+
+    def request_parsed(self, parsed: ParsedRequest) -> None:
+        """The body is parsed (model, stream known): a refusal before the context is built still
+        names them."""
 
     def bind(self, ctx: RequestContext) -> None:
         """The request's context is built (model, pool, class known)."""
@@ -74,6 +79,10 @@ class RequestRecord:
     def continued(self) -> None:
         """A broken stream continues on another replica."""
 
+    def failure_charged(self, replica_id: str, kind: str, cause: str) -> None:
+        """A failed try on `replica_id` was charged to `cause` (`replica`, `request` or `load`;
+        `gateway.proxy.failure_attribution`), `kind` its failure kind (`none` for an engine 4xx)."""
+
     def failed(self, error: GatewayError) -> None:
         """The serve path ends with `error` (answered by the handler)."""
 
@@ -106,8 +115,12 @@ class LoggedRecord(RequestRecord):
     __slots__ = (
         "_access_log",
         "_ctx",
+        "_endpoint",
         "_error_status",
+        "_method",
+        "_parsed",
         "_reason",
+        "charges",
         "continuations",
         "replicas",
         "request_id",
@@ -117,10 +130,21 @@ class LoggedRecord(RequestRecord):
 
     _statuses = _status_by_code()
 
-    def __init__(self, access_log: AccessLog | None, request_id: str, trace_id: str | None) -> None:
+    def __init__(
+        self,
+        access_log: AccessLog | None,
+        request_id: str,
+        trace_id: str | None,
+        endpoint: str | None = None,
+        method: str | None = None,
+    ) -> None:
         self._access_log = access_log
         self.request_id = request_id
         self.trace_id = trace_id
+        self._endpoint = endpoint
+        self._method = method
+        self._parsed: ParsedRequest | None = None
+        self.charges: list[dict[str, str]] = []
         self._ctx: RequestContext | None = None
         self.replicas: list[str] = []
         self.retries = 0
@@ -128,8 +152,12 @@ class LoggedRecord(RequestRecord):
         self._reason: str | None = None
         self._error_status: int | None = None
 
+    def request_parsed(self, parsed: ParsedRequest) -> None:
+        self._parsed = parsed
+
     def bind(self, ctx: RequestContext) -> None:
         self._ctx = ctx
+        self._parsed = ctx.parsed
 
     def attempt_started(self, number: int, slot: Slot) -> None:
         self.replicas.append(slot.replica.replica_id)
@@ -145,6 +173,9 @@ class LoggedRecord(RequestRecord):
 
     def continued(self) -> None:
         self.continuations += 1
+
+    def failure_charged(self, replica_id: str, kind: str, cause: str) -> None:
+        self.charges.append({"replica": replica_id, "kind": kind, "cause": cause})
 
     def failed(self, error: GatewayError) -> None:
         if isinstance(error, UpstreamStatusError):
@@ -178,7 +209,7 @@ class LoggedRecord(RequestRecord):
         self, reply: Reply, outcome: str, tenant: str | None, duration_ms: float, ttft_ms: float | None
     ) -> dict[str, Any]:
         """The access-log fields (README "Access log")."""
-        ctx = self._ctx
+        ctx, parsed = self._ctx, self._parsed
         usage = reply.usage or {}
         decision = reply.decision
         return {
@@ -186,10 +217,11 @@ class LoggedRecord(RequestRecord):
             "request_id": self.request_id,
             "trace_id": self.trace_id,
             "tenant": tenant,
-            "model": None if ctx is None else ctx.parsed.model,
+            "model": None if parsed is None else parsed.model,
             "pool": None if ctx is None else ctx.pool.model,
-            "endpoint": None if ctx is None else ctx.parsed.endpoint.value,
-            "stream": None if ctx is None else ctx.stream,
+            "endpoint": self._endpoint if parsed is None else parsed.endpoint.value,
+            "method": self._method if parsed is None else parsed.method,
+            "stream": None if parsed is None else parsed.stream,
             "priority": None if ctx is None else ctx.priority,
             "replica": None if decision is None else decision.replica_id,
             "replicas_tried": self.replicas,
@@ -205,6 +237,7 @@ class LoggedRecord(RequestRecord):
             "duration_ms": _round(duration_ms),
             "tokens_in": _int_or_none(usage.get("prompt_tokens")),
             "tokens_out": _int_or_none(usage.get("completion_tokens")),
+            "attribution": self.charges,
         }
 
 

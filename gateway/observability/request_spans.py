@@ -60,10 +60,18 @@ class TracedRecord(LoggedRecord):
 
     collects_finish_reasons = True
 
-    def __init__(self, tracer: Tracer, span: Span, access_log: AccessLog | None, request_id: str) -> None:
+    def __init__(  # noqa: PLR0917 - the record's parts, as `LoggedRecord` takes them
+        self,
+        tracer: Tracer,
+        span: Span,
+        access_log: AccessLog | None,
+        request_id: str,
+        endpoint: str | None = None,
+        method: str | None = None,
+    ) -> None:
         context = span.get_span_context()
         trace_id = f"{context.trace_id:032x}" if context.is_valid else None
-        super().__init__(access_log, request_id, trace_id)
+        super().__init__(access_log, request_id, trace_id, endpoint, method)
         self._tracer = tracer
         self._span = span
         self._parent = set_span_in_context(span)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from admission.tenants import Tenant
 from gateway.api.asgi_io import Scope, header
 from gateway.api.request_parsing import ParsedRequest, rewrite_body
+from gateway.api.surface import ApiSurface
 from gateway.observability.request_record import NO_RECORD, RequestRecord
 from gateway.proxy.slo_headers import SLO_TPOT_HEADER, SLO_TTFT_HEADER, request_slo
 from gateway.proxy.timers import IDLE_HEADER, TTFT_HEADER, RequestTimers, request_timers
@@ -34,6 +35,12 @@ client's credentials: its `Authorization` is the gateway's tenant key; the engin
 key (`engine_api_key_env`) or none. The client's W3C trace context goes upstream unchanged when the
 gateway does not trace; when it does, each try replaces it with its own span's (`RequestRecord.
 upstream_headers`), so the engine's spans join the request's trace either way."""
+SURFACE_HEADERS: dict[ApiSurface, tuple[bytes, ...]] = {
+    ApiSurface.ANTHROPIC: (b"anthropic-version", b"anthropic-beta"),
+}
+"""Client headers an engine needs to read a request of that API surface, forwarded on it only: the
+Messages API's version and beta features (an engine that speaks Messages may key behaviour on them).
+The client's `x-api-key` is a tenant key: never forwarded."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +125,7 @@ def build_context(
         priority=priority,
         routing=routing,
         upstream_body=rewrite_body(parsed, served.upstream_name),
-        upstream_headers=forwarded_headers(scope["headers"], request_id, engine_key),
+        upstream_headers=forwarded_headers(scope["headers"], request_id, engine_key, parsed.endpoint.surface),
         timers=timers,
         idempotency_key=header(scope, b"idempotency-key"),
         authorization=header(scope, b"authorization"),
@@ -131,14 +138,19 @@ def build_context(
 
 
 def forwarded_headers(
-    raw_headers: list[tuple[bytes, bytes]], request_id: str, engine_key: str | None = None
+    raw_headers: list[tuple[bytes, bytes]],
+    request_id: str,
+    engine_key: str | None = None,
+    surface: ApiSurface = ApiSurface.OPENAI,
 ) -> dict[str, str]:
-    """Headers sent upstream: content-type JSON, the request id, `FORWARDED_HEADERS` from the client, and
-    `Authorization: Bearer <engine_key>` when the pool has an engine key."""
+    """Headers sent upstream: content-type JSON, the request id, `FORWARDED_HEADERS` (and the
+    surface's `SURFACE_HEADERS`) from the client, and `Authorization: Bearer <engine_key>` when the pool
+    has an engine key."""
     out = {"content-type": "application/json", "x-request-id": request_id}
     if engine_key is not None:
         out["authorization"] = f"Bearer {engine_key}"
+    names = FORWARDED_HEADERS + SURFACE_HEADERS.get(surface, ())
     for key, value in raw_headers:
-        if key in FORWARDED_HEADERS:
+        if key in names:
             out[key.decode("latin-1")] = value.decode("latin-1")
     return out

@@ -36,7 +36,7 @@ from typing import Any
 
 import orjson
 
-from gateway.api.request_parsing import Endpoint, ParsedRequest
+from gateway.api.request_parsing import Endpoint, ParsedRequest, integral_value
 from gateway.proxy.sse import DONE_EVENT, SSESplitter, event_payload
 
 FOLD_BYTES = 64 * 1024
@@ -138,12 +138,12 @@ def continuation_body(
     """The request that continues `parsed` after `transcript` (module docstring), or None when the
     stream cannot be continued."""
     text = transcript.text()
-    if not transcript.resumable or not text or parsed.body.get("n", 1) != 1:
+    if not transcript.resumable or not text or parsed.n not in (None, 1):
         return None
     body = dict(parsed.body)
     for name in ("max_completion_tokens", "max_tokens"):
-        budget = body.get(name)
-        if isinstance(budget, int):
+        budget = integral_value(body.get(name))  # `4.0` is 4 (`gateway.api.request_parsing`)
+        if budget is not None:
             left = budget - transcript.content_chunks
             if left <= 0:
                 return None

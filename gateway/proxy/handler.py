@@ -16,7 +16,7 @@ to the client has a deadline too (`gateway.api.asgi_io.ClientIO`).
 
 Errors are rendered for the endpoint's API surface (`gateway.api.surface`: Anthropic-shaped on
 `/v1/messages`). The tenant key is `Authorization: Bearer <key>`, or `x-api-key: <key>` (the Anthropic
-clients' header) when no `Authorization` is sent.
+clients' header) when no `Authorization` is sent (`gateway.api.tenant_key`).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from gateway.api.request_ids import request_id_of
 from gateway.api.request_parsing import Endpoint, ParsedRequest, parse_request, parse_response_call
 from gateway.api.response_calls import response_call
 from gateway.api.surface import ApiSurface
+from gateway.api.tenant_key import tenant_authorization
 from gateway.error_mapping import to_response, to_sse_event
 from gateway.errors import (
     Draining,
@@ -137,7 +138,7 @@ class ProxyHandler:
         )
         send = client.send  # each write within the write deadline; a stalled reader ends the request
         reply = Reply(request_id=request_id_of(header(scope, b"x-request-id")), send=send)
-        request_record = self._server.observe(scope, reply.request_id)  # spans, access log (or a no-op)
+        request_record = self._server.observe(scope, reply.request_id, endpoint.value)  # or a no-op
         outcome = OUTCOME_SUCCESS
         tenant: Tenant | None = None
         stream = False
@@ -150,7 +151,7 @@ class ProxyHandler:
                 raise Draining("the gateway is shutting down")
             tenant = self._tenant(scope)
             raw = await client.read_body(server_settings.max_body_bytes, server_settings.body_timeout_s)
-            parsed, stored = await self._parse(endpoint, scope, raw)
+            parsed, stored = await self._parse(endpoint, scope, raw, tenant, request_record)
             stream = parsed.stream
             if await self._handle(endpoint, scope, receive, reply, tenant, parsed, stored, request_record):
                 outcome = OUTCOME_CLIENT_DISCONNECT
@@ -196,6 +197,8 @@ class ProxyHandler:
         """Resolve the model, build the context, serve it (falling back to other pools on a refusal,
         `gateway.proxy.fallback`), remember a stored response; True when the client left meanwhile."""
         served = self._served(endpoint, scope, parsed)
+        reply.pool = served.pool.model
+        others = None if stored is None else self._affinity.others(served.pool, *stored)  # before headers
         priority = self._tenants.resolve_priority(tenant, header(scope, PRIORITY_HEADER))
 
         def context(served: ServedModel) -> RequestContext:
@@ -216,8 +219,8 @@ class ProxyHandler:
             return built
 
         ctx = context(served)
-        ctx = ctx if stored is None else self._affinity.pin(ctx, *stored)
-        fallbacks = [] if stored is not None else self._catalog.fallbacks(served.pool, endpoint.capability)
+        ctx = ctx if others is None else self._affinity.pin(ctx, others)
+        fallbacks = [] if others is not None else self._catalog.fallbacks(served.pool, endpoint.capability)
         async with DisconnectWatcher(receive) as watcher:
             reply.watcher = watcher
             ctx = await self._fallback.serve(ctx, reply, self._serve, fallbacks, context)
@@ -225,12 +228,8 @@ class ProxyHandler:
         return watcher.disconnected
 
     def _tenant(self, scope: Scope) -> Tenant:
-        authorization = header(scope, b"authorization")
-        if authorization is None:
-            api_key = header(scope, b"x-api-key")
-            authorization = None if api_key is None else f"Bearer {api_key}"
         try:
-            return self._tenants.resolve(authorization)
+            return self._tenants.resolve(tenant_authorization(scope))
         except AuthenticationFailed as exc:
             raise Unauthorized(exc.message) from None
 
@@ -250,22 +249,25 @@ class ProxyHandler:
         return resolved
 
     async def _parse(
-        self, endpoint: Endpoint, scope: Scope, raw: bytes
+        self, endpoint: Endpoint, scope: Scope, raw: bytes, tenant: Tenant, record: RequestRecord
     ) -> tuple[ParsedRequest, tuple[str, ResponseLocation] | None]:
-        """The parsed request and, when it needs a stored response (a `/v1/responses/{id}` call or a
-        `previous_response_id`), that response's id and location (404 when unknown)."""
+        """The parsed request (told to `record`) and, when it needs a stored response (a
+        `/v1/responses/{id}` call or a `previous_response_id`), that response's id and location (404
+        when unknown or `tenant`'s not)."""
         call = response_call(scope["path"]) if endpoint is Endpoint.RESPONSES else None
         if call is not None:
-            location = await self._affinity.locate(call.response_id)
+            location = await self._affinity.locate(tenant, call.response_id)
             parsed = parse_response_call(
                 scope["method"], scope["path"], scope.get("query_string", b""), location.model
             )
+            record.request_parsed(parsed)
             return parsed, (call.response_id, location)
         parsed = parse_request(endpoint, raw)
+        record.request_parsed(parsed)
         previous = parsed.previous_response_id
         if previous is None:
             return parsed, None
-        return parsed, (previous, await self._affinity.locate(previous))
+        return parsed, (previous, await self._affinity.locate(tenant, previous))
 
     async def _serve(self, ctx: RequestContext, reply: Reply) -> None:
         """Serve (a loadable LoRA adapter nobody serves loaded first: `gateway.proxy.adapter_loading`),
@@ -274,10 +276,11 @@ class ProxyHandler:
         if not ctx.idempotency_key or ctx.stream:
             await self._server.serve(ctx, reply)
             return
+        tenants = self._tenants.tenants_configured  # with tenants a record is the tenant's, whatever its key
         scoped = idempotency_scope(  # method and upstream path: each `/v1/responses/{id}` call is its own
             f"{ctx.parsed.method} {ctx.parsed.upstream_path}",
             ctx.model,
-            ctx.authorization,
+            f"tenant:{ctx.tenant.name}" if tenants else ctx.authorization,
             ctx.idempotency_key,
         )
         stored = await self._idempotency.claim(scoped, body_digest(ctx.parsed.raw))

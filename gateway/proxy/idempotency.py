@@ -1,7 +1,9 @@
 """`Idempotency-Key` for non-streaming requests: a duplicate gets the first response, never a second
 generation.
 
-Scope of a key: (model, tenant or client key, Idempotency-Key).
+Scope of a key: (endpoint, model, client, Idempotency-Key); the client is the tenant when tenants are
+configured (whichever of its keys, and whichever header — `Authorization` or `x-api-key` — carried it),
+else the `Authorization` header. Another tenant's key is another record: never replayed, never a 400.
 - the first request with a key is the *leader*: it runs, and a 2xx answer is stored — unless its headers
   + body exceed `max_stored_bytes`: then it is answered, but released as by a failed leader (below);
 - a duplicate that arrives while the leader runs waits for it and replays its answer;
@@ -174,9 +176,10 @@ def replay_headers(stored: StoredResponse, request_id: str) -> list[tuple[str, s
     return [*headers, (REPLAY_HEADER.decode(), "true"), ("x-request-id", request_id)]
 
 
-def idempotency_scope(endpoint: str, model: str, authorization: str | None, key: str) -> tuple[str, ...]:
+def idempotency_scope(endpoint: str, model: str, client: str | None, key: str) -> tuple[str, ...]:
     """Cache key: the endpoint (method and upstream path: `POST /v1/chat/completions`, `GET
-    /v1/responses/resp_1`), the model, a digest of the client's credentials (never the key itself), the
-    header — the same key on chat and on completions, or on two response ids, names two requests."""
-    client = hashlib.sha256((authorization or "").encode()).hexdigest()[:32]
-    return (endpoint, model, client, key)
+    /v1/responses/resp_1`), the model, a digest of the client (`tenant:<name>` with tenants, else its
+    credentials: never the key itself), the header — the same key on chat and on completions, on two
+    response ids, or from two tenants, names two requests."""
+    digest = hashlib.sha256((client or "").encode()).hexdigest()[:32]
+    return (endpoint, model, digest, key)

@@ -8,7 +8,8 @@ and every `/v1/responses/{id}` call, must reach the replica that produced the id
   first), each entry valid for `ttl_s` from its last write (default `DEFAULT_TTL_S`, 24 h: longer than a
   conversation's pause, shorter than most engine uptimes). Time from the injected clock.
 - `RedisResponseState` (`state.backend: redis`): the same map in Redis so every gateway instance agrees,
-  one key per id, `{prefix}resp:{id}` = JSON `[model, replica_id]`, written with `SET … PX ttl` and read
+  one key per id, `{prefix}resp:{id}` = JSON `[model, replica_id]` (with tenants the id is the
+  owner-scoped one, `gateway.proxy.response_affinity.stored_key`), written with `SET … PX ttl` and read
   with `GET`, each one script (Redis expires entries; no size bound beyond memory). Every write also goes
   to a local `MemoryResponseState`, read when Redis is unreachable (`state.on_error` `fail_open`: the
   ids this instance relayed still route; others are unknown) — with `fail_closed` an unreachable Redis

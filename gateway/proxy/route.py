@@ -3,6 +3,8 @@
 `Router.decide(pool, routing)` takes the pool's frozen snapshot (`Pool.snapshot`), asks the pool's
 policy (`router/`: filters → weighted scorers → picker) and counts the outcome:
 `llm_gateway_routing_decision_seconds` (time to decide) and `routing_decisions_total{policy,branch}`.
+A request pinned to the replica holding its stored state (`RoutingRequest.pinned`) is decided by the
+policy as any other, over that one replica, and its branch is `pinned`.
 It never claims anything, records nothing and never does I/O (`commit` records a decision once it is
 claimed); `None` means no replica is eligible for this request
 now (all at their cap, excluded, or not routable). Claiming the chosen replica is admission's step
@@ -13,10 +15,11 @@ now (all at their cap, excluded, or not routable). Claiming the chosen replica i
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from gateway.metrics import GatewayMetrics
 from gateway.upstream.registry import Pool
-from router.types import Decision, RoutingRequest
+from router.types import Branch, Decision, RoutingRequest
 
 
 class Router:
@@ -30,6 +33,8 @@ class Router:
         committed (`commit` it when it is taken: `router.profile`)."""
         started_s = time.perf_counter()
         decision = pool.policy.decide(routing, pool.snapshot(), commit=False)
+        if decision is not None and routing.pinned:
+            decision = replace(decision, branch=Branch.PINNED)
         self._metrics.routing_decision_seconds.observe(time.perf_counter() - started_s)
         if decision is not None:
             self._metrics.routing_decisions_total.labels(decision.policy, decision.branch).inc()

@@ -109,9 +109,10 @@ class RequestServer:
             rng=rng or random.Random(),
         )
 
-    def observe(self, scope: Scope, request_id: str) -> RequestRecord:
-        """The record of a request that just arrived (its server span starts now when tracing)."""
-        return self._observer.begin(scope, request_id)
+    def observe(self, scope: Scope, request_id: str, endpoint: str) -> RequestRecord:
+        """The record of a request to `endpoint` that just arrived (its server span starts now when
+        tracing)."""
+        return self._observer.begin(scope, request_id, endpoint)
 
     async def serve(self, ctx: RequestContext, reply: Reply) -> None:
         """Admit, try, relay; everything taken is released before this returns or raises."""
@@ -282,6 +283,7 @@ class RequestServer:
             kind = charge.kind
             label = "none" if kind is None else str(kind)
             self._metrics.upstream_failures_total.labels(ctx.model, charge.cause, label).inc()
+            ctx.record.failure_charged(charge.replica.replica_id, label, str(charge.cause))
             if kind is None:
                 continue
             if charge.cause is FailureCause.REPLICA or kind is FailureKind.OVERLOADED:

@@ -71,3 +71,27 @@ def test_an_error_answer_echoes_the_request_id(contract_gateway: ContractGateway
     )
     assert response.headers["x-gateway-reject-reason"] == reason
     assert response.headers.get("x-request-id") == "contract-err-7"
+
+
+@pytest.mark.parametrize(
+    "path", ["/healthz", "/health", "/readyz", "/v1/models", "/openapi.json", "/metrics"]
+)
+def test_head_on_a_get_route_is_the_get_without_its_body(
+    contract_gateway: ContractGateway, path: str
+) -> None:
+    """Same status and headers as GET (`content-length` included: the length GET's body has), no body."""
+    get = httpx.get(contract_gateway.url + path)
+    head = httpx.head(contract_gateway.url + path)
+    assert (head.status_code, head.content) == (get.status_code, b"")
+    assert int(head.headers["content-length"]) > 0
+    if path != "/metrics":  # its text changes from one scrape to the next
+        unstable = {"date", "x-request-id"}
+        assert {k: v for k, v in head.headers.items() if k not in unstable} == {
+            k: v for k, v in get.headers.items() if k not in unstable
+        }
+
+
+def test_head_on_a_post_route_is_a_405_naming_post(contract_gateway: ContractGateway) -> None:
+    head = httpx.head(contract_gateway.url + CHAT)
+    assert head.status_code == 405 and head.headers["allow"] == "POST" and head.content == b""
+    assert head.headers["x-gateway-reject-reason"] == "method_not_allowed"

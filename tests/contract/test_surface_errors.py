@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from tests.contract.conftest import (
+    CHAT,
     DEAD,
     FREE_KEY,
     MODEL,
@@ -22,6 +23,7 @@ from tests.contract.conftest import (
 from tests.servers import ServerThread
 
 MESSAGES = "/v1/messages"
+MODELS = "/v1/models"
 RESPONSES = "/v1/responses"
 
 
@@ -80,6 +82,18 @@ def test_messages_unauthorized_with_x_api_key(tenant_gateway: ServerThread) -> N
         right = client.post(MESSAGES, json=messages(), headers={"x-api-key": FREE_KEY})
     assert_anthropic_error(wrong, 401, "unauthorized", "authentication_error", retry_after=False)
     assert right.status_code == 200 and right.json()["type"] == "message"
+
+
+@pytest.mark.parametrize("path", [MODELS, MESSAGES, CHAT])
+def test_x_api_key_is_a_tenant_key_wherever_one_is_read(tenant_gateway: ServerThread, path: str) -> None:
+    """`x-api-key` is accepted as the tenant key on `GET /v1/models` as on the inference routes, and a
+    wrong one is refused there too."""
+    with httpx.Client(base_url=tenant_gateway.url, timeout=10) as client:
+        method, body = ("GET", None) if path == MODELS else ("POST", messages())
+        right = client.request(method, path, json=body, headers={"x-api-key": FREE_KEY})
+        wrong = client.request(method, path, json=body, headers={"x-api-key": "nope"})
+    assert right.status_code == 200, right.text
+    assert wrong.status_code == 401 and wrong.headers["x-gateway-reject-reason"] == "unauthorized"
 
 
 def test_responses_errors_are_openai_shaped(contract_gateway: ContractGateway) -> None:

@@ -41,7 +41,11 @@ def _nesting(value: Any) -> int:
 
 
 def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    """An integer field's value the gateway takes: a JSON number with an integral value (`4.0` too) in
+    [0, 2^63 - 1]."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
 
 
 _MESSAGES_ENDPOINTS = (Endpoint.CHAT, Endpoint.MESSAGES, Endpoint.COUNT_TOKENS)
@@ -99,6 +103,9 @@ def body_refusal(endpoint: Endpoint, body: Any) -> bool:
         return True
     output = body.get("max_output_tokens")  # the Responses API's own, checked before the others
     if endpoint is Endpoint.RESPONSES and output is not None and not _is_count(output):
+        return True
+    n = body.get("n")  # read by chat and completions (a stream's continuation)
+    if endpoint in (Endpoint.CHAT, Endpoint.COMPLETIONS) and n is not None and not _is_count(n):
         return True
     for name in ("max_completion_tokens", "max_tokens"):  # the first one set is the one read
         value = body.get(name)

@@ -162,3 +162,89 @@ def test_an_upstream_failure_names_the_replicas_tried_and_the_reason(
     line = lines.parsed()[0]
     assert (line["status"], line["outcome"], line["reason"]) == (500, "upstream_status", "upstream_status")
     assert line["replicas_tried"] == [line["replica"]] and len(line["replicas_tried"]) == 1
+
+
+def test_requests_outside_the_serve_path_have_a_line_but_probes_do_not(
+    servers: list[ServerThread], lines: AccessLines
+) -> None:
+    """An unknown route (404), a wrong method on a proxied path (405) and `GET /v1/models` each have a
+    line with the documented fields; `/healthz`, `/readyz` and `/metrics` have none."""
+    gateway = _gateway(servers)
+    auth = {"authorization": f"Bearer {API_KEY}"}
+    assert httpx.get(gateway.url + "/healthz").status_code == 200
+    assert httpx.get(gateway.url + "/readyz").status_code == 200
+    assert httpx.get(gateway.url + "/metrics").status_code == 200
+    missing = httpx.get(gateway.url + "/v1/nowhere", headers={"x-request-id": "ops-404"})
+    wrong = httpx.get(gateway.url + CHAT, headers=auth)
+    models = httpx.get(gateway.url + "/v1/models", headers=auth)
+    assert (missing.status_code, wrong.status_code, models.status_code) == (404, 405, 200)
+    assert wait_until(lambda: len(lines.lines) == 3)
+    by_status = {line["status"]: line for line in lines.parsed()}
+    assert all(list(line) == documented_fields() for line in by_status.values())
+    assert (by_status[404]["outcome"], by_status[404]["endpoint"], by_status[404]["method"]) == (
+        "not_found",
+        "/v1/nowhere",
+        "GET",
+    )
+    assert by_status[404]["request_id"] == "ops-404" and by_status[404]["tenant"] is None
+    assert (by_status[405]["outcome"], by_status[405]["endpoint"], by_status[405]["tenant"]) == (
+        "method_not_allowed",
+        CHAT,
+        "team-a",
+    )
+    assert (by_status[200]["outcome"], by_status[200]["endpoint"], by_status[200]["tenant"]) == (
+        "success",
+        "/v1/models",
+        "team-a",
+    )
+    assert by_status[200]["reason"] is None and by_status[200]["replicas_tried"] == []
+    _no_secrets(lines.lines)
+
+
+def test_an_early_refusal_names_the_model_and_endpoint_it_knows(
+    servers: list[ServerThread], lines: AccessLines
+) -> None:
+    gateway = _gateway(servers)
+    assert _post(gateway, model="no-such-model").status_code == 404
+    assert _post(gateway, key="sk-wrong-key-1234").status_code == 401
+    headers = {"authorization": f"Bearer {API_KEY}", "x-gateway-ttft-timeout-ms": "soon"}
+    body = {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}]}
+    assert httpx.post(gateway.url + CHAT, json=body, headers=headers).status_code == 400
+    assert wait_until(lambda: len(lines.lines) == 3)
+    missing, refused, bad_header = lines.parsed()
+    assert (missing["outcome"], missing["model"], missing["endpoint"], missing["stream"]) == (
+        "model_not_found",
+        "no-such-model",
+        CHAT,
+        False,
+    )
+    assert (refused["outcome"], refused["model"], refused["endpoint"], refused["method"]) == (
+        "unauthorized",
+        None,  # refused before its body was read
+        CHAT,
+        "POST",
+    )
+    assert (bad_header["outcome"], bad_header["model"], bad_header["endpoint"]) == (
+        "bad_request",
+        MODEL,
+        CHAT,
+    )
+
+
+def test_a_failed_try_is_logged_with_what_it_was_charged_to(
+    servers: list[ServerThread], lines: AccessLines
+) -> None:
+    broken = start_engine(fail_status=500)
+    servers.append(broken)
+    pool = {
+        "model": MODEL,
+        "engine": "vllm",
+        "replicas": {"static": [broken.url]},
+        "retries": {"max_attempts": 1},
+    }
+    gateway = start_gateway(gateway_settings([pool], access_log={"enabled": True, "stream": "none"}))
+    servers.append(gateway)
+    assert _post(gateway).status_code == 500
+    assert wait_until(lambda: len(lines.lines) == 1)
+    line = lines.parsed()[0]
+    assert line["attribution"] == [{"replica": line["replica"], "kind": "status_5xx", "cause": "replica"}]

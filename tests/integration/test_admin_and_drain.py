@@ -7,7 +7,7 @@ import threading
 import httpx
 
 from tests.integration.conftest import MODEL, pool
-from tests.servers import gateway_settings
+from tests.servers import free_port, gateway_settings
 from tests.waiting import wait_for
 
 ADMIN_KEY = "s3cret-admin"
@@ -81,3 +81,19 @@ def test_drain_refuses_new_requests_lets_streams_finish_then_ends_the_rest(mock_
         assert '"code":"draining"' in long_lines[-1], long_lines[-1]
         drain.join(10)
     assert app.state.registry.total_inflight() == 0
+
+
+def test_admin_config_shows_no_credential(monkeypatch, mock_engines, gateways) -> None:
+    """The Redis URL's password and the tracing headers' values are redacted in `GET /admin/config`."""
+    monkeypatch.setenv("LLM_GATEWAY_ADMIN_KEY", ADMIN_KEY)
+    secret = "hunter2-s3cret"
+    engine = mock_engines(model=MODEL)
+    state = {"backend": "redis", "url": f"redis://:{secret}@127.0.0.1:{free_port()}/0"}
+    tracing = {"headers": {"authorization": f"Bearer {secret}"}}
+    gateway = gateways(gateway_settings([pool([engine])], state=state, tracing=tracing))
+    answer = httpx.get(gateway.url + "/admin/config", headers={"authorization": f"Bearer {ADMIN_KEY}"})
+    assert answer.status_code == 200 and secret not in answer.text
+    config = answer.json()
+    assert config["state"]["url"] == state["url"].replace(secret, "***")
+    assert config["tracing"]["headers"] == {"authorization": "***"}
+    assert config["pools"][0]["model"] == MODEL

@@ -7,6 +7,8 @@ Small deadlines keep every test within a few seconds: headers and body 0.5 s, wr
 from __future__ import annotations
 
 import contextlib
+import datetime
+import email.utils
 import json
 import socket
 import subprocess
@@ -124,8 +126,8 @@ def test_a_silent_connection_is_closed_at_the_header_deadline(guarded: Guarded) 
     assert wait_until(lambda: gateway.metric("client_connections") == 0)
 
 
-def test_trickled_headers_get_408_and_the_connection_is_closed(guarded: Guarded) -> None:
-    gateway = guarded()
+def _trickled_headers_answer(gateway: GuardedGateway) -> bytes:
+    """What the gateway answers a request whose headers come a byte every 50 ms (then closes)."""
     sock = _connect(gateway)
     opened = time.monotonic()
     sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n")
@@ -135,11 +137,23 @@ def test_trickled_headers_get_408_and_the_connection_is_closed(guarded: Guarded)
             time.sleep(0.05)
             if time.monotonic() - opened > DEADLINE_S + 1.0:
                 break
-    status, headers, body = _parse(_read_all(sock))
+    return _read_all(sock)
+
+
+def test_trickled_headers_get_408_and_the_connection_is_closed(guarded: Guarded) -> None:
+    gateway = guarded()
+    opened = time.monotonic()
+    status, headers, body = _parse(_trickled_headers_answer(gateway))
     assert status == 408 and headers["x-gateway-reject-reason"] == "request_timeout"
     assert headers["connection"] == "close" and json.loads(body)["error"]["code"] == "request_timeout"
     assert time.monotonic() - opened < DEADLINE_S + 1.5
     assert gateway.metric("client_timeouts_total", phase="header") == 1
+
+
+def test_the_header_timeout_408_carries_a_date_as_every_answer_does(guarded: Guarded) -> None:
+    _, headers, _ = _parse(_trickled_headers_answer(guarded()))
+    sent = email.utils.parsedate_to_datetime(headers["date"])
+    assert abs((datetime.datetime.now(datetime.UTC) - sent).total_seconds()) < 5
 
 
 def test_a_trickled_body_gets_408_within_the_body_deadline(guarded: Guarded) -> None:

@@ -75,6 +75,35 @@ def test_without_an_engine_key_no_authorization_goes_upstream(recording_engine, 
     assert b"authorization" not in recorder.headers[-1]
 
 
+@pytest.mark.parametrize(
+    ("path", "body", "forwarded"),
+    [
+        ("/v1/messages", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}, True),
+        ("/v1/messages/count_tokens", {"messages": [{"role": "user", "content": "hi"}]}, True),
+        (CHAT, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}, False),
+    ],
+)
+def test_the_anthropic_headers_reach_an_engine_that_speaks_messages_and_the_key_does_not(
+    recording_engine, gateways, path: str, body: dict[str, Any], forwarded: bool
+) -> None:
+    """`anthropic-version` and `anthropic-beta` go upstream on the Messages endpoints (only there: no
+    other engine API reads them); the client's `x-api-key` never does."""
+    recorder, server = recording_engine
+    gateway = gateways(gateway_settings([pool([server])], tenants=_tenants()))
+    headers = {
+        "x-api-key": TENANT_KEY,
+        "anthropic-version": "2023-06-01",
+        "anthropic-beta": "prompt-caching-2024-07-31",
+    }
+    answer = httpx.post(gateway.url + path, json={"model": MODEL, **body}, headers=headers)
+    assert answer.status_code == 200, answer.text
+    seen = recorder.headers[-1]
+    expected = {b"2023-06-01", b"prompt-caching-2024-07-31"} if forwarded else {None}
+    assert {seen.get(b"anthropic-version"), seen.get(b"anthropic-beta")} == expected
+    assert b"x-api-key" not in seen
+    assert all(TENANT_KEY.encode() not in value for value in seen.values())
+
+
 def test_a_missing_engine_key_variable_fails_the_start(monkeypatch, mock_engines) -> None:
     from gateway.composition import Components
     from gateway.settings import ConfigError

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import httpx
 import openai
 import pytest
 
@@ -63,6 +64,24 @@ def test_completions_streaming_and_not(fleet: Fleet) -> None:
         if c.choices
     )
     assert streamed == full.choices[0].text, "deterministic engine: same prompt, same text"
+
+
+def test_an_integral_json_number_is_accepted_as_the_engine_accepts_it(fleet: Fleet) -> None:
+    """`max_tokens: 4.0` and `1e1` are integers to vLLM, pydantic and the mock: the gateway serves them
+    (the body as the client wrote it); a value past 2^63 is the gateway's own clear 400."""
+    url = fleet.gateway.url + "/v1/chat/completions"
+    for literal, tokens in (("4.0", 4), ("1e1", 10)):
+        body = '{"model": "%s", "messages": [{"role": "user", "content": "hi"}], "max_tokens": %s}'
+        answer = httpx.post(
+            url, content=body % (MODEL, literal), headers={"content-type": "application/json"}
+        )
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["usage"]["completion_tokens"] == tokens
+    huge = httpx.post(
+        url, json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2**63}
+    )
+    assert huge.status_code == 400 and huge.headers["x-gateway-reject-reason"] == "bad_request"
+    assert "'max_tokens' must be at most 9223372036854775807" in huge.json()["error"]["message"]
 
 
 def test_embeddings(fleet: Fleet) -> None:

@@ -83,6 +83,33 @@ def test_retrieve_delete_and_cancel_reach_the_replica_that_holds_the_response(fl
     assert deleted.headers[REPLICA] == replica and deleted.status_code == 200
 
 
+def test_a_pinned_request_says_so_in_its_route_and_the_routing_metric(fleet: Fleet) -> None:
+    """A chained request and an id call are pinned to the holder: `branch=pinned` in `x-gateway-route`
+    (not the policy's own branch, which would describe a choice that was not made), counted under it."""
+    client = _client(fleet)
+    created = client.responses.with_raw_response.create(model=MODEL, input="first", max_output_tokens=3)
+    assert "branch=least_load" in created.headers["x-gateway-route"]
+    response_id = created.parse().id
+    chained = client.responses.with_raw_response.create(
+        model=MODEL, input="then", previous_response_id=response_id, max_output_tokens=3
+    )
+    retrieved = client.responses.with_raw_response.retrieve(response_id)
+    for raw in (chained, retrieved):
+        assert raw.headers["x-gateway-route"].startswith("policy=least-load; branch=pinned;")
+    pinned = fleet.app.state.metrics.routing_decisions_total.labels("least-load", "pinned")
+    assert pinned._value.get() == 2
+
+
+def test_input_items_are_listed_by_the_replica_that_holds_the_response(fleet: Fleet) -> None:
+    client = _client(fleet)
+    first_id, _, replica = _create(client, input="first turn")
+    second_id, _, _ = _create(client, input="second turn", previous_response_id=first_id)
+    raw = client.responses.input_items.with_raw_response.list(second_id)
+    assert raw.headers[REPLICA] == replica
+    texts = [item.content[0].text for item in raw.parse().data]  # type: ignore[union-attr]
+    assert texts[0] == "first turn" and texts[-1] == "second turn"
+
+
 def test_a_deleted_response_is_forgotten_by_the_gateway(fleet: Fleet) -> None:
     """After a successful delete the gateway itself answers 404 `response_not_found` for the id (no
     replica touched: no `x-gateway-replica`, which a forwarded call would carry), for every call on it
@@ -155,6 +182,22 @@ def test_a_response_on_a_drained_replica_is_lost_with_a_clear_404(fleet: Fleet) 
         assert replica in raised.value.message and "not routable" in raised.value.message
     _set_draining(fleet, replica, False)
     assert client.responses.retrieve(response_id).id == response_id
+
+
+def test_a_lost_response_is_answered_before_the_timer_headers_are_read(fleet: Fleet) -> None:
+    """The handler's order: the stored response's replica routable (404) before the timer headers
+    (400), as for the model and the endpoint."""
+    client = _client(fleet)
+    response_id, _, replica = _create(client, input="remember me")
+    _set_draining(fleet, replica, True)
+    with pytest.raises(openai.NotFoundError) as raised:
+        client.responses.create(
+            model=MODEL,
+            input="next",
+            previous_response_id=response_id,
+            extra_headers={"x-gateway-ttft-timeout-ms": "0"},
+        )
+    assert raised.value.response.headers[REASON] == "response_state_lost"
 
 
 def test_a_response_on_a_removed_replica_is_lost_with_a_clear_404(fleet: Fleet) -> None:

@@ -69,6 +69,12 @@ def test_a_chat_continuation_appends_the_text_and_spends_the_budget() -> None:
     )
 
 
+def test_an_integral_float_budget_is_spent_and_one_choice_as_a_float_is_resumable() -> None:
+    raw = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 10.0, "n": 1.0}'
+    body = continuation_body(parse_request(Endpoint.CHAT, raw), transcript_of(chunk("a"), chunk("b")), None)
+    assert body is not None and orjson.loads(body)["max_tokens"] == 8
+
+
 def test_a_completions_continuation_extends_a_string_prompt_only() -> None:
     text = event({"id": "cmpl-1", "choices": [{"index": 0, "text": "xy"}]})
     raw = orjson.dumps({"model": "m", "prompt": "p:", "stream": True})

@@ -71,7 +71,11 @@ MINIMAL: dict[Endpoint, dict[str, Any]] = {
     Endpoint.RESPONSES: {"model": "m", "input": "hi"},
 }
 DROP = object()
-RESPONSE_ID_PATHS = ("/v1/responses/{response_id}", "/v1/responses/{response_id}/cancel")
+RESPONSE_ID_PATHS = (
+    "/v1/responses/{response_id}",
+    "/v1/responses/{response_id}/cancel",
+    "/v1/responses/{response_id}/input_items",
+)
 
 
 def _proxied_operations() -> list[Any]:

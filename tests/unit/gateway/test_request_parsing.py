@@ -100,3 +100,51 @@ def test_deeply_nested_prompts_are_a_bad_request_naming_the_field(endpoint, fiel
         parse_request(endpoint, raw)
     assert refused.value.message == f"'{field}' is nested deeper than 16 levels"
     parse_request(endpoint, ('{"model": "m", ' + template % _nested(3) + "}").encode())  # content parts: fine
+
+
+_INTEGER_FIELDS = [
+    (Endpoint.CHAT, "max_tokens"),
+    (Endpoint.CHAT, "max_completion_tokens"),
+    (Endpoint.CHAT, "n"),
+    (Endpoint.COMPLETIONS, "max_tokens"),
+    (Endpoint.COMPLETIONS, "n"),
+    (Endpoint.MESSAGES, "max_tokens"),
+    (Endpoint.RESPONSES, "max_output_tokens"),
+]
+_BODIES = {
+    Endpoint.CHAT: '{"model": "m", "messages": [{"role": "user", "content": "hi"}], "%s": %s}',
+    Endpoint.COMPLETIONS: '{"model": "m", "prompt": "hi", "%s": %s}',
+    Endpoint.MESSAGES: '{"model": "m", "messages": [{"role": "user", "content": "hi"}], "%s": %s}',
+    Endpoint.RESPONSES: '{"model": "m", "input": "hi", "%s": %s}',
+}
+
+
+def _integer_body(endpoint: Endpoint, field: str, literal: str) -> bytes:
+    return (_BODIES[endpoint] % (field, literal)).encode()
+
+
+@pytest.mark.parametrize(("endpoint", "field"), _INTEGER_FIELDS)
+@pytest.mark.parametrize(("literal", "value"), [("4.0", 4), ("1e2", 100), ("9223372036854775807", 2**63 - 1)])
+def test_an_integral_json_number_is_an_integer_and_the_body_goes_unchanged(
+    endpoint: Endpoint, field: str, literal: str, value: int
+) -> None:
+    raw = _integer_body(endpoint, field, literal)
+    parsed = parse_request(endpoint, raw)
+    assert (parsed.n if field == "n" else parsed.max_tokens) == value
+    assert rewrite_body(parsed, None) is raw, "forwarded byte for byte"
+
+
+@pytest.mark.parametrize(("endpoint", "field"), _INTEGER_FIELDS)
+@pytest.mark.parametrize("literal", ["9223372036854775808", "1e19", "18446744073709551616"])
+def test_an_integer_past_2_63_is_a_clear_bad_request(endpoint: Endpoint, field: str, literal: str) -> None:
+    with pytest.raises(BadRequest, match=rf"'{field}' must be at most 9223372036854775807 \(2\^63 - 1\)"):
+        parse_request(endpoint, _integer_body(endpoint, field, literal))
+
+
+@pytest.mark.parametrize(("endpoint", "field"), _INTEGER_FIELDS)
+@pytest.mark.parametrize("literal", ["4.5", "-1", "-1.0", "true", '"4"'])
+def test_a_non_integral_value_is_a_bad_request_naming_the_field(
+    endpoint: Endpoint, field: str, literal: str
+) -> None:
+    with pytest.raises(BadRequest, match=f"'{field}' must be a non-negative integer"):
+        parse_request(endpoint, _integer_body(endpoint, field, literal))
