@@ -46,17 +46,22 @@ steps by a constant instead lost (0.87–0.92× at 1.5×).
 Fast samples (`observe_window`): where the engine exports an inter-token latency histogram, every
 scrape that closes a window (`gateway.upstream.engine_metrics.adapter`) gives the replica's own mean
 token latency over the last interval, at the batch it ran (engine running + waiting, every gateway
-instance's requests together). Such a sample lags an admission by a prefill, not a generation, so it
-takes a damped step from the batch that ran, not from the limit (gradient clamped to [0.5, 2]):
+instance's requests together). Such a sample lags an admission by a prefill, not a generation. The
+limit steers the samples' exponentially weighted mean (`WINDOW_SMOOTHING`) and takes a damped step
+from the batch that ran, not from the limit (gradient clamped to [0.5, 2]):
 
-    first cut             limit = batch × gradient                      (the onset: a whole step)
+    first cut             limit = batch × gradient^WINDOW_GAIN
     latency over target   limit = min(limit, batch × gradient^WINDOW_GAIN)
     latency under target  limit = min(max(limit, batch × gradient^WINDOW_GAIN), WINDOW_HEADROOM × batch)
 
 Why from the batch: a cut frees no slot until requests finish, so the batch — and the latency — stay
 high for up to a generation after it, and cuts compounded on the limit would take it far below what
 the objective allows (every dispatch then stops until the batch drains: queued requests time out).
-Anchored to what runs, a cut goes as far as the latency the current batch shows, once.
+Anchored to what runs, a cut goes as far as the latency the current batch shows, once; while the
+latency stays over target the limit follows the batch down as it drains, so a sustained overload
+still converges within about a generation. The first cut is damped like the others: a burst of cold
+prompts (every one a full prefill) can show several times the target for a few seconds and then pass,
+and a whole step there stopped every dispatch until half the batch had finished.
 
 From the first fast sample on, finished requests' TPOTs no longer move the limit (they describe the
 batch of a generation ago). With fast samples the limit is on the engine's whole batch, not one
@@ -82,6 +87,11 @@ WINDOW_GAIN = 0.3
 """The exponent of a fast sample's gradient: under a third of a step per scrape interval (a change
 shows in the window one or two intervals later — the requests it admits prefill first — so a whole
 step would overshoot and oscillate)."""
+WINDOW_SMOOTHING = 0.25
+"""Weight of a new window in the exponentially weighted token latency the fast limit steers (about the
+last four windows, two seconds at the default scrape interval). A request's TPOT is its mean over a
+whole generation, so one window that caught a long prefill step (a cache miss: a tenth of a second
+on an H100 13B) breaks no objective; cutting on it would queue requests for nothing at the knee."""
 WINDOW_HEADROOM = 1.25
 """A fast limit grows no further than this × the batch running and waiting: a limit far above what
 runs would let a burst through before any window could show its cost."""
@@ -98,6 +108,8 @@ class TpotConcurrencyLimit:
         "_target_s",
         "_tpot_s",
         "_update_every",
+        "_window_latency_s",
+        "_window_smoothing",
         "limit",
         "windowed",
     )
@@ -111,11 +123,14 @@ class TpotConcurrencyLimit:
         update_every: int = DEFAULT_UPDATE_EVERY,
         target_ratio: float = DEFAULT_TARGET_RATIO,
         paced: bool = False,
+        window_smoothing: float = WINDOW_SMOOTHING,
     ) -> None:
         if tpot_slo_s <= 0 or min_limit < 1 or update_every < 1:
             raise ValueError("tpot_slo_s, min_limit, update_every must be positive")
         if not 0 < target_ratio <= 1:
             raise ValueError("target_ratio must be in (0, 1]")
+        if not 0 < window_smoothing <= 1:
+            raise ValueError("window_smoothing must be in (0, 1]")
         self._paced = paced
         self._target_s = tpot_slo_s * target_ratio
         self._min = min_limit
@@ -124,6 +139,8 @@ class TpotConcurrencyLimit:
         self._samples = 0
         self._tpot_s: float | None = None
         self.limit: float | None = None
+        self._window_latency_s: float | None = None
+        self._window_smoothing = window_smoothing
         self.windowed = False
         """True once a fast sample arrived: finished requests' TPOTs no longer move the limit."""
 
@@ -136,6 +153,7 @@ class TpotConcurrencyLimit:
         """Forget the limit and the samples (no limit until the objective breaks again)."""
         self.limit = self._tpot_s = None
         self._samples = 0
+        self._window_latency_s = None
         self.windowed = False
 
     def observe_window(self, latency_s: float, batch: float) -> None:
@@ -144,12 +162,17 @@ class TpotConcurrencyLimit:
         if not math.isfinite(latency_s) or latency_s <= 0:
             return
         self.windowed = True
-        gradient = min(MAX_PACED_GRADIENT, max(MIN_GRADIENT, self._target_s / latency_s))
+        smoothed = self._window_latency_s
+        smoothed = (
+            latency_s if smoothed is None else smoothed + self._window_smoothing * (latency_s - smoothed)
+        )
+        self._window_latency_s = smoothed
+        gradient = min(MAX_PACED_GRADIENT, max(MIN_GRADIENT, self._target_s / smoothed))
         base = max(batch, float(self._min))
         if self.limit is None:
             if gradient >= 1.0:
                 return
-            new = base * gradient
+            new = base * gradient**WINDOW_GAIN
         elif gradient < 1.0:
             new = min(self.limit, base * gradient**WINDOW_GAIN)
         else:

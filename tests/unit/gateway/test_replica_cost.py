@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any
 
@@ -15,6 +16,7 @@ from gateway.upstream.latency_settings import LatencyModelSettings
 from gateway.upstream.registry import ReplicaRegistry
 from gateway.upstream.replica import Replica
 from gateway.upstream.replica_cost import ReplicaCost
+from gateway.upstream.tpot_limit import WINDOW_GAIN
 from router.types import Branch, Decision, EngineLoad
 
 MODEL = "m"
@@ -247,17 +249,20 @@ def test_an_engine_fed_cap_is_on_the_whole_batch_and_other_senders_come_off_it()
     _, replica, _ = registry(slo={"tpot_s": 0.05})  # set point 40 ms
     replica.inflight_requests = 30
     assert not replica.engine_sampled(engine_sample(running=100, token_latency_s=0.08))  # gradient 0.5
-    assert replica.cost.learned_cap == 50, "the first cut: half of the 100 the engine runs"
+    cap = replica.cost.learned_cap
+    assert cap == math.floor(100 * 0.5**WINDOW_GAIN), "the first cut: from the 100 the engine runs"
     assert replica.cost.foreign_requests == 70, "70 of them are other instances' (or direct clients')"
-    assert replica.effective_max_concurrency() == 0, "this instance's share: 50 − 70, none"
-    assert not replica.view(0.0).has_free_slot
+    assert replica.effective_max_concurrency() == cap - 70, "this instance's share of the engine's cap"
     replica.inflight_requests = 20
     grew = replica.engine_sampled(engine_sample(running=45))  # the others left; no window closed
     assert grew, "its cap grew: admission should look at its waiters"
-    assert replica.effective_max_concurrency() == 50 - 25
+    assert replica.effective_max_concurrency() == cap - 25
     assert replica.engine_sampled(None), "stale samples: nothing known of other senders, its share grows"
     assert replica.cost.foreign_requests == 0
-    assert replica.effective_max_concurrency() == 50
+    assert replica.effective_max_concurrency() == cap
+    replica.engine_sampled(engine_sample(running=20 + cap))  # others run all of the cap's room
+    assert replica.effective_max_concurrency() == 0
+    assert not replica.view(0.0).has_free_slot
 
 
 def test_without_an_engine_window_the_cap_stays_this_instances_own() -> None:
@@ -273,6 +278,6 @@ def test_without_an_engine_window_the_cap_stays_this_instances_own() -> None:
 def test_a_configured_cap_still_bounds_this_instance_under_an_engine_fed_cap() -> None:
     _, replica, _ = registry(slo={"tpot_s": 0.05}, max_concurrency_per_replica=16)
     replica.engine_sampled(engine_sample(running=200, token_latency_s=0.08))
-    assert replica.cost.learned_cap == 100, "engine-wide, not clamped by the per-instance cap"
+    assert replica.cost.learned_cap == math.floor(200 * 0.5**WINDOW_GAIN), "engine-wide, not clamped at 16"
     replica.engine_sampled(engine_sample(running=0))
     assert replica.effective_max_concurrency() == 16

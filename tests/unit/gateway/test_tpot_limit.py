@@ -10,7 +10,7 @@ import pytest
 from core.clock import FakeClock
 from gateway.upstream.latency_settings import LatencyModelSettings
 from gateway.upstream.replica_cost import AFFINITY_SHARE_WEIGHT, ReplicaCost
-from gateway.upstream.tpot_limit import WINDOW_GAIN, WINDOW_HEADROOM, TpotConcurrencyLimit
+from gateway.upstream.tpot_limit import WINDOW_GAIN, WINDOW_HEADROOM, WINDOW_SMOOTHING, TpotConcurrencyLimit
 
 SLO_S = 0.05
 
@@ -207,31 +207,35 @@ def test_no_learned_cap_where_the_choice_of_replica_decides_the_prefill() -> Non
 
 
 def test_a_fast_sample_over_target_cuts_from_the_batch_that_ran_once() -> None:
-    limit = TpotConcurrencyLimit(SLO_S, min_limit=4)
+    limit = TpotConcurrencyLimit(SLO_S, min_limit=4, window_smoothing=1.0)
     limit.observe_window(0.025, batch=60)  # under the objective: nothing to limit yet
     assert limit.cap is None
-    limit.observe_window(0.0625, batch=100)  # the onset: a whole step, 100 × 0.8
-    assert limit.cap == 80
-    limit.observe_window(0.0625, batch=100)  # still over, the batch has not drained: 100 × 0.8^gain > 80
-    assert limit.cap == 80, "anchored to the batch, a cut never raises the limit"
-    limit.observe_window(0.0625, batch=80)  # drained to the limit and still over: a damped step from it
+    limit.observe_window(0.0625, batch=100)  # the onset: a damped step, 100 × 0.8^gain
+    first = 100 * 0.8**WINDOW_GAIN
+    assert limit.limit == pytest.approx(first)
+    limit.observe_window(0.0625, batch=100)  # still over, the batch has not drained: no further cut
+    assert limit.limit == pytest.approx(first), "anchored to the batch, cuts do not compound"
+    limit.observe_window(0.06, batch=110)  # a bigger batch, still over: a cut never raises the limit
+    assert limit.limit == pytest.approx(first)
+    limit.observe_window(0.0625, batch=80)  # drained below it and still over: a damped step from there
     assert limit.limit == pytest.approx(80 * 0.8**WINDOW_GAIN)
 
 
 def test_cuts_anchored_to_the_batch_do_not_compound_while_it_drains() -> None:
-    limit = TpotConcurrencyLimit(SLO_S, min_limit=4)
-    limit.observe_window(0.1, batch=100)  # gradient 0.5: the first cut, 50
-    for _ in range(10):  # the batch drains slowly; the latency it shows falls with it
-        limit.observe_window(0.06, batch=90)
-    assert limit.cap == 50, "90 × (0.05 / 0.06)^gain is above 50: no further cut"
-    unanchored = 50 * (0.05 / 0.06) ** (WINDOW_GAIN * 10)
-    assert unanchored < 30, "compounded, the same samples would have taken it below 30"
+    limit = TpotConcurrencyLimit(SLO_S, min_limit=4, window_smoothing=1.0)
+    limit.observe_window(0.1, batch=100)  # gradient 0.5: the first cut, 100 × 0.5^gain = 81
+    first = limit.limit
+    for _ in range(10):  # the batch has not drained; the latency falls as the cold prompts pass
+        limit.observe_window(0.06, batch=100)
+    assert limit.limit == pytest.approx(first), "100 × (0.05 / 0.06)^gain is above it: no further cut"
+    unanchored = first * (0.05 / 0.06) ** (WINDOW_GAIN * 10)
+    assert unanchored < 0.6 * first, "compounded, the same samples would have taken it far lower"
 
 
 def test_under_target_it_grows_with_the_batch_but_not_past_the_headroom() -> None:
-    limit = TpotConcurrencyLimit(SLO_S, min_limit=4)
-    limit.observe_window(0.1, batch=80)  # 40
-    limit.observe_window(0.025, batch=40)  # gradient 2 at a binding limit: 40 × 2^gain
+    limit = TpotConcurrencyLimit(SLO_S, min_limit=4, window_smoothing=1.0)
+    limit.observe_window(0.1, batch=60)  # 60 × 0.5^gain ≈ 48.7
+    limit.observe_window(0.025, batch=40)  # gradient 2 at a binding limit: 40 × 2^gain, under the headroom
     assert limit.limit == pytest.approx(min(40 * 2**WINDOW_GAIN, WINDOW_HEADROOM * 40))
     for _ in range(20):  # demand fell: 10 running, latency low
         limit.observe_window(0.01, batch=10)
@@ -239,13 +243,25 @@ def test_under_target_it_grows_with_the_batch_but_not_past_the_headroom() -> Non
 
 
 def test_fast_samples_take_over_from_finished_requests_tpots() -> None:
-    limit = TpotConcurrencyLimit(SLO_S, min_limit=4)
+    limit = TpotConcurrencyLimit(SLO_S, min_limit=4, window_smoothing=1.0)
     limit.observe_window(0.1, batch=100)
-    assert limit.windowed and limit.cap == 50
+    cap = limit.cap
+    assert limit.windowed and cap == math.floor(100 * 0.5**WINDOW_GAIN)
     feed(limit, 0.01, inflight=50, samples=64)  # a generation-old view: ignored
-    assert limit.cap == 50
+    assert limit.cap == cap
     limit.observe_window(math.nan, batch=50)
     limit.observe_window(0.0, batch=50)
-    assert limit.cap == 50
+    assert limit.cap == cap
     limit.reset()
     assert not limit.windowed and limit.cap is None
+
+
+def test_the_fast_limit_steers_a_smoothed_latency_so_one_slow_window_cuts_nothing() -> None:
+    limit = TpotConcurrencyLimit(SLO_S, min_limit=4)  # default smoothing
+    for _ in range(8):
+        limit.observe_window(0.03, batch=60)
+    limit.observe_window(0.08, batch=60)  # one window caught a long prefill step
+    assert limit.cap is None, f"smoothed: 0.03 + {WINDOW_SMOOTHING} × 0.05 is under the objective"
+    for _ in range(4):  # sustained: it cuts
+        limit.observe_window(0.08, batch=60)
+    assert limit.cap is not None and limit.cap < 60
