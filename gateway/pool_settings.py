@@ -273,9 +273,10 @@ class CostSettings(StrictModel):
 
 class ContinuationSettings(StrictModel):
     """Mid-stream continuation (`gateway.proxy.continuation`): a stream whose replica breaks after the
-    first byte goes on from another replica, at most `max_resumes` times per request, each a retry
-    charged to the retry budget. `enabled` None (default): on for the engine flavours that continue a
-    trailing assistant message (vllm, sglang, llamacpp), off for tgi and openai."""
+    first byte goes on from another replica, at most `max_resumes` times per request; a continuation
+    does not draw from the retry budget (it moves a stream already admitted). `enabled` None (default):
+    on for the engine flavours that continue a trailing assistant message (vllm, sglang, llamacpp), off
+    for tgi and openai."""
 
     enabled: bool | None = None
     max_resumes: int = Field(1, ge=0, le=10)

@@ -190,7 +190,7 @@ class RequestServer:
         while True:
             slot = ticket.slot(SlotRole.SERVE)
             if slot is None:
-                slot = self._reclaim(ctx, admission, excluded, last_error, retry)
+                slot = self._reclaim(ctx, admission, excluded, last_error, retry, continuing=reply.started)
                 ticket.swap(SlotRole.SERVE, slot)
                 if sent_ctx is not ctx and reply.started:
                     self._metrics.stream_continuations_total.labels(ctx.model).inc()
@@ -319,12 +319,16 @@ class RequestServer:
         excluded: set[str],
         last_error: UpstreamError | None,
         retry: RetryPolicy,
+        *,
+        continuing: bool,
     ) -> Slot:
-        """A slot for the next try, or the final error (nothing eligible, or no budget left)."""
+        """A slot for the next try, or the final error (nothing eligible, or no budget left). A
+        continuation (`continuing`: the client has bytes) is owed its try: it is no retry and does not
+        draw from the budget — it moves a stream the pool already admitted, bounded by `max_resumes`."""
         slot = admission.claim_excluding(ctx.routing, frozenset(excluded))
         if slot is None:
             raise last_error or from_refusal(admission.no_replica(ctx.routing.model))
-        if last_error is not None:
+        if last_error is not None and not continuing:
             if not retry.spend(last_error):
                 slot.release()
                 raise last_error
