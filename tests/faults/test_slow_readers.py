@@ -5,8 +5,8 @@ slow but legitimate client (a mobile link's rate) is not cut.
 Raw sockets on 127.0.0.1 reading a few bytes at a time at a fixed pace, against a gateway run as
 `serve` runs it (the guarded protocol, whose TCP samples judge the read rate). The slow reader's
 receive buffer is the kernel's minimum, so its kernel cannot absorb the stream and it acknowledges as it
-reads (about every 1.1 KB, every 2 s, well within the window). The default `server.min_read_bytes_per_s` (1024);
-`write_timeout_s` 5 s, the window it is judged over, keeps the rows to seconds.
+reads (about 1.1 KB every 2 s, well within the window). The default `server.min_read_bytes_per_s`
+(1024); `write_timeout_s` 5 s, the window it is judged over, keeps the rows to seconds.
 """
 
 from __future__ import annotations
@@ -102,7 +102,9 @@ def test_a_reader_far_slower_than_the_engine_is_cut_and_its_slot_freed(
     received, how = _read_at(sock, SLOW, until_s=15.0)
     cut_after_s = time.monotonic() - started
     sock.close()
-    MATRIX["slow reader, 640 B/s against 1 ms/token"] = Counter({how: 1})
+    MATRIX["slow reader, 640 B/s against 1 ms/token"] = Counter(
+        {"client_disconnect" if how != "done" else "ok": 1}
+    )
     assert how in {"reset", "closed"}, (how, len(received))
     assert received.startswith(b"HTTP/1.1 200"), "the stream had started"
     assert _slow_reads(gateway) == 1, "the read rate, not the write deadline, ended it"
@@ -127,7 +129,7 @@ def test_a_slow_but_legitimate_reader_gets_its_whole_stream(
     received, how = _read_at(sock, MOBILE, until_s=20.0)
     took_s = time.monotonic() - started
     sock.close()
-    MATRIX["mobile-rate reader, 16 KB/s against 1 ms/token"] = Counter({how: 1})
+    MATRIX["mobile-rate reader, 16 KB/s against 1 ms/token"] = Counter({"ok" if how == "done" else how: 1})
     assert how == "done", (how, len(received))
     assert took_s > 2 * WINDOW_S, f"held back by the client over several windows ({took_s:.1f} s)"
     assert _slow_reads(gateway) == 0
