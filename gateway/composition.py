@@ -52,14 +52,13 @@ from gateway.observability.tracer import TracingUnavailable
 from gateway.prefix_sharing import share_prefix_indexes
 from gateway.proxy.adapter_loading import AdapterLoader
 from gateway.proxy.admit import build_admission, tenant_directory
+from gateway.proxy.containment import Containment, build_containment
 from gateway.proxy.disagg_admit import add_pair_admissions
 from gateway.proxy.disagg_legs import BootstrapPorts
-from gateway.proxy.failure_attribution import PoolAttribution
 from gateway.proxy.handler import ProxyHandler
 from gateway.proxy.idempotency_redis import idempotency_store
 from gateway.proxy.preemption import Preemption
-from gateway.proxy.quarantine import MemoryQuarantine, QuarantineStore
-from gateway.proxy.quarantine_redis import QuarantineSync, RedisQuarantine
+from gateway.proxy.quarantine_redis import QuarantineSync
 from gateway.proxy.response_affinity import ResponseAffinity
 from gateway.proxy.response_state import response_state_store
 from gateway.proxy.retry_policy import RetryPolicy
@@ -185,10 +184,7 @@ class Components:
             upstream=UpstreamClient(self.session),
             registry=self.registry,
             retry_policies=self._retry_policies(),
-            attribution={
-                p.model: PoolAttribution(p.settings.attribution, clock) for p in self.registry.pools.values()
-            },
-            quarantines=self._quarantines(backend),
+            containment=self._containment(backend),
             preemption=self.preemption,
             signals=signals,
             metrics=metrics,
@@ -321,27 +317,18 @@ class Components:
             keys[pool.model] = value
         return keys
 
-    def _quarantines(self, backend: RedisBackend | None) -> dict[str, QuarantineStore]:
-        """A quarantine per pool that has it enabled: in Redis (with a background sync of every pool's
-        local mirror, registered for close) or in memory."""
-        stores: dict[str, QuarantineStore] = {}
-        shared: list[RedisQuarantine] = []
-        for pool in self.registry.pools.values():
-            q = pool.settings.quarantine
-            if not q.enabled:
-                continue
-            if backend is None:
-                stores[pool.model] = MemoryQuarantine(self.clock, q.ttl_s, q.max_entries)
-                continue
-            store = RedisQuarantine(backend, pool.model, self.clock, ttl_s=q.ttl_s, max_entries=q.max_entries)
-            shared.append(store)
-            stores[pool.model] = store
+    def _containment(self, backend: RedisBackend | None) -> Containment:
+        """Attribution, quarantine and poison evidence per pool (`gateway.proxy.containment`); with
+        Redis, a background sync of their local mirrors, registered for close."""
+        containment, shared = build_containment(
+            self.registry.pools.values(), backend, self.clock, self.metrics
+        )
         if shared:
             errors = self.metrics.state_errors_total.labels("quarantine_sync_loop")
             sync = QuarantineSync(shared, on_error=errors.inc)
             sync.start()
             self._on_close(sync.stop)
-        return stores
+        return containment
 
     def _retry_policies(self) -> dict[str, RetryPolicy]:
         """One retry policy (and budget) per pool."""

@@ -293,7 +293,8 @@ class GatewayMetrics:
         )
         self.client_timeouts_total = Counter(
             f"{PREFIX}_client_timeouts_total",
-            "Client connections ended by a client-side deadline: idle (nothing sent), header, body, write",
+            "Client connections ended by a client-side deadline: idle (nothing sent), header, body, write, "
+            "slow_read (a reader under server.min_read_bytes_per_s)",
             ["phase"],
             registry=r,
         )

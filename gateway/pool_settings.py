@@ -93,7 +93,10 @@ class AttributionSettings(StrictModel):
     scrape), or when every routable replica of the pool missed a deadline within `window_s`. A stream
     that went silent past the idle timeout (kind `stream_idle`) is load on the same engine evidence, or
     when every other routable replica silenced another request's stream within `window_s`; it makes a
-    poison request only when it repeats on a second replica and neither replica shows load.
+    poison request only when it repeats on a second replica and neither replica shows load — in one
+    request or across identical ones within `window_s` (`gateway.proxy.containment`). A failure of a
+    request that ended unserved is held uncharged for `hold_s`: the request's if its fingerprint fails
+    the same way on another replica meanwhile, else settled as any pending failure.
     """
 
     enabled: bool = True
@@ -102,6 +105,7 @@ class AttributionSettings(StrictModel):
     window_s: float = Field(60.0, gt=0)
     saturated_waiting_requests: float = Field(1.0, ge=0)
     saturated_kv_usage_ratio: float = Field(0.9, gt=0, le=1)
+    hold_s: float = Field(10.0, gt=0)
 
 
 class QuarantineSettings(StrictModel):
@@ -273,9 +277,10 @@ class CostSettings(StrictModel):
 
 class ContinuationSettings(StrictModel):
     """Mid-stream continuation (`gateway.proxy.continuation`): a stream whose replica breaks after the
-    first byte goes on from another replica, at most `max_resumes` times per request, each a retry
-    charged to the retry budget. `enabled` None (default): on for the engine flavours that continue a
-    trailing assistant message (vllm, sglang, llamacpp), off for tgi and openai."""
+    first byte goes on from another replica, at most `max_resumes` times per request; a continuation
+    does not draw from the retry budget (it moves a stream already admitted). `enabled` None (default):
+    on for the engine flavours that continue a trailing assistant message (vllm, sglang, llamacpp), off
+    for tgi and openai."""
 
     enabled: bool | None = None
     max_resumes: int = Field(1, ge=0, le=10)

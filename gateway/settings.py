@@ -91,6 +91,12 @@ class ServerSettings(StrictModel):
     """Seconds a response may make no progress towards a client that stopped reading (on Linux under
     `serve`: nothing acknowledged while bytes wait; elsewhere: one write blocked on full buffers): the
     request ends as a client disconnect, its upstream request is closed, the connection is reset."""
+    min_read_bytes_per_s: float = Field(1024.0, ge=0, allow_inf_nan=False)
+    """Bytes per second a client must take, averaged over `write_timeout_s`, while it holds a response
+    back (on Linux under `serve`: the kernel has bytes it cannot send yet at every sample): a slower
+    reader ends like one that stopped (phase `slow_read`). Far under a mobile link's rate; 0 turns the
+    rule off. Elsewhere only the write deadline bounds a slow reader (a write blocked on full buffers;
+    under uvicorn one waits for 48 KB to drain)."""
     max_connections: int = Field(8192, ge=1)
     """Open client connections (at most half the process's file limit is used; the rest is for upstream
     connections). Over it a new connection closes the one silent longest (nothing sent for 1 s), else

@@ -26,7 +26,11 @@ protocol that the runner passes as uvicorn's `http`, adds (settings under `serve
   for the deadline, the connection is reset and the request sees a disconnect (upstream closed, slot
   released). It does not wait for the gateway's send buffer to fill (up to about 4 MB), as the portable
   ASGI deadline (`gateway.api.asgi_io.ClientIO`) does; neither sees past the client's kernel, which
-  acknowledges until its receive buffer is full.
+  acknowledges until its receive buffer is full. The samples also bound a slow reader: when the kernel
+  held unsent bytes (`tcpi_notsent_bytes`: the client's window or link is the limit) at every sample
+  for `write_timeout_s`, less than `min_read_bytes_per_s` × that time acknowledged resets the
+  connection the same way (phase `slow_read`); bytes in flight to a client that keeps up (a slow
+  engine's) are not unsent.
 - **connection control**: `scope["extensions"][CONNECTION_EXTENSION]` is the protocol; `ClientIO` calls
   its `abort()` to reset a connection whose client stopped reading (a close would wait to flush).
 
@@ -97,6 +101,7 @@ class ConnectionGuard:
     max_connections: int
     accept_ceiling: int
     metrics: GatewayMetrics
+    min_read_bytes_per_s: float = 0.0
     awaiting_headers: OrderedDict[int, float] = field(default_factory=OrderedDict)
     """Header deadlines by connection, oldest first (every deadline is its arming time + the timeout)."""
     silent: OrderedDict[int, tuple[float, GuardedProtocol]] = field(default_factory=OrderedDict)
@@ -122,7 +127,13 @@ class ConnectionGuard:
     ) -> ConnectionGuard:
         limit, ceiling = connection_limits(server.max_connections, file_limit)
         return cls(
-            server.header_timeout_s, server.body_timeout_s, server.write_timeout_s, limit, ceiling, metrics
+            server.header_timeout_s,
+            server.body_timeout_s,
+            server.write_timeout_s,
+            limit,
+            ceiling,
+            metrics,
+            min_read_bytes_per_s=server.min_read_bytes_per_s,
         )
 
     def retry_after_s(self, now: float) -> float:
@@ -168,6 +179,8 @@ class GuardedProtocol(HttpToolsProtocol):
         self._linger_timer: asyncio.TimerHandle | None = None
         self._acked = -1
         self._progress_s = 0.0
+        self._held_since: tuple[float, int] | None = None
+        """When the kernel began holding unsent bytes at every sample, and what was acknowledged then."""
 
     # connection events
 
@@ -244,7 +257,7 @@ class GuardedProtocol(HttpToolsProtocol):
             )
             self.cycle.transport = cast(asyncio.Transport, _LingeringClose(self))
         if WATCHES_WRITES and self._write_timer is None:
-            self._acked, self._progress_s = -1, self.loop.time()
+            self._acked, self._progress_s, self._held_since = -1, self.loop.time(), None
             self._write_timer = self.loop.call_later(self._write_tick_s(), self._write_tick)
 
     def on_message_complete(self) -> None:
@@ -327,15 +340,36 @@ class GuardedProtocol(HttpToolsProtocol):
         progress = None if sock is None else tcp_progress(sock)
         if progress is None:
             return  # not TCP, or the kernel does not tell: the ASGI write deadline still holds
-        acked, queued = progress
+        acked, queued, unsent = progress
         now = self.loop.time()
-        if acked != self._acked or queued + self.transport.get_write_buffer_size() == 0:
+        buffered = self.transport.get_write_buffer_size()
+        if acked != self._acked or queued + buffered == 0:
             self._acked, self._progress_s = acked, now
         elif now - self._progress_s >= self.guard.write_timeout_s:
             self.guard.metrics.client_timeouts_total.labels("write").inc()
             self.abort()
             return
+        if self._reads_too_slowly(acked, unsent + buffered > 0, now):
+            self.guard.metrics.client_timeouts_total.labels("slow_read").inc()
+            self.abort()
+            return
         self._write_timer = self.loop.call_later(self._write_tick_s(), self._write_tick)
+
+    def _reads_too_slowly(self, acked: int, held: bool, now: float) -> bool:
+        """The slow-reader rule (module docstring): `held`, the kernel or the transport holds bytes it
+        could not send; judged once per `write_timeout_s` of holding without a break."""
+        rate = self.guard.min_read_bytes_per_s
+        if rate <= 0 or not held:
+            self._held_since = None
+            return False
+        if self._held_since is None:
+            self._held_since = (now, acked)
+            return False
+        since_s, since_acked = self._held_since
+        if now - since_s < self.guard.write_timeout_s:
+            return False
+        self._held_since = (now, acked)
+        return acked - since_acked < rate * (now - since_s)
 
     def _close_with(self, response: bytes) -> None:
         """Write `response`, close, and drop the connection if it is not flushed within `LINGER_S`."""

@@ -15,7 +15,10 @@ The new stream is spliced into the client's (`Splice`): its chunks get the first
 `created` and `model`, its role chunk is dropped (no second role), and its usage chunk reports one total
 for the request: completion_tokens = chunks sent before the break + the new stream's completion tokens,
 prompt_tokens = the new stream's prompt tokens − the chunks sent before (the text so far was in its
-prompt). At most `continuation.max_resumes` per request, each one a retry charged to the retry budget.
+prompt). At most `continuation.max_resumes` per request. A continuation is owed, not retried: it moves
+a stream the pool already admitted to another replica, so it neither draws from nor counts against the
+retry budget (`llm_gateway_stream_continuations_total`, not `llm_gateway_retries_total`); what bounds
+the pool's continuations is what was running on the replica that broke, each stream `max_resumes` times.
 
 Exact and not: the client gets every chunk once and in order, and the text continues where it stopped.
 The engine re-tokenises the seam: the text so far becomes prompt tokens that may not split exactly as

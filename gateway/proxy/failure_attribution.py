@@ -55,6 +55,11 @@ Rules, per failed attempt (`FailureKind` from `gateway.proxy.retry_policy.failur
   So a replica that breaks some of its streams is charged for each (the requests were fine elsewhere),
   a replica that really broke is charged at most one request later, and a poison request whose retry
   the budget refused does not open a breaker of a replica that keeps serving everyone else.
+- with the request's fingerprint known (quarantine on, `gateway.proxy.containment`), an unserved
+  failure that would be the replica's is *held* instead of charged at the request's end
+  (`RequestFailures.held`, decided by `resolve_held` up to `attribution.hold_s` later), and every
+  unserved failure that is not load is *sighted* (`RequestFailures.sighted`): identical requests
+  complete the poison rule across requests (`repeated_elsewhere`).
 
 Each charged failure is counted as `llm_gateway_upstream_failures_total{model,cause,kind}` (kind:
 connect, status_5xx, overloaded, ttft_timeout, stream_idle, stream_broken, none).
@@ -62,13 +67,14 @@ connect, status_5xx, overloaded, ttft_timeout, stream_idle, stream_broken, none)
 
 from __future__ import annotations
 
-from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import count
 
 from core.clock import Clock
 from gateway.pool_settings import AttributionSettings
+from gateway.proxy.load_evidence import FirstTokenOutcomes, StallLog
 from gateway.upstream.registry import FailureKind, Pool
 from gateway.upstream.replica import Replica
 
@@ -100,78 +106,14 @@ class Verdict:
 
     charges: tuple[Charge, ...] = ()
     quarantine: bool = False
-
-
-class FirstTokenOutcomes:
-    """Each replica's recent first-token outcomes (missed or served) over a sliding window, with running
-    counts so a ratio costs O(1) amortised."""
-
-    def __init__(self, window_s: float) -> None:
-        self._window_s = window_s
-        self._by_replica: dict[str, _Window] = {}
-
-    def record(self, replica_id: str, now_s: float, *, missed: bool) -> None:
-        window = self._by_replica.setdefault(replica_id, _Window())
-        window.events.append((now_s, missed))
-        window.misses += missed
-        self._prune(window, now_s)
-
-    def miss_ratio(self, replica_id: str, now_s: float) -> float:
-        """Missed ÷ all first-token outcomes in the window (0 without any)."""
-        window = self._by_replica.get(replica_id)
-        if window is None:
-            return 0.0
-        self._prune(window, now_s)
-        return window.misses / len(window.events) if window.events else 0.0
-
-    def _prune(self, window: _Window, now_s: float) -> None:
-        events = window.events
-        while events and now_s - events[0][0] > self._window_s:
-            _, missed = events.popleft()
-            window.misses -= missed
+    pending: bool = False
+    """The failure waits for the request's end (`RequestFailures.settle`)."""
 
 
 @dataclass(slots=True)
-class _Window:
-    events: deque[tuple[float, bool]] = field(default_factory=deque)
-    misses: int = 0
+class Pending:
+    """A failed attempt whose cause waits for the request's end (or, held, for the containment's verdict)."""
 
-
-class StallLog:
-    """Each replica's recent silent streams (idle timeouts) over a sliding window, by request, so a
-    request's own stalls can be told from others'. A healthy replica silences no stream at all, so one
-    stall of another request in the window is evidence (a count, not a ratio over few streams)."""
-
-    def __init__(self, window_s: float) -> None:
-        self._window_s = window_s
-        self._by_replica: dict[str, deque[tuple[float, int]]] = {}
-
-    def record(self, replica_id: str, now_s: float, request: int) -> None:
-        stalls = self._by_replica.setdefault(replica_id, deque())
-        stalls.append((now_s, request))
-        self._prune(stalls, now_s)
-
-    def others(self, replica_id: str, now_s: float, request: int) -> int:
-        """Stalls of requests other than `request` on the replica within the window."""
-        stalls = self._by_replica.get(replica_id)
-        if not stalls:
-            return 0
-        self._prune(stalls, now_s)
-        return sum(1 for _, by in stalls if by != request)
-
-    def forget(self, request: int) -> None:
-        """Drop `request`'s stalls: they were charged to it (a poison request), so they are no evidence
-        of load against the next one."""
-        for replica_id, stalls in self._by_replica.items():
-            self._by_replica[replica_id] = deque(stall for stall in stalls if stall[1] != request)
-
-    def _prune(self, stalls: deque[tuple[float, int]], now_s: float) -> None:
-        while stalls and now_s - stalls[0][0] > self._window_s:
-            stalls.popleft()
-
-
-@dataclass(slots=True)
-class _Pending:
     replica: Replica
     pool: Pool
     kind: FailureKind
@@ -189,7 +131,19 @@ class RequestFailures:
     stalls: StallLog
     request: int
     """This request's number in its pool (tells its stalls from others' in `stalls`)."""
-    pending: list[_Pending] = field(default_factory=list)
+    pending: list[Pending] = field(default_factory=list)
+    fingerprint: str | None = None
+    """The request's quarantine fingerprint once known (`gateway.proxy.containment` sets it): its stalls
+    are filed under it, and `settle` hands its unserved failures on instead of charging them."""
+    sighted: list[Pending] = field(default_factory=list)
+    """Failures of a request that ended unserved with no load evidence (`settle`): where it failed."""
+    held: list[Pending] = field(default_factory=list)
+    """Of those, the ones not charged yet: the replica's unless the fingerprint fails elsewhere too."""
+
+    @property
+    def key(self) -> str:
+        """The request's key in the stall log: its fingerprint, else its number."""
+        return self.fingerprint or f"#{self.request}"
 
     def record(self, kind: FailureKind | None, replica: Replica, pool: Pool) -> Verdict:
         """Classify one failed attempt on `replica` (`kind`: `retry_policy.failure_kind` of the error)."""
@@ -197,7 +151,7 @@ class RequestFailures:
         if kind is FailureKind.TTFT_TIMEOUT:
             self.outcomes.record(replica.replica_id, now_s, missed=True)
         elif kind is FailureKind.STREAM_IDLE:
-            self.stalls.record(replica.replica_id, now_s, self.request)
+            self.stalls.record(replica.replica_id, now_s, self.key)
         if kind is None:  # the engine refused the request (4xx), or it ran past its own total bound
             return self._now(replica, kind, FailureCause.REQUEST)
         if not self.settings.enabled:  # the breaker as it was: every failure is the replica's
@@ -220,7 +174,7 @@ class RequestFailures:
                     and self._shows_no_load(kind, (earlier.replica, replica), now_s)
                 ):
                     del self.pending[index]
-                    self.stalls.forget(self.request)
+                    self.stalls.forget(self.key)
                     charges = (
                         Charge(earlier.replica, kind, FailureCause.REQUEST),
                         Charge(replica, kind, FailureCause.REQUEST),
@@ -229,20 +183,66 @@ class RequestFailures:
         default = FailureCause.LOAD if saturated else FailureCause.REPLICA
         if not serves_others:
             return self._now(replica, kind, default)
-        self.pending.append(_Pending(replica, pool, kind, now_s, default))
-        return Verdict()
+        self.pending.append(Pending(replica, pool, kind, now_s, default))
+        return Verdict(pending=True)
 
     def settle(self, *, served: bool) -> tuple[Charge, ...]:
         """The request ended (`served`: another replica answered it). Each failure still pending is
         load's when it was load or there is load evidence now; else the request's when it was not served
-        elsewhere and its replica delivered another response since; else the replica's. Once."""
-        charges = tuple(Charge(p.replica, p.kind, self._settled_cause(p, served)) for p in self.pending)
+        elsewhere and its replica delivered another response since; else the replica's. Once. With the
+        fingerprint known, an unserved failure that is not load is also kept in `sighted`, and one that
+        would be the replica's is not charged but kept in `held` (`resolve_held` decides it later)."""
+        charges: list[Charge] = []
+        for p in self.pending:
+            cause = self._settled_cause(p, served)
+            if self.fingerprint is not None and not served and cause is not FailureCause.LOAD:
+                self.sighted.append(p)
+                if cause is FailureCause.REPLICA:
+                    self.held.append(p)
+                    continue
+            charges.append(Charge(p.replica, p.kind, cause))
         self.pending.clear()
         if any(c.kind is FailureKind.STREAM_IDLE and c.cause is FailureCause.REQUEST for c in charges):
-            self.stalls.forget(self.request)
-        return charges
+            self.stalls.forget(self.key)
+        return tuple(charges)
 
-    def _settled_cause(self, pending: _Pending, served: bool) -> FailureCause:
+    def withdraw_last(self) -> Pending:
+        """Take back the failure `record` just left pending (it turned out to be the request's)."""
+        return self.pending.pop()
+
+    def resolve_held(self, held: Pending, *, failed_elsewhere: bool) -> Charge:
+        """The verdict on a held failure: load's on load evidence now; the request's when its fingerprint
+        failed the same way on another replica or the replica delivered another response since; else the
+        replica's."""
+        if self._load(held.kind, held.replica, held.pool, self.clock.now_s()):
+            return Charge(held.replica, held.kind, FailureCause.LOAD)
+        if failed_elsewhere or _served_since(held):
+            if held.kind is FailureKind.STREAM_IDLE:
+                self.stalls.forget(self.key)
+            return Charge(held.replica, held.kind, FailureCause.REQUEST)
+        return Charge(held.replica, held.kind, held.default)
+
+    def repeated_elsewhere(
+        self, kind: FailureKind, replica: Replica, pool: Pool, elsewhere: Iterable[tuple[str, FailureKind]]
+    ) -> bool:
+        """Whether a failure of `kind` on `replica`, which keeps serving others, repeats one of this
+        fingerprint's failures elsewhere (`elsewhere`: replica id and kind of each) as a poison request's
+        would: the same kind on another replica that keeps serving others and is not down, and neither
+        replica shows load for that kind (the rule of the second failure in one request)."""
+        now_s = self.clock.now_s()
+        for replica_id, seen in elsewhere:
+            other = pool.replicas.get(replica_id)
+            if seen is not kind or other is None or replica_id == replica.replica_id:
+                continue
+            if (
+                self._serves_others(other, now_s)
+                and not other.is_down(now_s)
+                and self._shows_no_load(kind, (other, replica), now_s)
+            ):
+                return True
+        return False
+
+    def _settled_cause(self, pending: Pending, served: bool) -> FailureCause:
         if pending.default is FailureCause.LOAD:
             return FailureCause.LOAD
         if self._load(pending.kind, pending.replica, pending.pool, self.clock.now_s()):
@@ -262,7 +262,7 @@ class RequestFailures:
             return all(self.outcomes.miss_ratio(r.replica_id, now_s) < SATURATED_MISS_RATIO for r in replicas)
         if kind is FailureKind.STREAM_IDLE:
             return not any(
-                self._engine_saturated(r) or self.stalls.others(r.replica_id, now_s, self.request)
+                self._engine_saturated(r) or self.stalls.others(r.replica_id, now_s, self.key)
                 for r in replicas
             )
         return True
@@ -303,13 +303,13 @@ class RequestFailures:
         """Every other routable replica silenced another request's stream within the window (the
         failing one just silenced this one's; alone in its pool, that is everywhere)."""
         return all(
-            self.stalls.others(r.replica_id, now_s, self.request)
+            self.stalls.others(r.replica_id, now_s, self.key)
             for r in pool.replicas.values()
             if r.replica_id != replica.replica_id and r.routable_at(now_s)
         )
 
 
-def _served_since(pending: _Pending) -> bool:
+def _served_since(pending: Pending) -> bool:
     last = pending.replica.last_success_s
     return last is not None and last > pending.failed_at_s
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 from core.clock import Clock
 from core.shared_state import LUA_PRELUDE, RedisBackend, RedisOperation
@@ -103,12 +104,19 @@ class RedisQuarantine:
         return True
 
 
+class Synced(Protocol):
+    """A store with a local mirror of Redis: `sync` refreshes it (False when Redis was unreachable)."""
+
+    async def sync(self) -> bool: ...
+
+
 class QuarantineSync:
-    """The background loop that keeps every pool's Redis quarantine mirror fresh."""
+    """The background loop that keeps every pool's Redis mirrors fresh: its quarantine, and its poison
+    evidence (`gateway.proxy.poison_evidence_redis`)."""
 
     def __init__(
         self,
-        stores: list[RedisQuarantine],
+        stores: list[Synced],
         interval_s: float = SYNC_INTERVAL_S,
         on_error: Callable[[], None] | None = None,
     ) -> None:

@@ -10,6 +10,9 @@ Retries happen only before the first byte reached the client, and only when all 
   requests + a floor, over a sliding window), so an overloaded fleet does not get a retry storm.
   A connect failure is the exception: the request never reached an engine, so retrying it elsewhere
   adds no load anywhere, and it is not charged to the budget (max_attempts still bounds it).
+The budget bounds these retries only: a broken stream's continuation after the first byte is not a
+retry and never draws from it (`gateway.proxy.continuation`), and neither failure attribution nor
+quarantine waits for a second try (`gateway.proxy.containment`).
 Each retry makes a fresh routing decision with the failed replicas excluded. Backoff is full jitter:
     sleep = uniform(0, min(backoff_max_s, backoff_initial_s × 2^(retry − 1)))
 An engine's `Retry-After` is honoured by holding that replica out for that long (registry), not by

@@ -15,8 +15,9 @@ had already closed (`StaleConnection`) is tried once more on the same replica ov
 Every failed try is charged to its cause (`gateway.proxy.failure_attribution`): only a replica's own
 failures reach its breaker (`ReplicaRegistry.record_failure`); an engine's 429/503 still holds the
 replica out for its Retry-After. A request whose failures two replicas show while both keep serving
-other requests is a poison request: 422 `request_quarantined`, no third replica, and its fingerprint
-is refused at arrival for the pool's `quarantine.ttl_s` (`gateway.proxy.quarantine`).
+other requests — its own tries, or identical requests' (`gateway.proxy.containment`) — is a poison
+request: 422 `request_quarantined`, no third replica, and its fingerprint is refused at arrival for the
+pool's `quarantine.ttl_s` (`gateway.proxy.quarantine`).
 
 Each step is told to the request's `RequestRecord` (`ctx.record`, `gateway.observability`): admission,
 each try with its routing decision, the relay, retries, continuations and the final error — the spans
@@ -34,7 +35,6 @@ from gateway.api.asgi_io import Scope
 from gateway.autoscaling import AutoscaleSignals
 from gateway.errors import (
     GatewayError,
-    RequestQuarantined,
     UpstreamConnectError,
     UpstreamError,
     UpstreamIdleTimeout,
@@ -47,13 +47,13 @@ from gateway.observability.observer import RequestObserver
 from gateway.observability.request_record import RequestRecord
 from gateway.proxy.admit import Admission, PoolAdmission
 from gateway.proxy.attempt import Attempt
+from gateway.proxy.containment import Containment
 from gateway.proxy.context import RequestContext
 from gateway.proxy.continuation import Splice, StreamTranscript, continuation_body
 from gateway.proxy.disagg_legs import BootstrapPorts
 from gateway.proxy.disagg_serving import DisaggServer
-from gateway.proxy.failure_attribution import Charge, FailureCause, PoolAttribution, RequestFailures
+from gateway.proxy.failure_attribution import Charge, FailureCause, RequestFailures
 from gateway.proxy.preemption import Preemption
-from gateway.proxy.quarantine import QuarantineStore, fingerprint
 from gateway.proxy.relay import StreamRelay, relay
 from gateway.proxy.reply import Reply
 from gateway.proxy.retry_policy import RetryPolicy, failure_kind
@@ -76,8 +76,7 @@ class RequestServer:
         upstream: UpstreamClient,
         registry: ReplicaRegistry,
         retry_policies: dict[str, RetryPolicy],
-        attribution: dict[str, PoolAttribution],
-        quarantines: dict[str, QuarantineStore],
+        containment: Containment,
         preemption: Preemption,
         signals: AutoscaleSignals,
         metrics: GatewayMetrics,
@@ -92,8 +91,7 @@ class RequestServer:
         self._upstream = upstream
         self._registry = registry
         self._retry_policies = retry_policies
-        self._attribution = attribution
-        self._quarantines = quarantines
+        self._containment = containment
         self._preemption = preemption
         self._signals = signals
         self._metrics = metrics
@@ -102,7 +100,7 @@ class RequestServer:
             upstream=upstream,
             registry=registry,
             retry_policies=retry_policies,
-            attribution=attribution,
+            attribution=containment.attributions,
             bootstrap=bootstrap or {},
             charge=self._charge,
             metrics=metrics,
@@ -128,7 +126,7 @@ class RequestServer:
         if ctx.pool.prefill is not None:  # a disaggregated pool: two legs, two slots
             await self._disagg.serve(ctx, reply)
             return
-        self._refuse_if_quarantined(ctx)
+        ctx, failures = self._containment.arrive(ctx)  # 422 when quarantined; routed away from its failures
         admission = self._admission.pool(model)
         self._signals.arrival(model)
         record.admission_started(admission.queue_depth)
@@ -143,7 +141,7 @@ class RequestServer:
         reply.queue_wait_s = ticket.queue_wait_s
         self._signals.dispatched(model, ticket.queue_wait_s)
         try:
-            await self._attempts(ctx, reply, ticket, admission)
+            await self._attempts(ctx, reply, ticket, admission, failures)
             completion = (reply.usage or {}).get("completion_tokens")
             if isinstance(completion, int):
                 self._signals.completed(
@@ -160,16 +158,20 @@ class RequestServer:
                 await ticket.reconcile(actual)
 
     async def _attempts(
-        self, ctx: RequestContext, reply: Reply, ticket: Ticket[Slot], admission: PoolAdmission
+        self,
+        ctx: RequestContext,
+        reply: Reply,
+        ticket: Ticket[Slot],
+        admission: PoolAdmission,
+        failures: RequestFailures,
     ) -> None:
         """The retry loop (see `gateway.proxy.retry_policy` for when a failure is retried)."""
-        failures = self._attribution[ctx.model].for_request()
         served = False
         try:
             await self._tries(ctx, reply, ticket, admission, failures)
             served = True
         finally:
-            self._charge(ctx, failures.settle(served=served))
+            self._charge(ctx, await self._containment.settle(ctx, failures, served=served))
 
     async def _tries(
         self,
@@ -191,7 +193,7 @@ class RequestServer:
         while True:
             slot = ticket.slot(SlotRole.SERVE)
             if slot is None:
-                slot = self._reclaim(ctx, admission, excluded, last_error, retry)
+                slot = self._reclaim(ctx, admission, excluded, last_error, retry, continuing=reply.started)
                 ticket.swap(SlotRole.SERVE, slot)
                 if sent_ctx is not ctx and reply.started:
                     self._metrics.stream_continuations_total.labels(ctx.model).inc()
@@ -216,10 +218,10 @@ class RequestServer:
                 )
             failure = outcome
             if not attempt.preempted:  # a preemption's cut is nobody's failure
-                verdict = failures.record(failure_kind(failure), replica, ctx.pool)
+                verdict = await self._containment.judge(ctx, failures, failure, replica)
                 self._charge(ctx, verdict.charges, failure)
                 if verdict.quarantine and ctx.pool.settings.quarantine.enabled:
-                    raise await self._quarantine(ctx, failure)
+                    raise await self._containment.quarantine(ctx, failures, failure)
             if reply.started:  # the client has bytes: continue elsewhere, or end with the terminal error
                 sent_ctx = self._continuation(ctx, stream, failure, resumes)
                 resumes += 1
@@ -247,7 +249,7 @@ class RequestServer:
             if isinstance(completion, int):
                 attempt.slot.finished(completion)  # the replica's latency model learns its TPOT
             self._registry.record_served(attempt.slot.replica)
-            self._attribution[sent_ctx.model].first_token_served(attempt.slot.replica)
+            self._containment.attribution(sent_ctx.model).first_token_served(attempt.slot.replica)
             record.attempt_ended(None)
             return None
         except StaleConnection as stale:
@@ -292,28 +294,6 @@ class RequestServer:
                     retry_after_s = failure.retry_after_s
                 self._registry.record_failure(charge.replica, kind, retry_after_s)
 
-    def _refuse_if_quarantined(self, ctx: RequestContext) -> None:
-        """422 at arrival for a request identical to a quarantined one (no replica is touched)."""
-        store = self._quarantines.get(ctx.model)
-        if store is None or not store.active or not store.contains(fingerprint(ctx.parsed, ctx.model)):
-            return
-        self._metrics.quarantine_total.labels(ctx.model, "refused").inc()
-        raise RequestQuarantined(
-            "an identical request broke two replicas and is quarantined: it is not sent again "
-            f"(for up to {ctx.pool.settings.quarantine.ttl_s:g} s)"
-        )
-
-    async def _quarantine(self, ctx: RequestContext, failure: UpstreamError) -> RequestQuarantined:
-        """Remember the request's fingerprint and return the 422 that answers it."""
-        store = self._quarantines.get(ctx.model)
-        if store is not None:
-            await store.add(fingerprint(ctx.parsed, ctx.model))
-        self._metrics.quarantine_total.labels(ctx.model, "quarantined").inc()
-        return RequestQuarantined(
-            f"the request failed the same way on two replicas that keep serving other requests "
-            f"({failure.code}: {failure.message}); it is quarantined and not sent to a third"
-        )
-
     def _reclaim(
         self,
         ctx: RequestContext,
@@ -321,12 +301,16 @@ class RequestServer:
         excluded: set[str],
         last_error: UpstreamError | None,
         retry: RetryPolicy,
+        *,
+        continuing: bool,
     ) -> Slot:
-        """A slot for the next try, or the final error (nothing eligible, or no budget left)."""
+        """A slot for the next try, or the final error (nothing eligible, or no budget left). A
+        continuation (`continuing`: the client has bytes) is owed its try: it is no retry and does not
+        draw from the budget — it moves a stream the pool already admitted, bounded by `max_resumes`."""
         slot = admission.claim_excluding(ctx.routing, frozenset(excluded))
         if slot is None:
             raise last_error or from_refusal(admission.no_replica(ctx.routing.model))
-        if last_error is not None:
+        if last_error is not None and not continuing:
             if not retry.spend(last_error):
                 slot.release()
                 raise last_error
