@@ -207,6 +207,7 @@ class Components:
             metrics=metrics,
             engine_keys=self._engine_keys(),
             affinity=ResponseAffinity(response_state_store(backend, clock)),
+            clock=clock,
         )
         signals.start()
         self._on_close(signals.stop)
