@@ -32,7 +32,7 @@ from gateway.proxy.context import RequestContext
 from gateway.proxy.reply import Reply
 from mock_engine.faults import FaultSettings
 from tests.integration.conftest import MODEL, pool
-from tests.servers import GuardedGateway, ServerThread, gateway_settings
+from tests.servers import GuardedGateway, ServerThread, gateway_settings, wait_until
 
 POISON = "poison-7781"
 """A prompt marker the engine answers with a 500 (its poison-prompt fault)."""
@@ -50,8 +50,9 @@ def gateway(
     faults = FaultSettings(poison_marker=POISON, poison_effect="error")
     engine = mock_engines(model=MODEL, first_token_delay_ms=1, token_delay_ms=1, faults=faults)
     raw = gateway_settings([pool([engine], retries={"max_attempts": 1})])
-    server = GuardedGateway(raw, uvloop=request.param == "uvloop").start()
-    yield server  # type: ignore[misc]
+    server = GuardedGateway(raw, uvloop=request.param == "uvloop")
+    server.start()
+    yield server
     server.stop()
 
 
@@ -191,4 +192,6 @@ def test_a_finished_request_leaves_nothing_behind(gateway: GuardedGateway) -> No
         "upstream-500 500": EACH,
         "upstream-500-stream 500": EACH,
     }, seen
+    outcome = {"model": MODEL, "outcome": "client_disconnect"}  # the "left" streams were cut mid-way
+    assert wait_until(lambda: gateway.metric("requests_total", **outcome) == EACH, SETTLE_S)
     assert _left_after(gateway, baseline) == {}
