@@ -203,6 +203,7 @@ class Components:
             metrics=metrics,
             engine_keys=self._engine_keys(),
             affinity=ResponseAffinity(response_state_store(backend, clock), self.tenants),
+            clock=clock,
         )
         signals.start()
         self._on_close(signals.stop)

@@ -10,12 +10,16 @@ Client connections (`gateway.api.connection_guard`): uvicorn runs the guarded ht
 header deadline, body-deadline backstop, the connection limit with its 503 `connection_limit`; at start
 the process's file limit (RLIMIT_NOFILE) is raised to its hard limit where the OS allows, and the
 connection limit is held to at most half of it. Both are logged at start.
+
+Once the app has started, the garbage collector is set for serving (`gateway.gc_tuning`: what start-up
+built is frozen, the youngest generation is collected less often).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from types import FrameType
 
 import uvicorn
@@ -23,6 +27,7 @@ import uvicorn
 from core.redaction import redact
 from gateway.api.connection_guard import ConnectionGuard, guarded_protocol
 from gateway.app import GatewayApp, create_app
+from gateway.gc_tuning import tune_collector
 from gateway.settings import Settings
 
 logger = logging.getLogger("uvicorn.error")  # configured by uvicorn: these lines join its start-up log
@@ -47,6 +52,13 @@ class DrainingServer(uvicorn.Server):
             self.force_exit = True
             return
         self._drain_requested = True
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's start-up (the app's lifespan, then the listeners); then the collector is set for
+        serving (`gateway.gc_tuning`), before the first request is read."""
+        await super().startup(sockets)
+        if not self.should_exit:
+            tune_collector()
 
     async def on_tick(self, counter: int) -> bool:
         if self._drain_requested and self._drain_task is None:

@@ -12,8 +12,10 @@ from typing import Any
 
 import uvicorn
 
+from gateway.api.connection_guard import ConnectionGuard
 from gateway.app import GatewayApp, create_app
 from gateway.settings import parse_settings
+from gateway.uvicorn_runner import uvicorn_config
 from mock_engine.core import DEFAULT_MAX_LORAS
 from mock_engine.faults import FaultSettings
 from mock_engine.fixed_delay import FixedDelayCore
@@ -24,7 +26,10 @@ START_TIMEOUT_S = 10.0
 
 
 class ServerThread:
-    def __init__(self, app: Any, name: str) -> None:
+    """`app` under uvicorn in a thread of its own, on asyncio's event loop or, with `uvloop=True`, on
+    uvloop's (the loop `serve` runs in production)."""
+
+    def __init__(self, app: Any, name: str, *, uvloop: bool = False) -> None:
         self.app = app
         self.name = name
         # IPPROTO_TCP: asyncio turns Nagle off only on sockets of that protocol (else each response
@@ -38,7 +43,17 @@ class ServerThread:
         )
         self.server = uvicorn.Server(config)
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), name=name, daemon=True)
+        self._uvloop = uvloop
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def _run(self) -> None:
+        factory = None
+        if self._uvloop:
+            import uvloop
+
+            factory = uvloop.new_event_loop
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(self._main())
 
     async def _main(self) -> None:
         self.loop = asyncio.get_running_loop()
@@ -76,6 +91,28 @@ class ServerThread:
         self.loop.call_soon_threadsafe(_abort_transports, self.server)
         self._thread.join(timeout=15)
         self._sock.close()
+
+
+class GuardedGateway(ServerThread):
+    """A gateway under the runner's uvicorn config (`gateway.uvicorn_runner.uvicorn_config`: the guarded
+    protocol, as `serve` runs it)."""
+
+    def __init__(
+        self, raw_settings: dict[str, Any], file_limit: int | None = None, *, uvloop: bool = False
+    ) -> None:
+        settings = parse_settings(raw_settings)
+        app: GatewayApp = create_app(settings)
+        super().__init__(app, "guarded-gateway", uvloop=uvloop)
+        guard = ConnectionGuard.from_settings(settings.server, app.state.metrics, file_limit)
+        self.guard = guard
+        self.server = uvicorn.Server(uvicorn_config(app, settings, "warning", guard))
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = self.app.state.metrics.registry.get_sample_value(f"llm_gateway_{name}", labels)
+        return 0.0 if value is None else float(value)
+
+    def inflight(self) -> int:
+        return sum(r.inflight_requests for r in self.app.state.registry.all_replicas())
 
 
 def _abort_transports(server: uvicorn.Server) -> None:

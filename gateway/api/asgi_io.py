@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from types import TracebackType
 from typing import Any
 
+from gateway.api.write_deadline import WriteDeadlines
 from gateway.errors import PayloadTooLarge, RequestTimeout
 
 Scope = MutableMapping[str, Any]
@@ -70,8 +71,8 @@ async def read_body(receive: Receive, max_bytes: int) -> bytes:
 class ClientIO:
     """One request's client side: the body read within its limits, each write within its deadline.
 
-    `send` is the ASGI send to hand on; `on_timeout(phase)` counts a deadline that ended the request
-    (`body` or `write`).
+    `send` is the ASGI send to hand on; `deadlines` the application's write deadlines; `on_timeout(phase)`
+    counts a deadline that ended the request (`body` or `write`).
     """
 
     def __init__(
@@ -80,19 +81,17 @@ class ClientIO:
         receive: Receive,
         send: Send,
         *,
-        write_timeout_s: float,
+        deadlines: WriteDeadlines,
         on_timeout: Callable[[str], None],
     ) -> None:
         self._scope = scope
         self._receive = receive
         self._send = send
-        self._write_timeout_s = write_timeout_s
+        self._deadlines = deadlines
         self._on_timeout = on_timeout
         self._timed_out = False
         self._control: Any = (scope.get("extensions") or {}).get(CONNECTION_EXTENSION)
-        self._sending_since: float | None = None
         self._sender: asyncio.Task[Any] | None = None
-        self._watch: asyncio.TimerHandle | None = None
         self._write_expired = False
         self._cancelling = 0
         self.body_complete = header(scope, b"content-length") == "0" or (
@@ -119,18 +118,15 @@ class ClientIO:
 
     async def send(self, message: Message) -> None:
         """Send `message` within the write deadline, else drop the connection and raise
-        `ClientWriteTimeout` (later sends do nothing). One timer per request watches the sends (armed
-        by a send when none is, checked at most once per deadline), not one per send: a send costs a
-        clock read, not a timeout's timer."""
+        `ClientWriteTimeout` (later sends do nothing). The deadline is watched by the application's one
+        timer (`WriteDeadlines`), not a timer per request or per send: a send costs a clock read, and
+        nothing of the request stays reachable once it returns."""
         if self._timed_out:
             return
         if message["type"] == "http.response.start" and not self.body_complete and self._control is not None:
             message = {**message, "headers": [*message.get("headers", ()), (b"connection", b"close")]}
-        loop = asyncio.get_running_loop()
-        self._sending_since = loop.time()
-        if self._watch is None:
-            self._watch = loop.call_at(self._sending_since + self._write_timeout_s, self._check_write)
         task = self._sender = asyncio.current_task()
+        self._deadlines.begin(self)
         try:
             await self._send(message)
         except asyncio.CancelledError:
@@ -140,24 +136,15 @@ class ClientIO:
             self._on_timeout("write")
             if self._control is not None:
                 self._control.abort()
-            raise ClientWriteTimeout(f"the client read nothing for {self._write_timeout_s:g} s") from None
+            raise ClientWriteTimeout(f"the client read nothing for {self._deadlines.timeout_s:g} s") from None
         finally:
-            self._sending_since = None
+            self._deadlines.end(self)
             self._sender = None
 
-    def _check_write(self) -> None:
-        """The write watch: cancel the sending task once one send has waited the whole deadline."""
-        self._watch = None
-        since = self._sending_since
-        if since is None or self._write_expired:
-            return  # no send under way: the next one re-arms the watch
-        loop = asyncio.get_running_loop()
-        due = since + self._write_timeout_s
-        if loop.time() < due:
-            self._watch = loop.call_at(due, self._check_write)
-            return
+    def write_expired(self) -> None:
+        """The send under way has waited the whole deadline (`WriteDeadlines`): cancel its task."""
         task = self._sender
-        if task is None:
+        if task is None or self._write_expired:
             return
         self._write_expired = True
         self._cancelling = task.cancelling()

@@ -68,7 +68,7 @@ from gateway.proxy.failure_attribution import Charge, PoolAttribution, RequestFa
 from gateway.proxy.relay import StreamRelay, relay
 from gateway.proxy.reply import Reply
 from gateway.proxy.retry_policy import RetryPolicy, failure_kind
-from gateway.proxy.send import StaleConnection, UpstreamClient
+from gateway.proxy.send import StaleConnection, UpstreamClient, forget_frames
 from gateway.upstream.registry import Pool, ReplicaRegistry
 from gateway.upstream.slot import Slot
 
@@ -372,7 +372,7 @@ def _ended(ctx: RequestContext, error: UpstreamError) -> UpstreamError:
 
 
 def _broken(replica_id: str, exc: Exception) -> UpstreamProtocolError:
-    message = f"prefill replica {replica_id} broke off its answer: {exc!r}"
+    message = f"prefill replica {replica_id} broke off its answer: {forget_frames(exc)!r}"
     return UpstreamProtocolError(message, replica_id=replica_id)
 
 

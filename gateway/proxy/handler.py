@@ -29,6 +29,7 @@ from typing import Any
 from admission.outcomes import AdmissionRefused, RejectReason
 from admission.retry_after import draining_retry_after_s
 from admission.tenants import AuthenticationFailed, Tenant, TenantDirectory
+from core.clock import Clock
 from gateway.api.asgi_io import (
     ClientDisconnected,
     ClientIO,
@@ -44,6 +45,7 @@ from gateway.api.request_parsing import Endpoint, ParsedRequest, parse_request, 
 from gateway.api.response_calls import response_call
 from gateway.api.surface import ApiSurface
 from gateway.api.tenant_key import tenant_authorization
+from gateway.api.write_deadline import WriteDeadlines
 from gateway.error_mapping import to_response, to_sse_event
 from gateway.errors import (
     Draining,
@@ -97,6 +99,7 @@ class ProxyHandler:
         metrics: GatewayMetrics,
         engine_keys: dict[str, str] | None = None,
         affinity: ResponseAffinity,
+        clock: Clock | None = None,
     ) -> None:
         self._settings = settings
         self._catalog = catalog
@@ -112,6 +115,7 @@ class ProxyHandler:
         self._accounting = RequestAccounting(metrics)
         self.draining = False
         self._active: dict[asyncio.Task[Any], Reply] = {}
+        self._write_deadlines = WriteDeadlines(settings.server.write_timeout_s, clock)
 
     def start_drain(self) -> None:
         """Refuse new requests and everything still queued with 503 `draining`."""
@@ -133,7 +137,7 @@ class ProxyHandler:
             scope,
             receive,
             send,
-            write_timeout_s=server_settings.write_timeout_s,
+            deadlines=self._write_deadlines,
             on_timeout=lambda phase: self._metrics.client_timeouts_total.labels(phase).inc(),
         )
         send = client.send  # each write within the write deadline; a stalled reader ends the request

@@ -33,6 +33,7 @@ from gateway.proxy.attempt import Attempt
 from gateway.proxy.context import RequestContext
 from gateway.proxy.continuation import Splice, StreamTranscript
 from gateway.proxy.reply import Reply
+from gateway.proxy.send import forget_frames
 from gateway.proxy.sse import SSESplitter, inspect_event, inspect_named_event, merged_usage, normalized_usage
 
 SSE_CONTENT_TYPE = "text/event-stream"
@@ -104,7 +105,8 @@ async def relay_full(
             "the replica did not finish the response within its bound (timeouts.nonstream_s)"
         ) from None
     except aiohttp.ClientError as exc:
-        raise UpstreamProtocolError(f"the replica failed while sending the response: {exc!r}") from None
+        failed = f"the replica failed while sending the response: {forget_frames(exc)!r}"
+        raise UpstreamProtocolError(failed) from None
     if b'"usage"' in body or response_ids:
         try:
             data = orjson.loads(body)
@@ -197,7 +199,7 @@ class StreamRelay:
                 f"the stream exceeded its total deadline of {self._total_s} s"
             ) from None
         except aiohttp.ClientError as exc:
-            raise UpstreamProtocolError(f"the replica broke off the stream: {exc!r}") from None
+            raise UpstreamProtocolError(f"the replica broke off the stream: {forget_frames(exc)!r}") from None
         await self._end(splitter.remainder())
 
     def _filter(self, events: list[bytes]) -> bytes:

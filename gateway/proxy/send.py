@@ -32,6 +32,19 @@ from gateway.proxy.context import RequestContext
 MAX_ERROR_BODY_BYTES = 64 * 1024
 
 
+def forget_frames(exc: BaseException) -> BaseException:
+    """`exc` without its traceback and context, for every `except aiohttp.ClientError` of the serve path.
+
+    aiohttp raises one shared `ClientConnectionError("Connection closed")` for every read of a response
+    closed before its end (a try cut by a preemption notice, a leg cancelled): each raise leaves on that
+    process-wide object a traceback whose frames hold the request that read it (its reply, client
+    connection and buffers) until the next such read, in any request. Clearing what it caught keeps
+    nothing of the request reachable from it."""
+    exc.__traceback__ = None
+    exc.__context__ = None
+    return exc
+
+
 class StaleConnection(Exception):
     """The engine closed a pooled keep-alive connection before answering (nothing was generated)."""
 

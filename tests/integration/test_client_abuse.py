@@ -19,43 +19,19 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from gateway.api.connection_guard import (
     BACKSTOP_GRACE_S,
     EVICT_AFTER_S,
-    ConnectionGuard,
     connection_limits,
 )
-from gateway.app import GatewayApp, create_app
-from gateway.settings import parse_settings
-from gateway.uvicorn_runner import uvicorn_config
 from tests.integration.conftest import MODEL, pool
-from tests.servers import ServerThread, gateway_settings, wait_until
+from tests.servers import GuardedGateway, ServerThread, gateway_settings, wait_until
 
 Engines = Callable[..., ServerThread]
 Gateways = Callable[[dict[str, Any]], ServerThread]
 DEADLINE_S = 0.5
 SERVER = {"header_timeout_s": DEADLINE_S, "body_timeout_s": DEADLINE_S, "write_timeout_s": DEADLINE_S}
-
-
-class GuardedGateway(ServerThread):
-    """A gateway under the runner's uvicorn config (`gateway.uvicorn_runner.uvicorn_config`)."""
-
-    def __init__(self, raw_settings: dict[str, Any], file_limit: int | None = None) -> None:
-        settings = parse_settings(raw_settings)
-        app: GatewayApp = create_app(settings)
-        super().__init__(app, "guarded-gateway")
-        guard = ConnectionGuard.from_settings(settings.server, app.state.metrics, file_limit)
-        self.guard = guard
-        self.server = uvicorn.Server(uvicorn_config(app, settings, "warning", guard))
-
-    def metric(self, name: str, **labels: str) -> float:
-        value = self.app.state.metrics.registry.get_sample_value(f"llm_gateway_{name}", labels)
-        return 0.0 if value is None else float(value)
-
-    def inflight(self) -> int:
-        return sum(r.inflight_requests for r in self.app.state.registry.all_replicas())
 
 
 Guarded = Callable[..., GuardedGateway]

@@ -1,5 +1,6 @@
 """`ClientIO`, the proxy endpoints' side of a client's connection, against fake ASGI callables: the
-declared length checked before the body, the body deadline, and the write watch (one timer per request)."""
+declared length checked before the body, the body deadline, and the write deadline (`WriteDeadlines`:
+one timer for every send under way)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 
 from gateway.api.asgi_io import CONNECTION_EXTENSION, ClientIO, ClientWriteTimeout, Message
+from gateway.api.write_deadline import WriteDeadlines
 from gateway.errors import PayloadTooLarge, RequestTimeout
 
 BODY = {"type": "http.response.body", "body": b"x", "more_body": True}
@@ -25,7 +27,7 @@ class Control:
 
 def _io(send: Any, headers: list[tuple[bytes, bytes]] | None = None, receive: Any = None) -> ClientIO:
     scope = {"headers": headers or [(b"content-length", b"2")], "extensions": {CONNECTION_EXTENSION: CONTROL}}
-    return ClientIO(scope, receive, send, write_timeout_s=0.2, on_timeout=PHASES.append)
+    return ClientIO(scope, receive, send, deadlines=WriteDeadlines(0.2), on_timeout=PHASES.append)
 
 
 CONTROL = Control()
@@ -93,7 +95,11 @@ def test_an_answer_before_the_body_was_read_closes_the_connection() -> None:
         await _io(record).send(start)
         await _io(record, headers=[(b"content-length", b"0")]).send(start)
         plain = ClientIO(
-            {"headers": [(b"content-length", b"2")]}, None, record, write_timeout_s=1, on_timeout=print
+            {"headers": [(b"content-length", b"2")]},
+            None,
+            record,
+            deadlines=WriteDeadlines(1),
+            on_timeout=print,
         )
         await plain.send(start)  # a server without the lingering close discards the rest itself
 
