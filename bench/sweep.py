@@ -176,6 +176,8 @@ def search_knee(
             log_dir=log_dir,
         )
         runs[rate] = result
+        for warning in result.summary.get("warnings", []):
+            print(f"bench: warning: knee probe at {rate:.2f} req/s: {warning}", file=sys.stderr)
         return float(result.summary["goodput"]["attainment_ratio"])
 
     search = find_knee(
@@ -209,7 +211,8 @@ def sweep_command(args: argparse.Namespace) -> int:
     probe_runs: dict[float, RunResult] = {}
     knee = args.knee
     if knee is None:
-        search, probe_runs = search_knee(args, exp, entries[1][1], out)
+        no_admission = next(gateway for label, gateway, _ in entries if label == NO_ADMISSION)
+        search, probe_runs = search_knee(args, exp, no_admission, out)
         if search.knee is None:
             lowest = min(p.rate for p in search.probes)
             print(
