@@ -2,6 +2,7 @@
 
     bench run       one target (a URL or a local fleet it starts), one workload, one or more load levels
     bench compare   several policies / gateway configs on the same fleet shape and workload, one report
+    bench sweep     one workload from 0.5× to 3× of the knee it finds, default admission vs none
     bench overhead  direct-to-engine vs through the gateway: added latency, CPU, max req/s, streams
 
 Wire-up: `add_arguments(parser)` adds the subcommands to a parser, `run(args)` runs the chosen one and
@@ -16,7 +17,7 @@ import sys
 from collections.abc import Callable
 from types import FrameType
 
-from bench import commands, overhead
+from bench import commands, overhead, sweep
 from bench.compare_presets import PresetParser
 
 Handler = Callable[[argparse.Namespace], int]
@@ -32,6 +33,13 @@ _SUBCOMMANDS: tuple[tuple[str, str, str | None, Callable[[argparse.ArgumentParse
         commands.compare_command,
     ),
     (
+        "sweep",
+        "load sweep around the knee: defaults vs no admission",
+        sweep.__doc__,
+        sweep.add_arguments,
+        sweep.sweep_command,
+    ),
+    (
         "overhead",
         "gateway overhead vs direct-to-engine",
         overhead.__doc__,
@@ -45,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(
         dest="bench_command",
         required=True,
-        metavar="{run,compare,overhead}",
+        metavar="{run,compare,sweep,overhead}",
         parser_class=PresetParser,
     )
     for name, help_text, description, add_args, handler in _SUBCOMMANDS:

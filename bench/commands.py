@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,9 @@ from bench.report import environment, output_dir, write_report
 from bench.summary import RunResult
 
 CLIENT_SIDE = ("oracle", "direct")
+
+Entry = tuple[str, GatewayOptions | None, bool]
+"""One compared entry: its label, its gateway (None: no gateway) and whether it is the oracle."""
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -130,9 +134,17 @@ def run_on_fleet(
     return result
 
 
-def _entries(args: argparse.Namespace) -> list[tuple[str, GatewayOptions | None, bool]]:
+def parse_variant(item: str) -> tuple[str, list[str]]:
+    """`LABEL:KEY=YAML;KEY=YAML` → (label, ["KEY=YAML", …]); `LABEL:` alone has no overrides."""
+    label, sep, rest = item.partition(":")
+    if not sep or not label.strip():
+        raise ValueError(f"--variant {item!r} is not LABEL:KEY=YAML;KEY=YAML (or LABEL:)")
+    return label.strip(), [part.strip() for part in rest.split(";") if part.strip()]
+
+
+def _entries(args: argparse.Namespace) -> list[Entry]:
     """(label, gateway options or None, oracle?) for every compared entry, in the order given."""
-    entries: list[tuple[str, GatewayOptions | None, bool]] = []
+    entries: list[Entry] = []
     for name in (p for group in args.policy for p in group):
         if name in CLIENT_SIDE:
             entries.append((name, None, name == "oracle"))
@@ -144,11 +156,8 @@ def _entries(args: argparse.Namespace) -> list[tuple[str, GatewayOptions | None,
             label, path = Path(item).stem, item
         entries.append((label, options.gateway_options(args, config=path), False))
     for item in args.variant:
-        label, sep, rest = item.partition(":")
-        if not sep or not label.strip():
-            raise ValueError(f"--variant {item!r} is not LABEL:KEY=YAML;KEY=YAML (or LABEL:)")
-        overrides = [part.strip() for part in rest.split(";") if part.strip()]
-        entries.append((label.strip(), options.gateway_options(args, variant=overrides), False))
+        label, overrides = parse_variant(item)
+        entries.append((label, options.gateway_options(args, variant=overrides), False))
     for spec in options.disagg_specs(args):
         entries.append((spec.label, options.gateway_options(args, disagg=spec), False))
     labels = [e[0] for e in entries]
@@ -157,9 +166,19 @@ def _entries(args: argparse.Namespace) -> list[tuple[str, GatewayOptions | None,
     return entries
 
 
-def _finish(
-    command: str, args: argparse.Namespace, exp: Experiment, results: list[RunResult], out: Path
+def finish(
+    command: str,
+    args: argparse.Namespace,
+    exp: Experiment,
+    results: list[RunResult],
+    out: Path,
+    *,
+    lead: str = "",
+    extra: dict[str, Any] | None = None,
+    written_before: Sequence[Path] = (),
 ) -> int:
+    """Write the report (`lead`: markdown under its title; `extra`: keys added to its JSON), print it
+    and the runs' warnings; 0 when every run had a successful request, else 1."""
     meta: dict[str, Any] = {
         "command": command,
         "argv": sys.argv[1:],
@@ -168,7 +187,8 @@ def _finish(
         "environment": environment(),
     }
     title = f"bench {command}: {args.name or exp.workload.name}"
-    written = write_report(out, title, meta, results, plots=not args.no_plots)
+    written = [*written_before]
+    written += write_report(out, title, meta, results, plots=not args.no_plots, lead=lead, extra=extra)
     print((out / "report.md").read_text())
     for r in results:
         for warning in r.summary.get("warnings", []):
@@ -214,7 +234,7 @@ def run_command(args: argparse.Namespace) -> int:
                 log_dir=out / "logs" / f"{i:02d}",
             )
         )
-    return _finish("run", args, exp, results, out)
+    return finish("run", args, exp, results, out)
 
 
 def compare_command(args: argparse.Namespace) -> int:
@@ -230,11 +250,21 @@ def compare_command(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else output_dir("compare", args.name or exp.workload.name)
     out.mkdir(parents=True, exist_ok=True)
     pin_self(args.pin_others)
+    results = run_entries(args, entries, options.levels(args), exp, out)
+    return finish("compare", args, exp, results, out)
+
+
+def run_entries(
+    args: argparse.Namespace, entries: Sequence[Entry], levels: Sequence[float], exp: Experiment, out: Path
+) -> list[RunResult]:
+    """Every entry at every level, each run on a fresh fleet, `args.rounds` times with the order of the
+    entries rotated each round (A B C, B C A, …; a round's runs are labelled `LABEL #k` when there are
+    several); sorted by level, then by the order of `entries`."""
     results: list[RunResult] = []
     for round_index in range(args.rounds):
         shift = round_index % len(entries)
-        order = entries[shift:] + entries[:shift]
-        for level in options.levels(args):
+        order = [*entries[shift:], *entries[:shift]]
+        for level in levels:
             for label, gateway, oracle in order:
                 shown = label if args.rounds == 1 else f"{label} #{round_index + 1}"
                 log_dir = out / "logs" / f"{len(results):02d}-{label}"
@@ -249,5 +279,6 @@ def compare_command(args: argparse.Namespace) -> int:
                         log_dir=log_dir,
                     )
                 )
-    results.sort(key=lambda r: (r.level or 0.0, [e[0] for e in entries].index(r.label.split(" #")[0])))
-    return _finish("compare", args, exp, results, out)
+    labels = [e[0] for e in entries]
+    results.sort(key=lambda r: (r.level or 0.0, labels.index(r.label.split(" #")[0])))
+    return results

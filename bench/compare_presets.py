@@ -81,7 +81,9 @@ def expand(args: Sequence[str]) -> list[str]:
 
 class PresetParser(argparse.ArgumentParser):
     """An argument parser whose `--preset NAME` (when it has that option) puts the preset's options in
-    front of the others."""
+    front of the others. As a subcommand's parser it also records that subcommand's own arguments
+    (presets expanded) as `command_argv`, whichever command line led to it (`llm-gateway bench …`,
+    `python -m bench …`), so a report can print the line that reproduces it."""
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: Any = None
@@ -89,4 +91,6 @@ class PresetParser(argparse.ArgumentParser):
         raw = list(sys.argv[1:] if args is None else args)
         if any("--preset" in action.option_strings for action in self._actions):
             raw = expand(raw)
-        return super().parse_known_args(raw, namespace)
+        parsed, rest = super().parse_known_args(raw, namespace)
+        parsed.command_argv = raw
+        return parsed, rest

@@ -15,7 +15,8 @@ from bench.summary import RunResult
 MAX_LOAD_PANELS = 12
 
 
-def _pyplot() -> Any | None:
+def pyplot() -> Any | None:
+    """matplotlib.pyplot on the Agg backend, or None (and a note on stderr) when it is not installed."""
     try:
         import matplotlib
 
@@ -28,7 +29,7 @@ def _pyplot() -> Any | None:
 
 
 def write_plots(out: Path, results: Sequence[RunResult]) -> list[Path]:
-    plt = _pyplot()
+    plt = pyplot()
     if plt is None or not results:
         return []
     written = [latency_cdfs(plt, out, results)]

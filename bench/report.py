@@ -170,9 +170,12 @@ def instance_lines(results: Sequence[RunResult]) -> list[str]:
     return lines
 
 
-def render_markdown(title: str, meta: dict[str, Any], results: Sequence[RunResult]) -> str:
+def render_markdown(title: str, meta: dict[str, Any], results: Sequence[RunResult], lead: str = "") -> str:
+    """The report: `# title`, then `lead` (a command's own sections), the parameters and the tables."""
     params = meta.get("params", {})
     parts = [f"# {title}", ""]
+    if lead:
+        parts += [lead.rstrip("\n"), ""]
     parts += [f"- {key}: `{json.dumps(value, default=str)}`" for key, value in params.items()]
     parts += ["", LEGEND, ""]
     parts += [markdown_table(results), ""]
@@ -194,25 +197,37 @@ def render_markdown(title: str, meta: dict[str, Any], results: Sequence[RunResul
     return "\n".join(parts)
 
 
-def report_json(meta: dict[str, Any], results: Sequence[RunResult]) -> dict[str, Any]:
+def report_json(
+    meta: dict[str, Any], results: Sequence[RunResult], extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """`{meta, runs: [every run's summary]}` plus the keys of `extra` (a command's own sections)."""
     return {
         "meta": meta,
         "runs": [
             {"label": r.label, "level": r.level, "level_kind": r.level_kind, "params": r.params, **r.summary}
             for r in results
         ],
+        **(extra or {}),
     }
 
 
 def write_report(
-    out: Path, title: str, meta: dict[str, Any], results: Sequence[RunResult], plots: bool = True
+    out: Path,
+    title: str,
+    meta: dict[str, Any],
+    results: Sequence[RunResult],
+    plots: bool = True,
+    *,
+    lead: str = "",
+    extra: dict[str, Any] | None = None,
 ) -> list[Path]:
-    """Write report.json, report.md, samples-*.jsonl and (when matplotlib is there) the PNG plots."""
+    """Write report.json, report.md, samples-*.jsonl and (when matplotlib is there) the PNG plots;
+    `lead` goes under the markdown's title, `extra`'s keys into the JSON."""
     written = []
     json_path = out / "report.json"
-    json_path.write_text(json.dumps(report_json(meta, results), indent=2, default=str))
+    json_path.write_text(json.dumps(report_json(meta, results, extra), indent=2, default=str))
     md_path = out / "report.md"
-    md_path.write_text(render_markdown(title, meta, results))
+    md_path.write_text(render_markdown(title, meta, results, lead))
     written += [json_path, md_path]
     for i, r in enumerate(results):
         path = out / f"samples-{i:02d}-{re.sub(r'[^A-Za-z0-9_.-]+', '-', r.label)}.jsonl"

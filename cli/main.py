@@ -92,7 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     capacity_cli.add_arguments(plan)
     plan.set_defaults(func=capacity_cli.run)
 
-    bench = sub.add_parser("bench", help="load generator and benchmarks (run, compare, overhead)")
+    bench = sub.add_parser("bench", help="load generator and benchmarks (run, compare, sweep, overhead)")
     bench_cli.add_arguments(bench)
     bench.set_defaults(func=bench_cli.run)
 

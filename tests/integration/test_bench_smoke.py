@@ -1,5 +1,6 @@
 """End to end, in seconds: `bench run` starts 2 fixed-delay mock engines and the gateway (or two gateway
-instances) as processes, sends ~50 streamed requests, writes the report and stops everything."""
+instances) as processes, sends ~50 streamed requests, writes the report and stops everything; `bench
+sweep` does the same for each knee probe and each run of its sweep."""
 
 from __future__ import annotations
 
@@ -87,6 +88,48 @@ def test_bench_compare_aggregated_and_disaggregated_fleets(tmp_path: Path) -> No
     config = json.loads((out / "logs" / logs[1] / "gateway.yaml").read_text())
     decode_urls = config["pools"][0]["disaggregation"]["decode"]["replicas"]["static"]
     assert [url.removeprefix("http://") for url in decode_urls] == list(answered)
+
+
+def test_bench_sweep_finds_the_knee_and_sweeps_two_levels(tmp_path: Path) -> None:
+    """2 fixed-delay engines (no batching: the SLO holds at any rate, so the search doubles from 20 req/s
+    to its cap of 40), then 0.5× and 1× the knee for `defaults` (a pool cap of 4 from `--pool-set`) and
+    `no-admission` (the cap set back to none, no learned cap): 2 probes and 4 runs, each on its own fleet."""
+    out = tmp_path / "report"
+    argv = ["sweep", "--replicas", "2", *ENGINE_FLAGS, "--workload", "tiny", "--requests", "14"]
+    argv += ["--warmup-requests", "2", "--knee-start", "20", "--knee-max", "40", "--levels", "0.5", "1"]
+    argv += ["--pool-set", "max_concurrency_per_replica=4", "--seed", "3"]
+    assert main([*argv, "--out", str(out), "--quiet"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    knee = report["sweep"]["knee"]
+    assert [p["rate"] for p in knee["probes"]] == [20.0, 40.0] and all(p["meets"] for p in knee["probes"])
+    assert (knee["rate"], knee["ended"]) == (40.0, "max_rate")
+    rows = report["sweep"]["rows"]
+    assert [(r["entry"], r["offered_rps"], r["level"]) for r in rows] == [
+        ("defaults", 20.0, 0.5),
+        ("no-admission", 20.0, 0.5),
+        ("defaults", 40.0, 1.0),
+        ("no-admission", 40.0, 1.0),
+    ]
+    assert all(r["requests"] == 12 for r in rows), "14 sent, 2 of them warm-up"
+    assert all(run["errors"] == 0 and run["ok"] + run["rejected"] == 12 for run in report["runs"])
+    assert report["sweep"]["knee_goodput_rps"] == rows[3]["goodput_rps"], "no-admission at 1×"
+    logs = sorted(os.listdir(out / "logs"))
+    assert logs == ["00-defaults", "01-no-admission", "02-defaults", "03-no-admission", "knee-00", "knee-01"]
+
+    def pool(run: str) -> dict[str, object]:
+        return dict(json.loads((out / "logs" / run / "gateway.yaml").read_text())["pools"][0])
+
+    assert pool("00-defaults")["max_concurrency_per_replica"] == 4 and "latency_model" not in pool(
+        "00-defaults"
+    )
+    for run in ("01-no-admission", "knee-00"):
+        assert pool(run)["max_concurrency_per_replica"] is None
+        assert pool(run)["latency_model"] == {"adaptive_cap": False}
+    text = (out / "report.md").read_text()
+    assert text.startswith("# bench sweep: tiny\n\nReproduce: `llm-gateway bench sweep --replicas 2")
+    assert "## Load sweep" in text and "| 1.00 | 40.00 | no-admission |" in text
+    if (out / "latency_cdf.png").exists():
+        assert (out / "sweep.png").stat().st_size > 0
 
 
 def test_fleet_stops_every_process_when_the_run_fails(tmp_path: Path) -> None:
