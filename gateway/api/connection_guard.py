@@ -52,6 +52,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.api.asgi_io import CONNECTION_EXTENSION, Receive, Scope, Send, send_response
 from gateway.api.tcp_socket import WATCHES_WRITES, reset_on_close, tcp_progress
+from gateway.api.write_watch import WriteWatch
 from gateway.error_mapping import to_response
 from gateway.errors import ConnectionLimit, GatewayError, RequestTimeout
 from gateway.metrics import GatewayMetrics
@@ -177,10 +178,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self._write_timer: asyncio.TimerHandle | None = None
         self._lingering = False
         self._linger_timer: asyncio.TimerHandle | None = None
-        self._acked = -1
-        self._progress_s = 0.0
-        self._held_since: tuple[float, int] | None = None
-        """When the kernel began holding unsent bytes at every sample, and what was acknowledged then."""
+        self._watch = WriteWatch(self.guard.write_timeout_s, self.guard.min_read_bytes_per_s)
 
     # connection events
 
@@ -257,7 +255,7 @@ class GuardedProtocol(HttpToolsProtocol):
             )
             self.cycle.transport = cast(asyncio.Transport, _LingeringClose(self))
         if WATCHES_WRITES and self._write_timer is None:
-            self._acked, self._progress_s, self._held_since = -1, self.loop.time(), None
+            self._watch.restart(self.loop.time())
             self._write_timer = self.loop.call_later(self._write_tick_s(), self._write_tick)
 
     def on_message_complete(self) -> None:
@@ -341,35 +339,15 @@ class GuardedProtocol(HttpToolsProtocol):
         if progress is None:
             return  # not TCP, or the kernel does not tell: the ASGI write deadline still holds
         acked, queued, unsent = progress
-        now = self.loop.time()
         buffered = self.transport.get_write_buffer_size()
-        if acked != self._acked or queued + buffered == 0:
-            self._acked, self._progress_s = acked, now
-        elif now - self._progress_s >= self.guard.write_timeout_s:
-            self.guard.metrics.client_timeouts_total.labels("write").inc()
-            self.abort()
-            return
-        if self._reads_too_slowly(acked, unsent + buffered > 0, now):
-            self.guard.metrics.client_timeouts_total.labels("slow_read").inc()
+        verdict = self._watch.sample(
+            self.loop.time(), acked=acked, in_flight=queued, unsent=unsent, buffered=buffered
+        )
+        if verdict is not None:
+            self.guard.metrics.client_timeouts_total.labels(verdict).inc()
             self.abort()
             return
         self._write_timer = self.loop.call_later(self._write_tick_s(), self._write_tick)
-
-    def _reads_too_slowly(self, acked: int, held: bool, now: float) -> bool:
-        """The slow-reader rule (module docstring): `held`, the kernel or the transport holds bytes it
-        could not send; judged once per `write_timeout_s` of holding without a break."""
-        rate = self.guard.min_read_bytes_per_s
-        if rate <= 0 or not held:
-            self._held_since = None
-            return False
-        if self._held_since is None:
-            self._held_since = (now, acked)
-            return False
-        since_s, since_acked = self._held_since
-        if now - since_s < self.guard.write_timeout_s:
-            return False
-        self._held_since = (now, acked)
-        return acked - since_acked < rate * (now - since_s)
 
     def _close_with(self, response: bytes) -> None:
         """Write `response`, close, and drop the connection if it is not flushed within `LINGER_S`."""
