@@ -42,11 +42,8 @@ slot: it routes `request.routing`, claims the slot synchronously and returns it 
 queue, that waiter gets it and the round continues with the next one. Any other exception fails
 that waiter the same way.
 
-Retry-After of every queue refusal: `queue_retry_after_s(ahead, r, drain_bound)` — `ahead` = waiters at
-or above the class, r = the dispatch rate left to the class (`available_rate_per_s`: the pool's
-capacity C = held tickets ÷ mean hold time, minus the measured dispatch rate of the classes above),
-capped by the time by which everything ahead has left the queue; clamped to [1, max_retry_after_s].
-An early refusal's Retry-After is its expected wait instead (see `AdmissionConfig`).
+Refusals and their Retry-After — early refusal at arrival, a waiter's refusal — are
+`admission.refusals`'.
 
 Every refusal raised by `admit` is counted in `stats.rejected` and reported to the observer once.
 Tokens charged by the rate limiter are refunded when the request does not run (see `TenantGate`).
@@ -62,13 +59,12 @@ from typing import Generic
 
 from admission.config import AdmissionConfig
 from admission.dispatch_rate import PoolRates
-from admission.early_refusal import hopeless
 from admission.holds import Hold, Holds, PreferWait
 from admission.observer import AdmissionObserver, AdmissionStats
 from admission.outcomes import AdmissionRefused, HoldOutcome, RejectReason
 from admission.priority_queue import PriorityQueue, QueueEntry
+from admission.refusals import Refusals
 from admission.release_forecast import ReleaseForecast
-from admission.retry_after import clamp_retry_after_s, queue_retry_after_s
 from admission.tenant_gate import TenantGate
 from admission.ticket import AdmissionRequest, S, Ticket
 from admission.timers import EarliestTimer, LoopTimers, Timers
@@ -108,7 +104,6 @@ class AdmissionController(Generic[S]):
     ) -> None:
         self._config = config or AdmissionConfig()
         self._try_dispatch = try_dispatch
-        self._full_by_own_caps = full_by_own_caps
         self._gate = gate
         self._clock = clock
         self._observer = observer
@@ -120,7 +115,14 @@ class AdmissionController(Generic[S]):
         self._holds = Holds(prefer_wait, clock, self._forecast, self._report_hold)
         self._slot_key = slot_key
         self._output_tokens = output_tokens
-        self._slots_over_caps = slots_over_caps
+        self._refusals = Refusals(
+            self._config,
+            self._queue,
+            self._rates,
+            self._forecast,
+            full_by_own_caps=full_by_own_caps,
+            slots_over_caps=slots_over_caps,
+        )
         self.stats = AdmissionStats()
         self._timer = EarliestTimer(timers or LoopTimers(clock), self._on_timer)
         self._pump_handle: asyncio.Handle | None = None
@@ -220,13 +222,13 @@ class AdmissionController(Generic[S]):
                 return slot, 0.0, self._record_dispatch(request, slot, 0.0)
             self._holds.may_be_free = hold is not None
         if hold is None:
-            self._refuse_if_hopeless(priority)
+            self._refusals.raise_if_hopeless(request)
         waiter: _Waiter[S] = _Waiter(request, asyncio.get_running_loop().create_future())
         pushed = self._queue.push(
             waiter, priority, request.tenant.name, request.estimated_tokens, request.weight
         )
         if pushed.entry is None:
-            raise self._queue_refusal(RejectReason.QUEUE_FULL, priority, f"the {priority} queue is full")
+            raise self._refusals.queue(RejectReason.QUEUE_FULL, priority, f"the {priority} queue is full")
         changed = {priority}
         if pushed.displaced is not None:
             self._refuse(pushed.displaced, RejectReason.QUEUE_FULL, "displaced by a higher-priority request")
@@ -244,37 +246,6 @@ class AdmissionController(Generic[S]):
             raise
         finally:
             self._holds.left(waiter, cancelled=waiter.future.cancelled())
-
-    def _refuse_if_hopeless(self, priority: str) -> None:
-        """Early refusal (see `AdmissionConfig.early_refusal_ratio`, `admission.early_refusal`)."""
-        config = self._config
-        if config.early_refusal_ratio is None:
-            return
-        ahead = self._queue.ahead_of(priority)
-        if config.early_refusal_needs_queue and ahead == 0:
-            return
-        if self._full_by_own_caps is not None and not self._full_by_own_caps():
-            return  # blocked by a limit shared with other pools: their releases free slots too
-        verdict = hopeless(
-            priority=priority,
-            ratio=config.early_refusal_ratio,
-            max_wait_s=self._queue.priority_class(priority).max_wait_s,
-            ahead=ahead,
-            blocked=0 if self._slots_over_caps is None else self._slots_over_caps(),
-            capacity_per_s=self.capacity_rate_per_s(),
-            above_per_s=self.above_rate_per_s(priority),
-            forecast=self._forecast,
-        )
-        if verdict is not None:
-            raise self._early_refusal(priority, verdict.why, verdict.wait_s)
-
-    def _early_refusal(self, priority: str, why: str, wait_s: float | None) -> AdmissionRefused:
-        """429 `queue_full` at arrival; Retry-After is `wait_s`, when a retry could be admitted (the
-        queue's Little's-law estimate when none is known)."""
-        if wait_s is None:
-            return self._queue_refusal(RejectReason.QUEUE_FULL, priority, why)
-        retry_after_s = clamp_retry_after_s(wait_s, self._config.max_retry_after_s)
-        return AdmissionRefused(RejectReason.QUEUE_FULL, retry_after_s, why, priority=priority)
 
     def _pump(self) -> None:
         self._pump_handle = None
@@ -340,17 +311,8 @@ class AdmissionController(Generic[S]):
     def _refuse(self, entry: QueueEntry[_Waiter[S]], reason: RejectReason, why: str) -> None:
         """Answer a waiter already taken out of the queue (displaced or expired)."""
         if not entry.item.future.done():
-            refusal = self._queue_refusal(reason, entry.priority, f"{entry.priority} request {why}")
+            refusal = self._refusals.queue(reason, entry.priority, f"{entry.priority} request {why}")
             entry.item.future.set_exception(refusal)
-
-    def _queue_refusal(self, reason: RejectReason, priority: str, message: str) -> AdmissionRefused:
-        retry_after_s = queue_retry_after_s(
-            self._queue.ahead_of(priority),
-            self.available_rate_per_s(priority),
-            self._queue.drain_bound_s(priority),
-            self._config.max_retry_after_s,
-        )
-        return AdmissionRefused(reason, retry_after_s, message, priority=priority)
 
     def _drop(self, entry: QueueEntry[_Waiter[S]]) -> None:
         self._queue.remove(entry)

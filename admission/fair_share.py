@@ -67,6 +67,15 @@ class FairShareQueue:
         state = self._tenants.get(tenant)
         return 0 if state is None else state.queued
 
+    def ahead_of_arrival(self, tenant: str, cost_tokens: float, weight: float = 1.0) -> int:
+        """How many live keys a new key of `tenant` (at `cost_tokens / weight`) would be popped after:
+        those with a smaller finish tag than its own would be (ties: every live key, being older).
+        O(live keys)."""
+        state = self._tenants.get(tenant)
+        start_tag = self._virtual_time if state is None else max(self._virtual_time, state.last_finish_tag)
+        finish_tag = start_tag + max(cost_tokens, _MIN_COST_TOKENS) / max(weight, 1e-12)
+        return sum(1 for tagged in self._live.values() if tagged.finish_tag <= finish_tag)
+
     def push(self, key: int, tenant: str, cost_tokens: float, weight: float = 1.0) -> float:
         """Queue `key` for `tenant` at `cost_tokens / weight`; returns its finish tag.
 

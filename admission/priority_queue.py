@@ -149,6 +149,15 @@ class PriorityQueue(Generic[T]):
         rank = self._lane(priority).rank
         return sum(len(lane.fifo) for lane in self._lanes[: rank + 1])
 
+    def ahead_of_arrival(self, priority: str, tenant: str, estimated_tokens: int, weight: float = 1.0) -> int:
+        """Entries that a new arrival of `tenant` in class `priority` would be dispatched after: every
+        entry of the classes above, and those of its own class that fair share puts first — a tenant
+        far past its share queues behind most of its class, a light one behind a request or so of each
+        backlogged tenant (`FairShareQueue.ahead_of_arrival`)."""
+        lane = self._lane(priority)
+        above = sum(len(higher.fifo) for higher in self._lanes[: lane.rank])
+        return above + lane.fair.ahead_of_arrival(tenant, float(estimated_tokens), weight)
+
     def drain_bound_s(self, priority: str) -> float:
         """Upper bound on the time until everything now queued at or above `priority` has left the
         queue (dispatched or timed out): the latest deadline among them minus now, ≥ 0."""

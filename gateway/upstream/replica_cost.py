@@ -21,24 +21,23 @@ queue's) against what the request found at dispatch — queued prefill tokens, i
 uncached tokens, the requests ahead without a first token and the running batch (the gateway's
 counts, or the engine's fresh `waiting` / `running` when larger), the time since the replica's last
 token; at the end, TPOT = (end − first token) / (output tokens − 1) against the mean of the batch at
-its first token and at its end, and the engine's KV use. The learned cap follows each TPOT sample
-(`gateway.upstream.latency_settings`): the gradient limit of the measured TPOT
-(`gateway.upstream.tpot_limit`) once the objective has been broken, none before — and none while
-`affinity_share` is at or above `cap_max_affinity_share`.
+its first token and at its end, and the engine's KV use.
+
+The learned cap (`gateway.upstream.latency_settings`, rules in `gateway.upstream.tpot_limit`): each
+fresh scrape (`engine_sampled`) records the requests other senders run on the engine
+(`foreign_requests`: engine running + waiting − this instance's in-flight) and, when the scrape closed
+a token-latency window, moves the cap on the engine's whole batch; without such windows each finished
+stream's TPOT moves it (`learn_tpot`). None while `affinity_share` is at or above
+`cap_max_affinity_share`, when that gate is set (off by default).
 
 `affinity_share`: the share of the prompt tokens dispatched here that some replicas of the pool were
 expected to hold and others not — (tokens the best-placed replica holds − tokens the worst-placed one
 holds) / prompt, from the prefix index over the whole pool, whichever replica the request went to — an
 exponentially weighted mean over dispatches (weight `AFFINITY_SHARE_WEIGHT` = 0.02, about the last 50);
-None while no dispatch said (policies without a prefix index — round robin, least-load, power-of-two —
-and the cap then applies). It measures how much the choice of replica decides a request's prefill,
-which is what a cap puts at risk: a capped replica's queued requests go to replicas without their
-prefix. A prompt every replica holds (one
-system prompt for all) counts for nothing — no spill loses it — and neither does a unique one.
-Why not the share cached on this replica: a cap's own spills then read as a workload without sharing
-and kept the cap on — from cold engines at 1.5× the knee of the shared-prefix benchmark the cap formed
-before the share passed one half and stayed (cache hits 55 % against 76 %, goodput 15.4 against 21.4
-req/s; docs/BENCHMARKS.md).
+None while no dispatch said (policies without a prefix index). A prompt every replica holds (one
+system prompt for all) counts for nothing, and neither does a unique one. It is taken over the whole
+pool rather than from what this replica cached: a cap's own spills would read as a workload without
+sharing.
 """
 
 from __future__ import annotations
@@ -202,11 +201,16 @@ class ReplicaCost:
         limit = self._tpot_limit
         if limit is None or token_latency_s is None:
             return
-        if self.affinity_share is not None and self.affinity_share >= self._cap_max_affinity_share:
+        if self._gated():
             limit.reset()  # prefix affinity at work: a cap would spill requests to cold replicas
         else:
             limit.observe_window(token_latency_s, engine_batch)
         self.learned_cap = limit.cap
+
+    def _gated(self) -> bool:
+        """The affinity gate (`cap_max_affinity_share`, off by default) holds the cap off here."""
+        gate, share = self._cap_max_affinity_share, self.affinity_share
+        return gate is not None and share is not None and share >= gate
 
     def engine_lost(self) -> None:
         """No fresh scrape any more: nothing is known of other senders."""
@@ -221,7 +225,7 @@ class ReplicaCost:
         limit = self._tpot_limit
         if limit is None:
             return
-        if self.affinity_share is not None and self.affinity_share >= self._cap_max_affinity_share:
+        if self._gated():
             limit.reset()  # prefix affinity at work: a cap would spill requests to cold replicas
         else:
             limit.observe(tpot_s, inflight)

@@ -115,3 +115,13 @@ def test_invalid_pushes_raise(key: int, cost: float, weight: float) -> None:
     queue.push(1, "a", 10)
     with pytest.raises(ValueError):
         queue.push(key, "a", cost, weight)
+
+
+def test_an_arrival_is_placed_after_the_keys_with_smaller_tags_only() -> None:
+    queue = FairShareQueue()
+    for key in range(10):
+        queue.push(key, "flood", 100)
+    assert queue.ahead_of_arrival("flood", 100) == 10, "the flooding tenant waits behind its own backlog"
+    assert queue.ahead_of_arrival("newcomer", 100) == 1, "an idle tenant starts at V: behind one of them"
+    assert queue.ahead_of_arrival("heavy-weight", 100, weight=4) == 0
+    assert len(queue) == 10, "asking changes nothing"

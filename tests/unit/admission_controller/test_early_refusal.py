@@ -301,3 +301,23 @@ async def test_slots_held_above_the_caps_are_released_before_any_waiter_gets_one
     await settle()
     assert not late.done(), "without the blocked slots the same arrival may wait"
     await _finish(h, held, [*waiters, late])
+
+
+async def test_under_overload_the_tenant_past_its_share_is_refused_and_a_light_one_still_queues() -> None:
+    """One tenant fills the queue up to what the pool frees within B; the next of its requests is
+    refused, while another tenant's arrival, which fair share would dispatch before most of that
+    queue, still queues — what is admitted keeps the shares, not the arrival mix."""
+    from admission.tenants import Tenant
+
+    heavy, light = Tenant("heavy"), Tenant("light")
+    h = make_harness(slots=20, classes=CLASSES, early_refusal_ratio=0.25)  # B = 1 s
+    held = await _steady(h, {"interactive": 20}, rounds=20)  # C = 20/s: 20 slots free within B
+    waiters = [asyncio.create_task(h.controller.admit(req(f"heavy-w{n}", tenant=heavy))) for n in range(20)]
+    await settle()
+    assert not any(task.done() for task in waiters)
+    with pytest.raises(AdmissionRefused):
+        await asyncio.wait_for(h.controller.admit(req("heavy-21st", tenant=heavy)), timeout=1)
+    light_waiter = asyncio.create_task(h.controller.admit(req("light-1st", tenant=light)))
+    await settle()
+    assert not light_waiter.done(), "behind about one heavy request, not twenty: it may wait"
+    await _finish(h, held, [*waiters, light_waiter])

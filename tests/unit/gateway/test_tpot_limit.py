@@ -179,26 +179,25 @@ def test_the_affinity_share_is_a_weighted_mean_of_what_some_replicas_hold_and_ot
     assert cost.affinity_share == pytest.approx(0.784)
 
 
-def test_no_learned_cap_where_the_choice_of_replica_decides_the_prefill() -> None:
-    """3 in 4 prompt tokens held by some replicas and not others: a broken TPOT objective sets no cap
-    there — capping spilled requests to replicas without their prefix and cut goodput
-    (docs/BENCHMARKS.md, issue 15) — while the same TPOTs where every replica holds the same (a common
-    system prompt) or none does, do."""
-    shared, clock = _capped_cost()
+def test_the_affinity_gate_when_set_drops_the_cap_where_the_choice_of_replica_decides_the_prefill() -> None:
+    """With `cap_max_affinity_share: 0.25`: 3 in 4 prompt tokens held by some replicas and not others
+    set no cap, while the same TPOTs where every replica holds the same (a common system prompt) or
+    none does, do."""
+    shared, clock = _capped_cost(cap_max_affinity_share=0.25)
     _run(shared, clock, affinity=1500, prompt=2000, tpot_s=0.1, n=32)
     assert shared.learned_cap is None
-    common, clock = _capped_cost()
+    common, clock = _capped_cost(cap_max_affinity_share=0.25)
     _run(common, clock, affinity=0, prompt=2000, tpot_s=0.1, n=8)
     assert common.learned_cap == 50
     _run(common, clock, affinity=2000, prompt=2000, tpot_s=0.1, n=200)  # affinity rises past 1/4
     assert common.affinity_share is not None and common.affinity_share > 0.25
     assert common.learned_cap is None  # the limit is dropped, not frozen
-    unknown, clock = _capped_cost()  # a policy without a prefix index: no share, the cap applies
+    unknown, clock = _capped_cost(cap_max_affinity_share=0.25)  # no prefix index: no share, capped
     for _ in range(8):
         unknown.dispatched(100, None, inflight=100, prompt_tokens=2000)
         unknown.learn_tpot(90, None, 0.1, inflight=100)
     assert unknown.affinity_share is None and unknown.learned_cap == 50
-    everywhere, clock = _capped_cost(cap_max_affinity_share=1.0)  # 1.0: the cap whatever the sharing
+    everywhere, clock = _capped_cost()  # the default: no gate, the cap whatever the sharing
     _run(everywhere, clock, affinity=1500, prompt=2000, tpot_s=0.1, n=8)
     assert everywhere.learned_cap == 50
 
