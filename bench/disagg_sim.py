@@ -65,21 +65,22 @@ class _Replicas:
         self.cores = [PhysicsCore(profile) for _ in range(count)]
         self.outstanding = [0] * count
 
-    def submit(self, request: EngineRequest) -> int:
+    def submit(self, request: EngineRequest) -> None:
         index = min(range(len(self.cores)), key=self.outstanding.__getitem__)
         self.outstanding[index] += 1
         self.cores[index].submit(request)
-        return index
 
     def next_event_s(self) -> float:
         ends = [end for core in self.cores if (end := core.next_event_s()) is not None]
         return min(ends, default=math.inf)
 
-    def advance(self, now_s: float) -> list[tuple[int, TokenEvent]]:
-        events = [(i, e) for i, core in enumerate(self.cores) for e in core.advance(now_s)]
-        for index, event in events:
-            if event.finished:
-                self.outstanding[index] -= 1
+    def advance(self, now_s: float) -> list[TokenEvent]:
+        """Every core's tokens up to `now_s`; a finished request stops counting as outstanding."""
+        events: list[TokenEvent] = []
+        for index, core in enumerate(self.cores):
+            emitted = core.advance(now_s)
+            self.outstanding[index] -= sum(1 for event in emitted if event.finished)
+            events.extend(emitted)
         return events
 
 
@@ -107,11 +108,13 @@ def simulate_disagg(
     while len(timings) < load.requests:
         arrival_s = arrivals[next_arrival] if next_arrival < len(arrivals) else math.inf
         now_s = min(arrival_s, prefill.next_event_s(), decode.next_event_s())
-        for _, event in prefill.advance(now_s):
+        if math.isinf(now_s):  # pragma: no cover - every request in flight has a next step
+            raise RuntimeError("simulation stalled with requests unfinished")
+        for event in prefill.advance(now_s):
             decode.submit(
                 EngineRequest(event.request_id, "", load.input_tokens, load.output_tokens, now_s, transfer_s)
             )
-        for _, event in decode.advance(now_s):
+        for event in decode.advance(now_s):
             index = int(event.request_id)
             if event.index == 0:
                 first_s[index] = event.time_s
