@@ -4,6 +4,7 @@
     bench compare   several policies / gateway configs on the same fleet shape and workload, one report
     bench sweep     one workload from 0.5× to 3× of the knee it finds, default admission vs none
     bench overhead  direct-to-engine vs through the gateway: added latency, CPU, max req/s, streams
+    bench plan-check  the capacity plan of a disaggregated pool against the mock's physics (simulated time)
 
 Wire-up: `add_arguments(parser)` adds the subcommands to a parser, `run(args)` runs the chosen one and
 returns the exit code (0 ok, 1 a run had no successful request, 2 bad arguments, 130 interrupted).
@@ -17,7 +18,7 @@ import sys
 from collections.abc import Callable
 from types import FrameType
 
-from bench import commands, overhead, sweep
+from bench import commands, overhead, plan_check, sweep
 from bench.compare_presets import PresetParser
 
 Handler = Callable[[argparse.Namespace], int]
@@ -46,6 +47,13 @@ _SUBCOMMANDS: tuple[tuple[str, str, str | None, Callable[[argparse.ArgumentParse
         overhead.add_arguments,
         overhead.run,
     ),
+    (
+        "plan-check",
+        "planner predictions vs the physics core, disaggregated pools",
+        plan_check.__doc__,
+        plan_check.add_arguments,
+        plan_check.run,
+    ),
 )
 
 
@@ -53,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(
         dest="bench_command",
         required=True,
-        metavar="{run,compare,sweep,overhead}",
+        metavar="{run,compare,sweep,overhead,plan-check}",
         parser_class=PresetParser,
     )
     for name, help_text, description, add_args, handler in _SUBCOMMANDS:

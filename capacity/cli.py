@@ -19,6 +19,7 @@ from pathlib import Path
 from capacity.disagg import build_disagg_plan
 from capacity.disagg_report import disagg_document, render_disagg_table
 from capacity.errors import InputError
+from capacity.inputs import PlanInputs
 from capacity.loader import WORKED_EXAMPLE, load_inputs
 from capacity.plan import build_plan
 from capacity.report import render_json, render_table
@@ -49,6 +50,12 @@ _OVERRIDES: tuple[tuple[str, str, type, str], ...] = (
     ("--link-gb-per-s", "disaggregation.link_gb_per_s", float, "disaggregated: KV link GB/s"),
     ("--prefill-tps", "disaggregation.prefill_tokens_per_s", float, "disaggregated: prefill roof, tok/s"),
     ("--disagg-ttft-p95-s", "disaggregation.ttft_p95_s", float, "disaggregated: TTFT p95 SLO, s"),
+    (
+        "--prefill-chunk-tokens",
+        "disaggregation.prefill_chunk_tokens",
+        int,
+        "disaggregated: prefill tokens per step",
+    ),
 )
 
 
@@ -56,8 +63,8 @@ def _dest(flag: str) -> str:
     return "plan_" + flag.lstrip("-").replace("-", "_")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the planner's flags: `--config FILE`, `--json`, and one override per main input."""
+def add_input_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--config FILE` and one override flag per main input (what `inputs_from_args` reads)."""
     parser.add_argument(
         "--config",
         dest="plan_config",
@@ -65,10 +72,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help=f"planner input YAML (default: the bundled worked example, capacity/{WORKED_EXAMPLE})",
     )
-    parser.add_argument("--json", dest="plan_json", action="store_true", help="print JSON instead of a table")
     group = parser.add_argument_group("overrides (each replaces one key of the input file)")
     for flag, key, kind, text in _OVERRIDES:
         group.add_argument(flag, dest=_dest(flag), type=kind, metavar="N", help=f"{text} [{key}]")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the planner's flags: `--config FILE`, `--json`, and one override per main input."""
+    add_input_arguments(parser)
+    parser.add_argument("--json", dest="plan_json", action="store_true", help="print JSON instead of a table")
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, object]:
@@ -80,21 +92,36 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
     return values
 
 
+def source_of(args: argparse.Namespace) -> str:
+    """The input file as the reports name it: the `--config` path, or the bundled worked example."""
+    config: Path | None = getattr(args, "plan_config", None)
+    return str(config) if config is not None else f"capacity/{WORKED_EXAMPLE} (bundled)"
+
+
+def inputs_from_args(args: argparse.Namespace) -> PlanInputs:
+    """The inputs of `--config` (or the worked example) with the override flags applied; `InputError`."""
+    return load_inputs(getattr(args, "plan_config", None), _overrides(args))
+
+
+def error_text(exc: InputError, args: argparse.Namespace) -> str:
+    """`error: key (from --flag): message`, naming the flag when the value came from one."""
+    overrides = _overrides(args)
+    flags = [flag for flag, key, _, _ in _OVERRIDES if key == exc.key and key in overrides]
+    where = f" (from {flags[0]})" if flags else ""
+    return f"error: {exc.key}{where}: {exc.message}"
+
+
 def run(args: argparse.Namespace) -> int:
     """Plan from the parsed flags; print the table (or JSON with `--json`) and return the exit status."""
-    config: Path | None = getattr(args, "plan_config", None)
-    overrides = _overrides(args)
-    source = str(config) if config is not None else f"capacity/{WORKED_EXAMPLE} (bundled)"
+    source = source_of(args)
     try:
-        inputs = load_inputs(config, overrides)
+        inputs = inputs_from_args(args)
         plan = build_plan(inputs)
         disagg = None
         if inputs.disaggregation is not None:
             disagg = build_disagg_plan(inputs, plan.replicas.n_base)
     except InputError as exc:
-        flags = [flag for flag, key, _, _ in _OVERRIDES if key == exc.key and key in overrides]
-        where = f" (from {flags[0]})" if flags else ""
-        print(f"error: {exc.key}{where}: {exc.message}", file=sys.stderr)
+        print(error_text(exc, args), file=sys.stderr)
         return EXIT_INPUT_ERROR
     if getattr(args, "plan_json", False):
         text = render_json(inputs, plan, source)

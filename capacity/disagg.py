@@ -1,56 +1,61 @@
-"""Two pools for one model: prefill GPUs sized by compute and TTFT, decode GPUs by the three barriers.
+"""Two pools for one model: decode GPUs sized by TPOT, prefill GPUs by TTFT, and what each will see.
 
-Prefill pool (each prompt runs alone on one GPU at the compute roof R_p; c GPUs are an M/M/c queue):
+Decode pool, at the workload's context (the step line of `decode_step`, fitted to the throughput table;
+a decode replica holds a request's KV from the transfer to its last token):
 
-    S_p      = ī / R_p                                   prefill time of a mean prompt
-    T_x      = latency + ī · kv_tok / B_link             KV transfer to the decode replica
-    a        = λ · S_p                                   prefill GPUs busy on average (compute barrier)
-    Wq95(c)  = max(0, ln(C(c, a/c) / 0.05) / (c / S_p − λ))   p95 queue wait, M/M/c (C = Erlang C)
-    TTFT95(c)= Wq95(c) + S_p + T_x + 1 / v(B_max)        queue + prefill + transfer + first decode step
-    N_p,base = the smallest c > a with TTFT95(c) ≤ TTFT SLO (so also ≥ ⌈a⌉)
+    c̄        = ī + ō / 2                                       mean context of a decoding stream
+    TPOT_max = 1 / max(1 / SLO TPOT, SLO stream speed); with neither, 1 / v of the table's B_max row
+    n_kv     = ⌊M_KV / (kv_tok · (ī + ō))⌋                     streams whose KV fits one replica
+    B_max    = the largest B with step(B, c̄) ≤ TPOT_max, at most n_kv and the largest measured batch
+    v        = 1 / step(B_max, c̄),   T_dec = B_max · v,   W_d = T_x + ō / v
+    N_thr    = λ · ō / T_dec     N_lat = λ · (ō / v) / B_max     N_mem = λ · W_d · (ī + ō) · kv_tok / M_KV
+    N_d,base = the smallest D ≥ max(⌈N_thr⌉, ⌈N_lat⌉, ⌈N_mem⌉, 1) whose predicted TPOT p95 ≤ TPOT_max
+               and p95 streams per replica ≤ B_max (`decode_queue`); binding `tpot` when above the barriers
 
-Decode pool (the three barriers of `barriers.py`, on decode alone; a decode replica holds a request's KV
-from the transfer to its last token):
+Prefill pool (S_p, the prefill latency P and TTFT in `disagg_latency`):
 
-    W_d      = T_x + ō / v(B_max)                         KV residence of a request on decode
-    N_thr    = λ · ō / T_dec
-    N_lat    = λ · (ō / v) / B_max                        streams decoding ÷ streams per GPU
-    N_mem    = λ · W_d · (ī + ō) · kv_tok / M_KV
-    N_d,base = max(⌈N_thr⌉, ⌈N_lat⌉, ⌈N_mem⌉)
+    a        = λ · S_p busy GPUs (λ · ī / R_p when short prompts share steps)
+    N_p,base = the smallest c at which the prefill keeps up (binding `compute`) and the predicted TTFT
+               p95, with the decode pool above, ≤ the TTFT SLO (binding `ttft` when that needs more)
 
-B_max, v and T_dec come from the throughput table under the SLO without its TTFT term (decode alone
-does not own the TTFT). Both pools then get headroom: N = max(min, ⌈N_base · (1 + r)⌉). The ratio is
-N_p,base : N_d,base. Infeasible (`InfeasibleError` keyed `disaggregation.ttft_p95_s`) when
-S_p + T_x + 1/v alone exceed the TTFT SLO: no number of prefill GPUs helps, only a faster link or GPU.
-
-Approximations: exponential service (M/M/c) for a deterministic-ish prefill is pessimistic at low load;
-the p95 TTFT adds the queue's p95 to mean prefill and transfer times; the table measured on aggregated
-replicas understates decode-only speed (no prefill interference), so the decode pool is conservative.
+Both pools then get headroom: N = max(min, ⌈N_base · (1 + r)⌉). The ratio is N_p,base : N_d,base, and
+the plan carries the predicted TTFT and TPOT (mean, p95) at N_base and at N. Infeasible
+(`InfeasibleError`): keyed `slo` when not one stream meets TPOT_max at this context; keyed
+`disaggregation.ttft_p95_s` when S_p + T_x + t_w alone exceed the TTFT SLO, or no prefill pool meets it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from capacity import barriers, memory, queueing
-from capacity.batch import select_b_max
+from capacity import barriers, memory
+from capacity.batch import required_stream_tokens_per_s, select_b_max
+from capacity.decode_step import DecodeStepModel, fit_decode_step
+from capacity.disagg_latency import (
+    PoolLatency,
+    PoolModel,
+    PrefillLatency,
+    combine,
+    decode_pool_latency,
+    pool_latency,
+    pool_model,
+    prefill_latency,
+)
 from capacity.errors import InfeasibleError
 from capacity.inputs import DisaggInputs, PlanInputs, Workload
 
-P95_TAIL_RATIO = 0.05
-_MAX_EXTRA_SERVERS = 100_000
+_MAX_EXTRA_REPLICAS = 1_000
 
 
 @dataclass(frozen=True, slots=True)
 class PrefillPool:
     prefill_s: float
+    batched: bool
     transfer_s: float
-    first_step_s: float
     busy_gpus: float
-    queue_p95_s: float
-    ttft_p95_s: float
+    n_compute: int
     n_base: int
     binding: str
     n_replicas: int
@@ -58,11 +63,18 @@ class PrefillPool:
 
 @dataclass(frozen=True, slots=True)
 class DecodePool:
+    context_tokens: float
+    step_fixed_s: float
+    kv_token_s: float
+    tpot_max_s: float
+    kv_limit_streams: int
     b_max: int
     stream_tokens_per_s: float
     decode_tokens_per_s: float
     kv_residence_s: float
     counts: barriers.BarrierCounts
+    n_base: int
+    binding: str
     n_replicas: int
 
 
@@ -79,6 +91,8 @@ class DisaggPlan:
     prefill: PrefillPool
     decode: DecodePool
     ratio: float
+    predicted_at_base: PoolLatency
+    predicted_at_headroom: PoolLatency
     aggregated_n_base: int | None
     table: tuple[RatioCell, ...]
 
@@ -90,71 +104,129 @@ def transfer_s(
     return latency_s + input_tokens * kv_tok_bytes / link_bytes_per_s
 
 
-def queue_wait_p95_s(servers: int, arrival_rate_per_s: float, service_s: float) -> float:
-    """p95 of the M/M/c wait: P(Wq > t) = C · e^(−(c/S − λ) t), so t95 = ln(C / 0.05) / (c/S − λ), or 0
-    when fewer than 5 % of arrivals wait; `math.inf` when c/S ≤ λ (unstable)."""
-    slack_per_s = servers / service_s - arrival_rate_per_s
-    if slack_per_s <= 0:
-        return math.inf
-    waiting = queueing.erlang_c_probability(servers, arrival_rate_per_s * service_s / servers)
-    if waiting <= P95_TAIL_RATIO:
-        return 0.0
-    return math.log(waiting / P95_TAIL_RATIO) / slack_per_s
-
-
-def plan_prefill(
-    workload: Workload,
-    disagg: DisaggInputs,
-    kv_tok_bytes: float,
-    first_step_s: float,
-    headroom: tuple[float, int],
-) -> PrefillPool:
-    """The prefill pool of the module docstring; raises `InfeasibleError` when no c meets the TTFT SLO."""
-    lam, service_s = workload.arrival_rate_per_s, workload.mean_input_tokens / disagg.prefill_tokens_per_s
-    link_s = transfer_s(
-        workload.mean_input_tokens, kv_tok_bytes, disagg.link_bytes_per_s, disagg.link_latency_s
+def tpot_max_s(inputs: PlanInputs, workload: Workload) -> float:
+    """TPOT_max of the module docstring; `InfeasibleError` when the table has no row for the SLO."""
+    required = required_stream_tokens_per_s(inputs.slo)
+    if required is not None:
+        return 1.0 / required
+    choice = select_b_max(
+        inputs.throughput, dataclasses.replace(inputs.slo, ttft_p95_s=None), workload.mean_output_tokens
     )
-    floor_s = service_s + link_s + first_step_s
-    if floor_s > disagg.ttft_p95_s:
-        raise InfeasibleError(
-            "disaggregation.ttft_p95_s",
-            f"prefill {service_s:.3f} s + transfer {link_s:.3f} s + first step {first_step_s:.3f} s = "
-            f"{floor_s:.3f} s exceed the TTFT SLO before any queueing: a faster link or prefill GPU "
-            "is needed",
-        )
-    busy = lam * service_s
-    start = max(1, math.floor(busy) + 1)
-    for servers in range(start, start + _MAX_EXTRA_SERVERS):
-        wait_s = queue_wait_p95_s(servers, lam, service_s) if service_s > 0 else 0.0
-        if wait_s + floor_s <= disagg.ttft_p95_s:
-            break
-    else:  # pragma: no cover - the wait falls to 0 long before
-        raise InfeasibleError("disaggregation.ttft_p95_s", "no prefill pool size meets the TTFT SLO")
-    binding = "ttft" if servers > barriers.ceil_count(busy) else "compute"
-    n_base = max(servers, barriers.ceil_count(busy), 1)
-    ratio, minimum = headroom
-    return PrefillPool(
-        prefill_s=service_s,
-        transfer_s=link_s,
-        first_step_s=first_step_s,
-        busy_gpus=busy,
-        queue_p95_s=wait_s,
-        ttft_p95_s=wait_s + floor_s,
-        n_base=n_base,
-        binding=binding,
-        n_replicas=barriers.replicas_with_headroom(n_base, ratio, minimum),
-    )
-
-
-def plan_decode(inputs: PlanInputs, workload: Workload, link_s: float) -> DecodePool:
-    """The decode pool of the module docstring; `InfeasibleError` when no measured batch meets the SLO."""
-    slo = dataclasses.replace(inputs.slo, ttft_p95_s=None)
-    choice = select_b_max(inputs.throughput, slo, workload.mean_output_tokens)
     if choice is None:
         raise InfeasibleError(
             "slo", "no measured batch meets the decode SLO; relax it or measure smaller batches"
         )
-    point, model, gpu = choice.point, inputs.model, inputs.gpu
+    return 1.0 / choice.point.stream_tokens_per_s
+
+
+def _first_replicas(ok: Callable[[int], bool], start: int, key: str, what: str) -> int:
+    """The smallest n ≥ start with ok(n); `InfeasibleError` (keyed `key`) after `_MAX_EXTRA_REPLICAS`."""
+    for n in range(start, start + _MAX_EXTRA_REPLICAS):
+        if ok(n):
+            return n
+    raise InfeasibleError(key, f"no {what} pool of up to {start + _MAX_EXTRA_REPLICAS - 1} replicas meets it")
+
+
+def plan_decode(
+    inputs: PlanInputs, workload: Workload, model: PoolModel, kv_tok: float, budget: float
+) -> DecodePool:
+    """The decode pool of the module docstring."""
+    step, lam, out = model.step, workload.arrival_rate_per_s, workload.mean_output_tokens
+    ctx = workload.mean_input_tokens + out / 2
+    target_s = tpot_max_s(inputs, workload)
+    b_max = min(step.largest_batch_within(target_s, ctx), model.kv_limit_streams)
+    if b_max < 1:
+        raise InfeasibleError(
+            "slo",
+            f"one stream at context {ctx:,.0f} takes {step.step_s(1, ctx) * 1000:.1f} ms per token, over the "
+            f"TPOT objective of {target_s * 1000:.1f} ms (or its KV does not fit)",
+        )
+    speed = 1.0 / step.step_s(b_max, ctx)
+    residence_s = model.transfer_s + out / speed
+    counts = barriers.barrier_counts(
+        barriers.throughput_gpus(lam, out, b_max * speed),
+        barriers.latency_gpus(lam * out / speed, b_max),
+        barriers.memory_gpus(lam * residence_s, workload.context_tokens, kv_tok, budget),
+    )
+
+    def meets(replicas: int) -> bool:
+        latency = decode_pool_latency(model, replicas)
+        return (
+            latency is not None
+            and latency.tpot_p95_s <= target_s
+            and latency.streams_p95_per_replica <= b_max
+        )
+
+    n_base = _first_replicas(meets, counts.n_base, "slo", "decode")
+    binding = "tpot" if n_base > counts.n_base else str(counts.binding)
+    n = barriers.replicas_with_headroom(n_base, inputs.headroom.ratio, inputs.headroom.min_replicas)
+    return DecodePool(
+        context_tokens=ctx,
+        step_fixed_s=step.fixed_s,
+        kv_token_s=step.kv_token_s,
+        tpot_max_s=target_s,
+        kv_limit_streams=model.kv_limit_streams,
+        b_max=b_max,
+        stream_tokens_per_s=speed,
+        decode_tokens_per_s=b_max * speed,
+        kv_residence_s=residence_s,
+        counts=counts,
+        n_base=n_base,
+        binding=binding,
+        n_replicas=n,
+    )
+
+
+def plan_prefill(
+    inputs: PlanInputs, disagg: DisaggInputs, model: PoolModel, decode_replicas: int
+) -> PrefillPool:
+    """The prefill pool of the module docstring, in front of `decode_replicas` decode replicas."""
+    floor_s = model.prefill_s + model.transfer_s + model.step.fixed_s
+    if floor_s > disagg.ttft_p95_s:
+        raise InfeasibleError(
+            "disaggregation.ttft_p95_s",
+            f"prefill {model.prefill_s:.3f} s + transfer {model.transfer_s:.3f} s + first step "
+            f"{model.step.fixed_s:.3f} s = {floor_s:.3f} s exceed the TTFT SLO before any queueing: a faster "
+            "link or prefill GPU is needed",
+        )
+    decode = decode_pool_latency(model, decode_replicas)
+    assert decode is not None
+    alone = PrefillLatency(0.0, model.prefill_s, model.prefill_s)
+    if combine(model, alone, decode)[2] > disagg.ttft_p95_s:
+        raise InfeasibleError(
+            "disaggregation.ttft_p95_s",
+            f"prefill {model.prefill_s:.3f} s and the first decode token "
+            f"{combine(model, alone, decode)[0]:.3f} s exceed the TTFT SLO even without a prefill queue",
+        )
+    key = "disaggregation.ttft_p95_s"
+    n_compute = _first_replicas(lambda c: prefill_latency(model, c) is not None, 1, key, "prefill")
+
+    def meets(replicas: int) -> bool:
+        prefill = prefill_latency(model, replicas)
+        return prefill is not None and combine(model, prefill, decode)[2] <= disagg.ttft_p95_s
+
+    n_base = _first_replicas(meets, n_compute, key, "prefill")
+    one = prefill_latency(model, n_base)
+    assert one is not None
+    return PrefillPool(
+        prefill_s=model.prefill_s,
+        batched=model.batched_prefill,
+        transfer_s=model.transfer_s,
+        busy_gpus=one.utilisation_ratio * n_base,
+        n_compute=n_compute,
+        n_base=n_base,
+        binding="ttft" if n_base > n_compute else "compute",
+        n_replicas=barriers.replicas_with_headroom(
+            n_base, inputs.headroom.ratio, inputs.headroom.min_replicas
+        ),
+    )
+
+
+def workload_model(inputs: PlanInputs, workload: Workload) -> tuple[PoolModel, float, float]:
+    """The `PoolModel` of a workload, with kv_tok and M_KV (bytes)."""
+    disagg, model, gpu = inputs.disaggregation, inputs.model, inputs.gpu
+    if disagg is None:
+        raise InfeasibleError("disaggregation", "the input has no disaggregation section")
     kv_tok = memory.kv_bytes_per_token(
         model.n_layers, model.n_kv_heads, model.head_dim, model.kv_bytes_per_element
     )
@@ -162,38 +234,39 @@ def plan_decode(inputs: PlanInputs, workload: Workload, link_s: float) -> Decode
     budget = memory.kv_budget_bytes(gpu.memory_bytes, weights, gpu.overhead_bytes)
     if budget <= 0:
         raise InfeasibleError("gpu.memory_gb", "weights and overhead leave no KV budget on a decode GPU")
-    lam, out = workload.arrival_rate_per_s, workload.mean_output_tokens
-    decode_s = out / point.stream_tokens_per_s
-    residence_s = link_s + decode_s
-    counts = barriers.barrier_counts(
-        barriers.throughput_gpus(lam, out, point.aggregate_tokens_per_s),
-        barriers.latency_gpus(lam * decode_s, point.batch),
-        barriers.memory_gpus(lam * residence_s, workload.context_tokens, kv_tok, budget),
-    )
-    n = barriers.replicas_with_headroom(counts.n_base, inputs.headroom.ratio, inputs.headroom.min_replicas)
-    return DecodePool(
-        point.batch, point.stream_tokens_per_s, point.aggregate_tokens_per_s, residence_s, counts, n
-    )
-
-
-def _pools(inputs: PlanInputs, disagg: DisaggInputs, workload: Workload) -> tuple[PrefillPool, DecodePool]:
-    model = inputs.model
-    kv_tok = memory.kv_bytes_per_token(
-        model.n_layers, model.n_kv_heads, model.head_dim, model.kv_bytes_per_element
-    )
+    ctx = workload.mean_input_tokens + workload.mean_output_tokens / 2
+    step: DecodeStepModel = fit_decode_step(inputs.throughput, weights, gpu.bandwidth_bytes_per_s, ctx)
     link_s = transfer_s(workload.mean_input_tokens, kv_tok, disagg.link_bytes_per_s, disagg.link_latency_s)
-    decode = plan_decode(inputs, workload, link_s)
-    headroom = (inputs.headroom.ratio, inputs.headroom.min_replicas)
-    prefill = plan_prefill(workload, disagg, kv_tok, 1.0 / decode.stream_tokens_per_s, headroom)
-    return prefill, decode
+    pool = pool_model(
+        arrival_rate_per_s=workload.arrival_rate_per_s,
+        input_tokens=workload.mean_input_tokens,
+        output_tokens=workload.mean_output_tokens,
+        step=step,
+        prefill_tokens_per_s=disagg.prefill_tokens_per_s,
+        chunk_tokens=disagg.prefill_chunk_tokens,
+        transfer_s=link_s,
+        kv_capacity_tokens=memory.kv_capacity_tokens(budget, kv_tok),
+    )
+    return pool, kv_tok, budget
+
+
+def _pools(inputs: PlanInputs, workload: Workload) -> tuple[PrefillPool, DecodePool, PoolModel]:
+    disagg = inputs.disaggregation
+    assert disagg is not None
+    model, kv_tok, budget = workload_model(inputs, workload)
+    decode = plan_decode(inputs, workload, model, kv_tok, budget)
+    return plan_prefill(inputs, disagg, model, decode.n_base), decode, model
 
 
 def build_disagg_plan(inputs: PlanInputs, aggregated_n_base: int | None = None) -> DisaggPlan:
-    """Both pools for the input workload, and the N_p : N_d table over the configured lengths."""
+    """Both pools for the input workload, their predicted latencies, and the N_p : N_d table."""
     disagg = inputs.disaggregation
     if disagg is None:
         raise InfeasibleError("disaggregation", "the input has no disaggregation section")
-    prefill, decode = _pools(inputs, disagg, inputs.workload)
+    prefill, decode, model = _pools(inputs, inputs.workload)
+    at_base = pool_latency(model, prefill.n_base, decode.n_base)
+    at_headroom = pool_latency(model, prefill.n_replicas, decode.n_replicas)
+    assert at_base is not None and at_headroom is not None
     cells = []
     for input_tokens in disagg.table_input_tokens:
         for output_tokens in disagg.table_output_tokens:
@@ -201,8 +274,10 @@ def build_disagg_plan(inputs: PlanInputs, aggregated_n_base: int | None = None) 
                 inputs.workload, mean_input_tokens=input_tokens, mean_output_tokens=output_tokens
             )
             try:
-                p, d = _pools(inputs, disagg, workload)
-                cells.append(RatioCell(input_tokens, output_tokens, p.n_base, d.counts.n_base))
+                p, d, _ = _pools(inputs, workload)
+                cells.append(RatioCell(input_tokens, output_tokens, p.n_base, d.n_base))
             except InfeasibleError:
                 cells.append(RatioCell(input_tokens, output_tokens, None, None))
-    return DisaggPlan(prefill, decode, prefill.n_base / decode.counts.n_base, aggregated_n_base, tuple(cells))
+    return DisaggPlan(
+        prefill, decode, prefill.n_base / decode.n_base, at_base, at_headroom, aggregated_n_base, tuple(cells)
+    )

@@ -136,12 +136,16 @@ class DisaggInputs:
     `prefill_tokens_per_s` is one prefill GPU's prompt throughput at its compute roof (measured, or
     2 · parameters FLOP per token at the achieved FLOP/s); `ttft_p95_s` bounds queue + prefill + KV
     transfer + the first decode step; the ratio table is computed at these input and output lengths.
+    `prefill_chunk_tokens` is the prefill engine's token budget per step (vLLM's
+    `max_num_batched_tokens`; None: no budget): a prompt longer than it takes several steps, and a
+    budget of two prompts or more lets waiting prompts share a step.
     """
 
     prefill_tokens_per_s: float
     link_bytes_per_s: float
     ttft_p95_s: float
     link_latency_s: float = 0.0
+    prefill_chunk_tokens: int | None = 8192
     table_input_tokens: tuple[int, ...] = (256, 1024, 4096, 8192)
     table_output_tokens: tuple[int, ...] = (64, 256, 1024)
 

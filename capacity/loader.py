@@ -227,8 +227,9 @@ def _cost(s: Section) -> CostInputs:
 
 
 def _disaggregation(s: Section) -> DisaggInputs:
-    """prefill_tokens_per_s, link_gb_per_s (GB = 10^9 B), ttft_p95_s; optional link_latency_ms and
-    ratio_table.{input_tokens, output_tokens} (lists of token counts)."""
+    """prefill_tokens_per_s, link_gb_per_s (GB = 10^9 B), ttft_p95_s; optional link_latency_ms,
+    prefill_chunk_tokens (default 8,192) and ratio_table.{input_tokens, output_tokens} (lists of token
+    counts)."""
     table = s.section("ratio_table", required=False)
     defaults = DisaggInputs(1.0, 1.0, 1.0)
     disagg = DisaggInputs(
@@ -236,6 +237,9 @@ def _disaggregation(s: Section) -> DisaggInputs:
         link_bytes_per_s=s.number("link_gb_per_s", positive=True) * GB_BYTES,
         ttft_p95_s=s.number("ttft_p95_s", positive=True),
         link_latency_s=s.number("link_latency_ms", minimum=0.0, default=0.0) / 1000.0,
+        prefill_chunk_tokens=s.integer(
+            "prefill_chunk_tokens", minimum=1, default=defaults.prefill_chunk_tokens
+        ),
         table_input_tokens=table.integers("input_tokens", default=defaults.table_input_tokens),
         table_output_tokens=table.integers("output_tokens", default=defaults.table_output_tokens),
     )

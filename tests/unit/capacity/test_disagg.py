@@ -1,17 +1,22 @@
 """The disaggregated plan against hand-computed figures (capacity/examples/disaggregated.yaml).
 
-Inputs: 13B FP16 (kv_tok = 2·40·8·128·2 = 163,840 B), H100 80 GB (M_KV = 80 − 26 − 10 = 44 GB),
-λ = 2/s, ī = 8,000, ō = 256, R_p = 16,000 tok/s, link 50 GB/s, TTFT p95 SLO 1.5 s, TPOT ≤ 16.7 ms
-(B_max = 64, v = 68 tok/s, T_dec = 4,352 tok/s).
+Inputs: 13B FP16 (kv_tok = 2·40·8·128·2 = 163,840 B, 26 GB of weights), H100 80 GB at 3,350 GB/s
+(M_KV = 44 GB = 268,554 KV tokens), λ = 2/s, ī = 8,000, ō = 256, R_p = 16,000 tok/s, chunk 8,192,
+link 50 GB/s, TTFT p95 SLO 1.5 s, TPOT ≤ 16.7 ms; throughput rows 105 / 68 / 44 tok/s at batches
+16 / 64 / 128, measured at context 800.
 
-Prefill: S_p = 8,000 / 16,000 = 0.5 s; T_x = 8,000 · 163,840 / 50e9 = 0.0262144 s; first step 1/68 s;
-a = λ · S_p = 1.0. c = 2: Erlang C(2, a = 1) = 1/3 (B(1) = 1/2, B(2) = 1/5, C = 0.2 / (1 − 0.5 · 0.8));
-c/S − λ = 2/s; Wq95 = ln((1/3) / 0.05) / 2 = 0.948560 s; TTFT95 = 0.948560 + 0.5 + 0.0262144 + 0.0147059
-= 1.489480 s ≤ 1.5 → N_p = 2 (binding ttft: the compute barrier alone says ⌈1.0⌉ = 1).
-With a 1.0 s SLO: c = 3, C(3, 1) = 0.0625 / 0.6875 = 1/11, Wq95 = ln((1/11) / 0.05) / 4 = 0.149459 s → 3.
+Decode step: t_w = 26e9 / 3.35e12 = 7.7612 ms; t_kv = Σ x (y − t_w) / Σ x² with x = B · 800 and
+y = 1 / v: 1,910.66 / 13,271,040,000 = 143.97 ns per context token. At c̄ = 8,000 + 128 = 8,128 one
+stream costs 1.1702 ms per step, so B_max = ⌊(16.7 − 7.7612) / 1.1702⌋ = 7 (7.64): step 15.953 ms,
+v = 62.686 tok/s, T_dec = 438.80 tok/s. N_thr = N_lat = 512 / 438.80 = 1.1668; T_x = 8,000 · 163,840 /
+50e9 = 26.214 ms, W_d = 0.026214 + 256 / 62.686 = 4.1101 s, N_mem = 2 · 4.1101 · 8,256 · 163,840 / 44e9
+= 0.2527 → ⌈1.1668⌉ = 2 decode GPUs, binding throughput (the queue model's TPOT p95 at 2 meets 16.7 ms).
+n_kv = ⌊268,554 / 8,256⌋ = 32.
 
-Decode: ō / v = 3.764706 s; W_d = 3.790920 s; N_thr = 2 · 256 / 4,352 = 0.117647; N_lat = 2 · 3.764706 / 64
-= 0.117647; N_mem = 2 · 3.790920 · 8,256 · 163,840 / 44e9 = 0.233084 → N_d = 1 (binding memory). Ratio 2:1.
+Prefill: S_p = t_w + 8,000 / 16,000 = 0.50776 s; one GPU is at ρ = 1.0155 (unstable), so 2 keep up.
+At c = 2, ρ = 0.50776: Erlang C = 2ρ² / (1 + ρ) = 0.34199; r = ρ / (2 − ρ) = 0.34026, q = r² = 0.11578;
+W95: 0.05 / C = 0.14620 > q, so W95 = S_p · (1 − (0.14620 − q) / (1 − q)) = 0.49029 s; TTFT p95 =
+0.49029 + 0.50776 + F ≈ 1.05 s ≤ 1.5 s → N_p,base = 2, binding compute. Ratio 2:2.
 """
 
 from __future__ import annotations
@@ -19,13 +24,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 from pathlib import Path
 
 import pytest
 
 from capacity import cli
-from capacity.disagg import build_disagg_plan, queue_wait_p95_s, transfer_s
+from capacity.disagg import build_disagg_plan, transfer_s, workload_model
+from capacity.disagg_latency import pool_latency
 from capacity.errors import InfeasibleError, InputError
 from capacity.inputs import PlanInputs
 from capacity.loader import load_inputs
@@ -33,6 +38,12 @@ from capacity.loader import load_inputs
 from .conftest import WORKED_EXAMPLE_PATH
 
 EXAMPLE = WORKED_EXAMPLE_PATH.parent / "disaggregated.yaml"
+RAG = {
+    "workload.mean_input_tokens": 8192,
+    "workload.mean_output_tokens": 256,
+    "slo.tpot_max_ms": 30,
+    "disaggregation.ttft_p95_s": 2,
+}
 
 
 @pytest.fixture
@@ -45,54 +56,72 @@ def _with(inputs: PlanInputs, **changes: float) -> PlanInputs:
     return dataclasses.replace(inputs, disaggregation=dataclasses.replace(inputs.disaggregation, **changes))
 
 
-def test_formulas() -> None:
+def test_transfer() -> None:
     assert transfer_s(8000, 163_840, 50e9) == pytest.approx(0.0262144)
     assert transfer_s(8000, 163_840, 10e9, latency_s=0.001) == pytest.approx(0.132072)
-    assert queue_wait_p95_s(2, 2.0, 0.5) == pytest.approx(math.log((1 / 3) / 0.05) / 2)
-    assert queue_wait_p95_s(3, 2.0, 0.5) == pytest.approx(math.log((1 / 11) / 0.05) / 4)
-    assert queue_wait_p95_s(1, 2.0, 0.5) == math.inf  # c / S = λ: unstable
-    assert queue_wait_p95_s(10, 2.0, 0.5) == 0.0  # fewer than 5 % of arrivals wait
 
 
-def test_prefill_pool_from_ttft(inputs: PlanInputs) -> None:
-    p = build_disagg_plan(inputs).prefill
-    assert p.prefill_s == pytest.approx(0.5)
-    assert p.transfer_s == pytest.approx(0.0262144)
-    assert p.busy_gpus == pytest.approx(1.0)
-    assert p.queue_p95_s == pytest.approx(0.948560, abs=1e-6)
-    assert p.ttft_p95_s == pytest.approx(1.489480, abs=1e-6)
-    assert (p.n_base, p.binding, p.n_replicas) == (2, "ttft", 3)  # headroom 0.5 by default
-    tighter = build_disagg_plan(_with(inputs, ttft_p95_s=1.0)).prefill
-    assert tighter.n_base == 3
-    assert tighter.queue_p95_s == pytest.approx(0.149459, abs=1e-6)
+def test_decode_pool_at_the_workloads_context(inputs: PlanInputs) -> None:
+    d = build_disagg_plan(inputs).decode
+    assert d.step_fixed_s == pytest.approx(0.0077612, rel=1e-4)
+    assert d.kv_token_s == pytest.approx(143.97e-9, rel=1e-4)
+    assert (d.context_tokens, d.kv_limit_streams, d.b_max) == (8128, 32, 7)
+    assert d.stream_tokens_per_s == pytest.approx(62.686, rel=1e-4)
+    assert d.counts.throughput_gpus == pytest.approx(1.1668, rel=1e-4)
+    assert d.counts.latency_gpus == pytest.approx(1.1668, rel=1e-4)
+    assert d.kv_residence_s == pytest.approx(4.1101, rel=1e-4)
+    assert d.counts.memory_gpus == pytest.approx(0.2527, rel=1e-3)
+    assert (d.n_base, d.binding, d.n_replicas) == (2, "throughput", 3)
 
 
-def test_decode_pool_and_ratio(inputs: PlanInputs) -> None:
-    plan = build_disagg_plan(inputs, aggregated_n_base=1)
-    d = plan.decode
-    assert (d.b_max, d.stream_tokens_per_s) == (64, 68)
-    assert d.kv_residence_s == pytest.approx(0.0262144 + 256 / 68)
-    assert d.counts.throughput_gpus == pytest.approx(0.117647, abs=1e-6)
-    assert d.counts.latency_gpus == pytest.approx(0.117647, abs=1e-6)
-    assert d.counts.memory_gpus == pytest.approx(0.233084, abs=1e-6)
-    assert (d.counts.n_base, str(d.counts.binding)) == (1, "memory")
-    assert plan.ratio == 2.0
+def test_prefill_pool_and_the_predicted_ttft(inputs: PlanInputs) -> None:
+    plan = build_disagg_plan(inputs)
+    p, at_base = plan.prefill, plan.predicted_at_base
+    assert p.prefill_s == pytest.approx(0.50776, rel=1e-4)
+    assert not p.batched
+    assert (p.n_compute, p.n_base, p.binding, p.n_replicas) == (2, 2, "compute", 3)
+    assert at_base.prefill.p95_s == pytest.approx(0.49029 + 0.50776, rel=1e-4)
+    parts = at_base.prefill.p95_s + at_base.first_token_s + at_base.decode.kv_wait_s
+    assert at_base.ttft_p95_s == pytest.approx(parts)
+    assert at_base.ttft_p95_s <= 1.5
+    assert plan.ratio == 1.0
+    assert plan.predicted_at_headroom.ttft_p95_s < at_base.ttft_p95_s  # 3:3 waits less than 2:2
+
+
+def test_a_tighter_ttft_slo_buys_prefill_gpus(inputs: PlanInputs) -> None:
+    tight = build_disagg_plan(_with(inputs, ttft_p95_s=0.8)).prefill
+    assert (tight.n_base, tight.binding) == (3, "ttft")
+    assert build_disagg_plan(_with(inputs, ttft_p95_s=0.8)).predicted_at_base.ttft_p95_s <= 0.8
+
+
+@pytest.mark.parametrize("rate", [3.0, 4.0])
+def test_issue_29_rag_decode_is_sized_for_8k_contexts(rate: float) -> None:
+    """The benchmark's RAG load: the old plan's 3:1 overloaded its single decode GPU (8,448-token
+    contexts cost ten times the table's KV read per step); the plan now needs 2 and says why."""
+    rag = load_inputs(EXAMPLE, RAG | {"workload.arrival_rate_per_s": rate})
+    plan = build_disagg_plan(rag)
+    assert (plan.prefill.n_base, plan.decode.n_base) == (3, 2)
+    model, _, _ = workload_model(rag, rag.workload)
+    assert pool_latency(model, 3, 1) is None  # one decode GPU cannot keep up at this context
+    assert plan.predicted_at_base.tpot_p95_s <= 0.030
 
 
 def test_slower_link_adds_transfer_to_ttft_and_kv_residence(inputs: PlanInputs) -> None:
     fast = build_disagg_plan(inputs)
     slow = build_disagg_plan(_with(inputs, link_bytes_per_s=10e9))
     assert slow.prefill.transfer_s == pytest.approx(0.131072)
-    assert slow.prefill.n_base == 3  # at c = 2: 1.489 + 0.105 s > 1.5 s
-    assert slow.prefill.ttft_p95_s == pytest.approx(0.149459 + 0.5 + 0.131072 + 1 / 68, abs=1e-6)
-    assert fast.prefill.n_base == 2
     assert slow.decode.kv_residence_s - fast.decode.kv_residence_s == pytest.approx(0.131072 - 0.0262144)
+    gained = slow.predicted_at_base.ttft_mean_s - fast.predicted_at_base.ttft_mean_s
+    assert gained == pytest.approx(0.131072 - 0.0262144, rel=0.2)
 
 
-def test_unreachable_ttft_is_infeasible(inputs: PlanInputs) -> None:
+def test_unreachable_objectives_are_infeasible(inputs: PlanInputs) -> None:
     with pytest.raises(InfeasibleError) as caught:
-        build_disagg_plan(_with(inputs, ttft_p95_s=0.5))  # 0.5 s prefill + transfer + step > 0.5 s
+        build_disagg_plan(_with(inputs, ttft_p95_s=0.5))  # 0.508 s of prefill alone
     assert caught.value.key == "disaggregation.ttft_p95_s"
+    with pytest.raises(InfeasibleError) as caught:
+        build_disagg_plan(load_inputs(EXAMPLE, {"slo.tpot_max_ms": 8}))  # t_w + one 8k stream = 8.9 ms
+    assert caught.value.key == "slo"
 
 
 def test_ratio_table_over_lengths(inputs: PlanInputs) -> None:
@@ -100,13 +129,16 @@ def test_ratio_table_over_lengths(inputs: PlanInputs) -> None:
         (c.input_tokens, c.output_tokens): (c.n_prefill, c.n_decode) for c in build_disagg_plan(inputs).table
     }
     assert len(cells) == 4 * 3
-    assert cells[(8192, 256)] == (3, 1)  # 8,192 / 16,000 = 0.512 s: a = 1.024, so c = 2 is no longer enough
+    assert cells[(8192, 256)] == (2, 2)
     assert cells[(256, 64)] == (1, 1)
-    slow = {
+    assert cells[(8192, 1024)][1] > cells[(8192, 64)][1]  # longer answers hold decode longer
+    longer = dataclasses.replace(inputs.disaggregation, table_input_tokens=(8000, 16384), ttft_p95_s=0.6)
+    cells = {
         (c.input_tokens, c.output_tokens): c.n_prefill
-        for c in build_disagg_plan(_with(inputs, ttft_p95_s=0.55)).table
+        for c in build_disagg_plan(dataclasses.replace(inputs, disaggregation=longer)).table
     }
-    assert slow[(8192, 64)] is None  # S_p alone is 0.512 s: out of reach, shown as "—"
+    assert cells[(8000, 64)] is not None
+    assert cells[(16384, 64)] is None  # S_p = 2 t_w + 1.024 s alone: out of reach, shown as "—"
 
 
 def test_loader_reads_the_section_and_refuses_typos(tmp_path: Path) -> None:
@@ -117,6 +149,9 @@ def test_loader_reads_the_section_and_refuses_typos(tmp_path: Path) -> None:
         load_inputs(bad)
     assert caught.value.key == "disaggregation.link_gb_per_s"
     assert load_inputs(WORKED_EXAMPLE_PATH).disaggregation is None
+    chunked = load_inputs(EXAMPLE, {"disaggregation.prefill_chunk_tokens": 2048})
+    assert chunked.disaggregation is not None and chunked.disaggregation.prefill_chunk_tokens == 2048
+    assert build_disagg_plan(chunked).prefill.prefill_s == pytest.approx(4 * 0.0077612 + 0.5, rel=1e-4)
 
 
 def _run(argv: list[str]) -> int:
@@ -130,12 +165,14 @@ def test_cli_appends_the_disaggregated_plan_and_keeps_the_aggregated_one(
 ) -> None:
     assert _run(["--config", str(EXAMPLE)]) == 0
     out = capsys.readouterr().out
-    assert "Ratio prefill:decode = 2:1 (2.00)" in out
-    assert "N_p,base = 2 (binding: ttft); with headroom N_p = 3" in out
+    assert "Ratio prefill:decode = 2:2 (1.00)" in out
+    assert "N_p,base = 2 (binding: compute); with headroom N_p = 3" in out
+    assert "Predicted per request" in out
     assert _run(["--config", str(WORKED_EXAMPLE_PATH)]) == 0
     assert "Disaggregated" not in capsys.readouterr().out
     assert _run(["--config", str(EXAMPLE), "--json", "--link-gb-per-s", "10"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["disaggregated"]["prefill"]["transfer_s"] == pytest.approx(0.131072)
-    assert document["disaggregated"]["decode"]["counts"]["binding"] == "memory"
+    assert document["disaggregated"]["decode"]["counts"]["binding"] == "throughput"
+    assert document["disaggregated"]["predicted_at_base"]["tpot_p95_s"] > 0
     assert "replicas" in document["plan"]  # the aggregated plan is still there
