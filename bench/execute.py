@@ -233,8 +233,9 @@ def _fields(obj: Any) -> dict[str, Any]:
 def _client_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     """uvloop when installed (it comes with `uvicorn[standard]` on Linux), as in the gateway and the
     engines: the client handles thousands of SSE frames per second, and on the default loop its own
-    per-event overhead shows up as latency it attributes to the server (the overload benchmark at 3×:
-    refusals p50 1.52 ms on the default loop, 1.26 ms on uvloop, same gateway). None: the default loop."""
+    per-event overhead shows up as latency it attributes to the server (a refusal's p50 reads higher on
+    the default loop against the same gateway; docs/BENCHMARKS.md, "Overload"). None: the default
+    loop."""
     try:
         import uvloop
     except ImportError:

@@ -1,5 +1,5 @@
 """`python -m bench.gc_pauses`: the gateway's garbage-collection pauses under a short closed-loop load,
-for each GC policy compared (issue 30).
+for each GC policy compared (docs/BENCHMARKS.md, "Per-request leftovers and GC pauses").
 
 Processes: one zero-delay mock engine; the gateway, started by this module in its `--child` mode (the
 runner's `serve`, with a `gc.callbacks` timer on every collection and the policy under test applied once
@@ -120,7 +120,7 @@ def run_child(config: str, report: str, policy: str, threshold0: int) -> int:
 
     if production is not None:
         runner.tune_collector = after_startup  # type: ignore[attr-defined]
-    else:  # a gateway from before the runner set the collector (issue 30): after the app's start-up
+    else:  # a gateway from before the runner set the collector: after the app's start-up
         startup = GatewayApp.startup
 
         async def startup_then_policy(app: GatewayApp) -> None:

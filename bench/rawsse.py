@@ -3,8 +3,8 @@
 
 Why: on a small machine the client shares cores with what it measures. httpx's connection pool does
 bookkeeping that grows with the number of open connections, so with hundreds of concurrent streams the
-client, not the gateway, sets the limit (measured at 512 streams: ~1 ms of client CPU per stream with
-this client, ~18 ms with httpx).
+client, not the gateway, sets the limit; this client costs about an order of magnitude less CPU per
+stream (docs/BENCHMARKS.md, "Gateway overhead").
 
 It opens one connection per request (`connection: close`) or, with `keep_alive` (`--keep-alive`),
 reuses idle ones as SDK clients do: a connection goes back to the pool only after a complete response

@@ -1,4 +1,4 @@
-"""The garbage collector of a serving process, set once the app has started (issue 30, item 4).
+"""The garbage collector of a serving process, set once the app has started.
 
 `tune_collector()` is called by the runner (`gateway.uvicorn_runner.serve`) right after the lifespan
 start-up, before the first request, and nowhere else: a process that embeds the app (the tests) keeps
@@ -19,7 +19,7 @@ the interpreter's settings.
 
 The choice and its measurement (`python -m bench.gc_pauses`, the pauses of every generation and a
 `/healthz` probe under a closed-loop load, for the interpreter's settings, the freeze alone, and both)
-are in docs/BENCHMARKS.md, "Per-request leftovers and GC pauses (issue 30)".
+are in docs/BENCHMARKS.md, "Per-request leftovers and GC pauses".
 """
 
 from __future__ import annotations

@@ -302,9 +302,9 @@ class PoolSettings(StrictModel):
     """`static: [urls]`, or one dynamic source: `dns: {name, port, refresh_s}` or
     `kubernetes: {namespace, service | selector, port, ...}` (gateway/upstream/discovery/settings.py)."""
     policy: str = "prefix-index"
-    """Default chosen from docs/BENCHMARKS.md: best or equal-best TTFT, throughput and SLO goodput on
-    every workload with shared prefixes, 0.97–1.00× of an oracle's cache hit ratio, and within 1 % of
-    least-load's throughput and TTFT p50 without sharing. Its index is per gateway instance: with
+    """The default because it is best or equal-best in TTFT, throughput and SLO goodput on every
+    workload with shared prefixes, near an oracle's cache hit ratio, and on a par with least-load
+    without sharing (docs/BENCHMARKS.md, "Routing"). Its index is per gateway instance: with
     several instances and no session stickiness in front, `prefix-affinity` places keys identically
     everywhere and is the better choice (the Kubernetes example uses it). `custom` routes by `profile`."""
     policy_options: dict[str, Any] = Field(default_factory=dict)

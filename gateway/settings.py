@@ -183,8 +183,9 @@ class AdmissionSettings(StrictModel):
     × the class's max wait — by the pool's capacity left to its class and by the release forecast of
     the requests running now (`admission.controller.AdmissionConfig`) — rather than after it; null
     waits the full `max_wait_s` before `queue_timeout`. Default 0.8: the 20 % margin absorbs the jitter
-    of a cohort's completion (in the overload benchmark, one run, 1.0 let 18 of 742 rejections at 2×
-    (2.4 %) wait out their class's limit; 0.8 none in the measured window, at the same goodput)."""
+    of a cohort's completion, so under overload a request that will not be served is refused at arrival
+    rather than after waiting out its class's limit, at the same goodput (docs/BENCHMARKS.md,
+    "Overload")."""
     default_priority: str = "interactive"
     allow_anonymous: bool = False
 

@@ -175,8 +175,8 @@ async def _pause(delay_s: float, watcher: asyncio.Task[None]) -> None:
 async def _next_event(queue: asyncio.Queue[TokenEvent], watcher: asyncio.Task[None]) -> TokenEvent:
     """The next token event, or `ClientGone` once the client has left. The watcher is checked before a
     queued event too: after a disconnect uvicorn's `send` returns without writing, so a fast engine whose
-    queue never runs dry would otherwise generate into the dead connection until `max_tokens` (seen as an
-    abort 5-20 s late with 0.02 ms tokens)."""
+    queue never runs dry would otherwise generate into the dead connection until `max_tokens` (the abort
+    then shows seconds late)."""
     if watcher.done():
         raise ClientGone
     if not queue.empty():

@@ -126,13 +126,11 @@ class BoundedRingPicker(IndexedPicker):
     `WITNESS_STRIDE_CHARS` (1,024 characters ≈ 256 tokens: every 16th block at the default 64-character
     blocks; every block when blocks are that long or longer) in 1,024 entries per replica — ≈ 1M
     characters, prefix-index's default coverage, whatever `index_capacity_blocks` a prefix-index pool
-    sets — private to the picker, not shared between instances:
-    on 256-block prompts (pure decision, 4 replicas) a witness of every block cost 72 µs per decision,
-    the strided one 22 µs, none 12 µs. Without it the
-    learned cap's affinity gate read a prefix- or session-affine pool as "no affinity" and capped it,
-    and a capped owner's queued requests spilled along the ring to replicas without their prefix
-    (`prefix-affinity`, shared prefixes at 1.6× and 2.2× the knee: cache hit 45 % and 55 % against 70 %
-    and 80 % uncapped, goodput 0.69× and 0.38×; docs/BENCHMARKS.md, "Fifth round").
+    sets — private to the picker, not shared between instances. The stride is there for the cost: a
+    witness of every block makes a long prompt's decision several times dearer. Without a witness the
+    learned cap's affinity gate reads a prefix- or session-affine pool as "no affinity" and caps it,
+    and a capped owner's queued requests spill along the ring to replicas without their prefix, which
+    past the knee costs cache hits and goodput (docs/BENCHMARKS.md, "Routing").
     """
 
     def __init__(

@@ -38,14 +38,12 @@ queued), `no_key` (no prefix blocks: the least queued).
 
 The prefix benefit is inside `queued_i`. The TPOT filter spares the replicas that hold the prefix where
 others do not: those are the busy ones (popular prefixes draw traffic), so past the fleet's knee a
-strict filter sent their requests to replicas without the prefix — each a miss whose prefill slows that
-replica's whole batch and leaves a second copy of the prefix in its cache. Measured at 28 req/s on 4
-simulated H100s with 256 × 2,048-token prefixes (docs/BENCHMARKS.md, "Sixth round"): strict, SLO goodput
-8.5–9.6 req/s and cache hit 61–64 %; with the filter off, 18.9 req/s and 76 %; sparing the holders,
-19.3–21.3 req/s in five runs of six (11.8 in the sixth). A prefix every replica holds (a common system
-prompt) spares none. Nothing else bounds a spared holder's TPOT on such a pool — the learned cap is
-gated off where prefixes decide the prefill (`gateway.upstream.replica_cost`) — and the measurement says
-the hit still beats the miss there.
+strict filter sends their requests to replicas without the prefix — each a miss whose prefill slows that
+replica's whole batch and leaves a second copy of the prefix in its cache. Sparing the holders keeps the
+SLO goodput and cache hits a strict filter loses there (docs/BENCHMARKS.md, "Routing"). A prefix every
+replica holds (a common system prompt) spares none. Nothing else bounds a spared holder's TPOT on such a
+pool — the learned cap is gated off where prefixes decide the prefill (`gateway.upstream.replica_cost`)
+— and there the hit still beats the miss (same section).
 
 Branch `slo_met` when the choice is predicted to meet both objectives, `slo_prefix_over_tpot` when a
 spared prefix holder predicted over TPOT won, `slo_best_effort` otherwise (no replica can: the best one

@@ -18,11 +18,11 @@ the KV cache is full a request waits for running ones to finish whatever its siz
 of requests ahead carries and their tokens do not (with prefix hits they are few). Why the request's
 own tokens get a term of their own (a4): they are paid in full (its own step), while the tokens ahead
 are mostly in the step already in flight, of which the request waits on average half — so a token
-ahead costs less than an own token (on the benchmark's fleet at half speed a1 + a4 came out
-0.126–0.129 s per 1,000 tokens, the engine's 2 / 16,000, and a1 0.01–0.05; docs/BENCHMARKS.md,
-"Prediction error of the learned latency model"). A decode step reads the weights once plus every
-running sequence's KV (TPOT = weights/BW + Σ context · kv_bytes/BW), so TPOT is affine in the batch
-and in the KV in use. The feature scales (/1000, /10) only keep the normal equations well conditioned.
+ahead costs less than an own token (fitted, a1 comes out well below a4, and a1 + a4 near the
+engine's cost of a prefilled token; docs/BENCHMARKS.md, "Routing"). A decode step reads the weights
+once plus every running sequence's KV (TPOT = weights/BW + Σ context · kv_bytes/BW), so TPOT is
+affine in the batch and in the KV in use. The feature scales (/1000, /10) only keep the normal
+equations well conditioned.
 
 RLS with forgetting factor λ (default 0.98, an effective memory of about 1/(1−λ) = 50 observations)
 and a weight w per sample:
@@ -32,10 +32,10 @@ and a weight w per sample:
 
 which minimises Σ λ^age · w · (y − xᵀθ)². The TTFT model weighs each sample by 1 / TTFT² (relative
 least squares: it fits the *relative* error, the quantity the metric reports). Unweighted, the
-few-hundred-millisecond TTFTs of prefix misses dominated the squares and the tens-of-milliseconds
-TTFTs of hits, two thirds of the requests, came out 32 % too high on average (same section). The TPOT
-model is unweighted (its samples vary little). Memory is fixed (a 6-vector and a 6×6 matrix, a
-3-vector and a 3×3 matrix), there is no sidecar and nothing grows with history; adapting to a
+few-hundred-millisecond TTFTs of prefix misses dominate the squares and the tens-of-milliseconds
+TTFTs of hits, most of the requests, are predicted far too high (same section). The TPOT model is
+unweighted (its samples vary little). Memory is fixed (a 6-vector and a 6×6 matrix, a 3-vector and
+a 3×3 matrix), there is no sidecar and nothing grows with history; adapting to a
 changed engine is what the forgetting is for. P starts at 1000 · I (a weak prior, θ = 0); P is
 reset to the prior when its trace exceeds 1e6 (the "windup" of RLS under forgetting when an input
 stops varying). A model is *warm* after `warm_after` observations (default 16); routing uses only
@@ -43,16 +43,15 @@ warm models' predictions. Predictions are clamped to ≥ 1 ms.
 
 Why the time since the last token (a5): where in the step in flight the request arrives is uniform
 over the step (tens of milliseconds on a hit, a few hundred while a miss's prefill runs) and on a hit
-it is about a quarter of the TTFT; without it a prediction keeps an error of roughly 12–15 % whatever
-the fit. A continuous-batching engine emits its tokens at step ends, so the last token relayed from
-the replica marks the start of the step in flight, and the time since then is the phase. It is used
-as it is rather than as the time left, max(0, step − since): replayed on the benchmark's samples
-(engine step times, 16 and 28 req/s) the time since the step began fitted to 7 % and 16 % mean
-error, the time left computed from a mean step time did no better than nothing (17 %, 24 %) — the
-steps' length varies tenfold (hits vs a miss's prefill), and a long time since the last token also
-says a long step is running. Capped at 0.5 s (a replica idle that long is not mid-step). Measured
-by the gateway the phase carries its relay delay (milliseconds, comparable to a hit's step), which
-costs part of that gain.
+it is a large part of the TTFT; without it a prediction keeps an error no fit removes. A
+continuous-batching engine emits its tokens at step ends, so the last token relayed from the replica
+marks the start of the step in flight, and the time since then is the phase. It is used as it is
+rather than as the time left, max(0, step − since): replayed on recorded engine step times the time
+since the step began cuts the error, the time left computed from a mean step time does no better
+than nothing (same section) — the steps' length varies tenfold (hits vs a miss's prefill), and a long
+time since the last token also says a long step is running. Capped at 0.5 s (a replica idle that long
+is not mid-step). Measured by the gateway the phase carries its relay delay (milliseconds, comparable
+to a hit's step), which costs part of that gain.
 
 Prediction error is tracked as an exponentially weighted mean absolute percentage error,
 |predicted − actual| / actual, of the prediction the model made *before* learning from the sample
@@ -61,7 +60,7 @@ Prediction error is tracked as an exponentially weighted mean absolute percentag
 
 The TPOT model is a prediction, not a cap: solved for the batch whose TPOT meets the objective it was
 tried as the replica's cap and capped replicas below the knee, because an affine law fitted over the
-narrow range of batches a replica runs extrapolates badly (docs/BENCHMARKS.md, issue 15). The cap,
+narrow range of batches a replica runs extrapolates badly (docs/BENCHMARKS.md, "Routing"). The cap,
 when one is wanted, follows the measured TPOT instead (`gateway.upstream.tpot_limit`).
 """
 

@@ -3,10 +3,10 @@
 A request queued in admission is dispatched, when a slot frees, to whichever eligible replica routing
 picks; with every replica at its cap (`max_concurrency_per_replica`) the only eligible one is the one
 that just freed a slot, whatever prefix it holds. Past a fleet's knee that turns most queued requests
-into prefix-cache misses (docs/BENCHMARKS.md, issue 15: hit ratio 80 % → 44 % with a cap of 64), and
-every miss prefills the whole prompt and evicts another prefix. So, while another replica has a free
-slot, a request may keep waiting for its *owner* — the replica the prefix index believes holds most
-of its prompt — as long as that wait still lets it meet its TTFT objective.
+into prefix-cache misses (docs/BENCHMARKS.md, "Routing"), and every miss prefills the whole prompt
+and evicts another prefix. So, while another replica has a free slot, a request may keep waiting for
+its *owner* — the replica the prefix index believes holds most of its prompt — as long as that wait
+still lets it meet its TTFT objective.
 
 Inputs: the request's blocks (n = `len(prefix_hashes)`), its `slo_ttft_s`, the pool's views and prefix
 index, and what admission knows about the queue (`QueueState`): now, how long it has waited, its queue

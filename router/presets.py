@@ -31,11 +31,11 @@ Options and defaults: prefix-affinity / session-affinity take `load_factor` (c o
 prefix-index takes `prefix_weight` (2.0), `load_weight` (1.0), `prefill_weight` (1.0; 0 drops the
 scorer), `prefill_floor_tokens` (0: the prefill scorer's `ratio_floor`), `imbalance_abs_requests`
 (16), `imbalance_rel_ratio` (1.5, >= 1), `index_capacity_blocks`
-(16384 block hashes per replica). Why the prefill term (token-aware load, issue 15): the requests
-that set TTFT p95 are the prefix misses, and a miss's TTFT is its own prefill plus the prefill tokens
-queued ahead of it; counting requests alone sends it to a replica that holds as many requests but
-thousands more tokens to prefill. Measured on 4 simulated H100s at 20 and 28 req/s of 256 × 2,048-token
-prefixes, it cut TTFT p95 from 334–335 ms to 187–218 ms at the same goodput (docs/BENCHMARKS.md).
+(16384 block hashes per replica). Why the prefill term (token-aware load): the requests that set
+TTFT p95 are the prefix misses, and a miss's TTFT is its own prefill plus the prefill tokens queued
+ahead of it; counting requests alone sends it to a replica that holds as many requests but thousands
+more tokens to prefill. With long shared prefixes it lowers TTFT p95 at the same goodput
+(docs/BENCHMARKS.md, "Routing").
 The bound and the imbalance guard stay inside the presets' pickers; `router.filters` says why.
 """
 

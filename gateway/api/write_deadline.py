@@ -7,8 +7,9 @@ armed at the oldest entry's deadline when none is pending; when it fires it ends
 deadline and re-arms for the oldest one left, or stays unarmed when no send is under way. So a send
 costs a clock read and two dict operations, there is no timer per request or per send, and nothing of a
 finished request is reachable from the event loop: a timer armed by a request and left to run after its
-response would hold the request, its connection and its buffers until it fired (issue 30: 30 s of
-finished requests held at once, and long full garbage collections over them).
+response would hold the request, its connection and its buffers until it fired — a write timeout's
+worth of finished requests held at once, which full garbage collections then walk (docs/BENCHMARKS.md,
+"Per-request leftovers and GC pauses").
 
 The timer fires at most once per deadline while sends keep coming, and a stalled send is ended at its
 deadline (to the loop's resolution), not later.

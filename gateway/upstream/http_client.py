@@ -1,11 +1,10 @@
 """Upstream HTTP clients: one per purpose, each shared by the whole process, with explicit limits.
 
-- The *proxy* client (aiohttp) carries every proxied request. Measured against httpx on this project's
-  hot path (docs/BENCHMARKS.md), it costs about a third of the CPU per request (≈230 vs ≈790 µs for a
-  non-streamed request, ≈420 vs ≈1,190 µs for a 32-chunk stream, client side), which is most of the
-  gateway's overhead. TCP_NODELAY is set on its connections (Nagle off), so the first chunk is not held
-  back waiting for a delayed ACK. No `Accept-Encoding` is sent, so engines answer uncompressed and bytes
-  pass through as they come.
+- The *proxy* client (aiohttp) carries every proxied request: on this project's hot path it costs about
+  a third of httpx's client-side CPU per request, streamed or not, and the upstream client is most of
+  the gateway's overhead (docs/BENCHMARKS.md, "Gateway overhead"). TCP_NODELAY is set on its
+  connections (Nagle off), so the first chunk is not held back waiting for a delayed ACK. No
+  `Accept-Encoding` is sent, so engines answer uncompressed and bytes pass through as they come.
 - The *control* client (httpx) serves background loops: health checks, engine /metrics scraping and
   discovery. They are off the hot path, and their code and tests stay simple.
 Per-request timeouts are set by the proxy (connect from the pool; read = idle timeout for streams).
