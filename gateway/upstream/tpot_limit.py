@@ -68,6 +68,15 @@ batch of a generation ago). With fast samples the limit is on the engine's whole
 instance's requests: the replica subtracts the others' share before routing reads it
 (`gateway.upstream.replica`).
 
+The set point's trim: with fast samples the limit holds the engine's *mean* token latency at its set
+point, but what the objective judges is each request's own TPOT, which scatters around that mean by
+an amount the workload decides (long prompts' prefill chunks land on some requests' steps more than on
+others'; a token-weighted mean and a per-request one differ). So the finished requests' TPOTs trim the
+set point: every `ATTAINMENT_EVERY` finished requests, with q the `ATTAINMENT_QUANTILE` of the last
+`ATTAINMENT_SAMPLES`, set point × clamp(`ATTAINMENT_RATIO` × objective / q, 0.8, 1.25)^0.5, kept within
+`TRIM_BOUNDS` of the objective. It starts at `target_ratio` × the objective and moves at the pace of
+finished requests (slow), while the limit follows the engine's latency (fast): a cascade.
+
 Why a set point below the objective: the limit holds the *mean* TPOT at its target, and requests
 scatter around the mean (prefill chunks land on some requests' steps more than on others'), so with
 the target at the objective itself about a third of the admitted requests break it (docs/BENCHMARKS.md,
@@ -77,6 +86,7 @@ issue 15: 325 of 934 at 1.5× the knee). A target below the objective trades bat
 from __future__ import annotations
 
 import math
+from collections import deque
 
 DEFAULT_UPDATE_EVERY = 8
 TPOT_WEIGHT = 0.2
@@ -93,6 +103,16 @@ last four windows, two seconds at the default scrape interval). A request's TPOT
 whole generation, so one window that caught a long prefill step (a cache miss: a tenth of a second
 on an H100 13B) breaks no objective; cutting on it would queue requests for nothing at the knee."""
 WINDOW_HEADROOM = 1.25
+ATTAINMENT_QUANTILE = 0.95
+"""The share of finished requests whose TPOT the fast limit's set point is trimmed to keep within the
+objective (`ATTAINMENT_RATIO` × `slo.tpot_s`): the trim is what the admitted requests' own TPOTs say."""
+ATTAINMENT_RATIO = 0.95
+ATTAINMENT_SAMPLES = 64
+"""Finished requests the quantile is taken over (the latest of this replica's)."""
+ATTAINMENT_EVERY = 16
+"""The set point is trimmed every this many finished requests, by at most × [0.8, 1.25]^0.5."""
+TRIM_BOUNDS = (0.5, 1.0)
+"""The set point stays within these shares of the objective."""
 """A fast limit grows no further than this × the batch running and waiting: a limit far above what
 runs would let a burst through before any window could show its cost."""
 
@@ -104,7 +124,10 @@ class TpotConcurrencyLimit:
         "_max",
         "_min",
         "_paced",
+        "_recent_tpots",
         "_samples",
+        "_since_trim",
+        "_slo_s",
         "_target_s",
         "_tpot_s",
         "_update_every",
@@ -133,6 +156,9 @@ class TpotConcurrencyLimit:
             raise ValueError("window_smoothing must be in (0, 1]")
         self._paced = paced
         self._target_s = tpot_slo_s * target_ratio
+        self._slo_s = tpot_slo_s
+        self._recent_tpots: deque[float] = deque(maxlen=ATTAINMENT_SAMPLES)
+        self._since_trim = 0
         self._min = min_limit
         self._max = max_limit
         self._update_every = update_every
@@ -148,6 +174,20 @@ class TpotConcurrencyLimit:
     def cap(self) -> int | None:
         """The limit as a whole number of requests, None while there is none."""
         return None if self.limit is None else max(self._min, math.floor(self.limit))
+
+    def _trim(self, tpot_s: float) -> None:
+        """The set point's trim (module docstring)."""
+        recent = self._recent_tpots
+        recent.append(tpot_s)
+        self._since_trim += 1
+        if len(recent) < ATTAINMENT_SAMPLES or self._since_trim < ATTAINMENT_EVERY:
+            return
+        self._since_trim = 0
+        ordered = sorted(recent)
+        quantile_s = ordered[min(len(ordered) - 1, int(ATTAINMENT_QUANTILE * len(ordered)))]
+        step = min(1.25, max(0.8, ATTAINMENT_RATIO * self._slo_s / quantile_s)) ** 0.5
+        low, high = TRIM_BOUNDS
+        self._target_s = min(high * self._slo_s, max(low * self._slo_s, self._target_s * step))
 
     def reset(self) -> None:
         """Forget the limit and the samples (no limit until the objective breaks again)."""
@@ -180,9 +220,13 @@ class TpotConcurrencyLimit:
         self.limit = max(float(self._min), new)  # engine-wide: a per-instance configured cap applies apart
 
     def observe(self, tpot_s: float, inflight: int) -> None:
-        """One finished request's TPOT, with `inflight` requests on the replica now (ignored once fast
-        samples arrive)."""
-        if not math.isfinite(tpot_s) or tpot_s <= 0 or self.windowed:
+        """One finished request's TPOT, with `inflight` requests on the replica now. Once fast samples
+        arrive it no longer moves the limit; it trims the fast limit's set point instead (module
+        docstring, "The set point's trim")."""
+        if not math.isfinite(tpot_s) or tpot_s <= 0:
+            return
+        if self.windowed:
+            self._trim(tpot_s)
             return
         if self._tpot_s is None:
             self._tpot_s = tpot_s

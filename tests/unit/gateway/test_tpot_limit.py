@@ -264,3 +264,29 @@ def test_the_fast_limit_steers_a_smoothed_latency_so_one_slow_window_cuts_nothin
     for _ in range(4):  # sustained: it cuts
         limit.observe_window(0.08, batch=60)
     assert limit.cap is not None and limit.cap < 60
+
+
+def test_finished_requests_trim_the_fast_set_point_towards_the_objectives_quantile() -> None:
+    """The fast limit holds the engine's mean token latency at its set point; finished requests whose
+    TPOT quantile sits well inside the objective raise it (more batch), ones over it lower it."""
+    from gateway.upstream.tpot_limit import ATTAINMENT_EVERY, ATTAINMENT_SAMPLES, TRIM_BOUNDS
+
+    loose = TpotConcurrencyLimit(SLO_S, min_limit=4, target_ratio=0.8, window_smoothing=1.0)
+    loose.observe_window(0.045, batch=100)  # over the 40 ms set point: fast samples from now on
+    for _ in range(ATTAINMENT_SAMPLES + 4 * ATTAINMENT_EVERY):
+        loose.observe(0.03, inflight=80)  # requests see 30 ms: far inside the 50 ms objective
+    loose.observe_window(0.045, batch=80)
+    assert loose.limit is not None and loose.limit > 80, "45 ms is now under the trimmed set point"
+    tight = TpotConcurrencyLimit(SLO_S, min_limit=4, target_ratio=0.8, window_smoothing=1.0)
+    tight.observe_window(0.03, batch=100)  # under the set point: no limit, but fast samples
+    for _ in range(ATTAINMENT_SAMPLES + 20 * ATTAINMENT_EVERY):
+        tight.observe(0.07, inflight=80)  # requests see 70 ms: the objective broken
+    tight.observe_window(0.03, batch=100)
+    floor_s = TRIM_BOUNDS[0] * SLO_S  # trimmed down to its floor, 25 ms: 30 ms is now over it
+    assert tight.limit == pytest.approx(100 * (floor_s / 0.03) ** WINDOW_GAIN)
+
+
+def test_before_fast_samples_finished_requests_still_move_the_limit_not_the_set_point() -> None:
+    limit = TpotConcurrencyLimit(SLO_S, min_limit=4)
+    feed(limit, 0.1, inflight=100)
+    assert limit.cap == 50 and not limit.windowed
