@@ -189,6 +189,7 @@ class Components:
             signals=signals,
             metrics=metrics,
             observer=observer,
+            clock=clock,
             **self._disaggregation(self.session),
         )
         idempotency = idempotency_store(backend, clock, s.idempotency)

@@ -31,15 +31,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import aiohttp
 import orjson
 
 from admission.ticket import AdmissionRequest, SlotRole, Ticket
+from core.clock import Clock
 from gateway.errors import (
     BadRequest,
     GatewayError,
@@ -91,6 +91,7 @@ class DisaggServer:
         bootstrap: dict[str, BootstrapPorts],
         charge: Charger,
         metrics: GatewayMetrics,
+        clock: Clock,
         rng: random.Random,
     ) -> None:
         self._admission = admission
@@ -101,6 +102,7 @@ class DisaggServer:
         self._bootstrap = bootstrap
         self._charge = charge
         self._metrics = metrics
+        self._clock = clock
         self._rng = rng
 
     async def serve(self, ctx: RequestContext, reply: Reply) -> None:
@@ -202,7 +204,8 @@ class DisaggServer:
         leg's role and error. The pair's deadlines start now."""
         prefill, decode = held_slot(ticket, SlotRole.PREFILL), held_slot(ticket, SlotRole.DECODE)
         assert prefill is not None and decode is not None
-        run = _PairTry(ctx, reply, ticket, stream, prefill, decode, number, orjson.loads(ctx.upstream_body))
+        base = orjson.loads(ctx.upstream_body)
+        run = _PairTry(ctx, reply, ticket, stream, prefill, decode, number, base, self._clock.now_s())
         settings = ctx.pool.settings.disaggregation
         assert settings is not None
         if settings.protocol == "sglang":
@@ -224,7 +227,7 @@ class DisaggServer:
             parsed=replace(ctx.parsed, stream=False),
             timers=replace(timers, nonstream_s=timers.ttft_s),
         )
-        attempt = Attempt(slot, run.number, started_s=run.started_s)
+        attempt = Attempt(slot, run.number, self._clock, run.started_s)
         ctx.record.attempt_started(run.number, slot)
         rid = slot.replica.replica_id
         try:
@@ -251,7 +254,7 @@ class DisaggServer:
         """The decode leg (`ctx` carries its body), relayed to the client; its deadlines run from the
         pair's start."""
         slot = run.decode
-        attempt = Attempt(slot, run.number, started_s=run.started_s)
+        attempt = Attempt(slot, run.number, self._clock, run.started_s)
         ctx.record.attempt_started(run.number, slot)
         try:
             attempt.response = await self._send(ctx, attempt, resend=False)
@@ -304,7 +307,7 @@ class DisaggServer:
     async def _sglang_prefill(self, run: _PairTry, ctx: RequestContext) -> UpstreamError | None:
         """The SGLang prefill leg, its answer drained and discarded, its slot released when drained."""
         slot = run.prefill
-        attempt = Attempt(slot, run.number, started_s=run.started_s)
+        attempt = Attempt(slot, run.number, self._clock, run.started_s)
         rid = slot.replica.replica_id
         try:
             attempt.response = await self._send(ctx, attempt, resend=False)
@@ -362,7 +365,7 @@ class _PairTry:
     number: int
     base: dict[str, Any]
     """The upstream body as JSON, which both legs extend."""
-    started_s: float = field(default_factory=time.perf_counter)
+    started_s: float
     """The start of the prefill leg: the decode's deadlines run from here too."""
 
 

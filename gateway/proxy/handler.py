@@ -29,7 +29,7 @@ from typing import Any
 from admission.outcomes import AdmissionRefused, RejectReason
 from admission.retry_after import draining_retry_after_s
 from admission.tenants import AuthenticationFailed, Tenant, TenantDirectory
-from core.clock import Clock
+from core.clock import Clock, SystemClock
 from gateway.api.asgi_io import (
     ClientDisconnected,
     ClientIO,
@@ -115,7 +115,8 @@ class ProxyHandler:
         self._accounting = RequestAccounting(metrics)
         self.draining = False
         self._active: dict[asyncio.Task[Any], Reply] = {}
-        self._write_deadlines = WriteDeadlines(settings.server.write_timeout_s, clock)
+        self._clock = clock or SystemClock()
+        self._write_deadlines = WriteDeadlines(settings.server.write_timeout_s, self._clock)
 
     def start_drain(self) -> None:
         """Refuse new requests and everything still queued with 503 `draining`."""
@@ -141,7 +142,7 @@ class ProxyHandler:
             on_timeout=lambda phase: self._metrics.client_timeouts_total.labels(phase).inc(),
         )
         send = client.send  # each write within the write deadline; a stalled reader ends the request
-        reply = Reply(request_id=request_id_of(header(scope, b"x-request-id")), send=send)
+        reply = Reply(request_id=request_id_of(header(scope, b"x-request-id")), send=send, clock=self._clock)
         request_record = self._server.observe(scope, reply.request_id, endpoint.value)  # or a no-op
         outcome = OUTCOME_SUCCESS
         tenant: Tenant | None = None

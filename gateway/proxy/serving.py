@@ -31,6 +31,7 @@ import random
 from dataclasses import replace
 
 from admission.ticket import AdmissionRequest, SlotRole, Ticket
+from core.clock import Clock
 from gateway.api.asgi_io import Scope
 from gateway.autoscaling import AutoscaleSignals
 from gateway.errors import (
@@ -81,12 +82,14 @@ class RequestServer:
         signals: AutoscaleSignals,
         metrics: GatewayMetrics,
         observer: RequestObserver,
+        clock: Clock,
         bootstrap: dict[str, BootstrapPorts] | None = None,
         rng: random.Random | None = None,
     ) -> None:
         """`bootstrap` (SGLang disaggregated pools) and `rng` (their bootstrap rooms) serve
         disaggregated pools (`gateway.proxy.disagg_serving`)."""
         self._observer = observer
+        self._clock = clock
         self._admission = admission
         self._upstream = upstream
         self._registry = registry
@@ -104,6 +107,7 @@ class RequestServer:
             bootstrap=bootstrap or {},
             charge=self._charge,
             metrics=metrics,
+            clock=clock,
             rng=rng or random.Random(),
         )
 
@@ -201,7 +205,7 @@ class RequestServer:
             number += 1
             reply.decision = slot.decision
             replica = slot.replica
-            attempt = Attempt(slot, number)
+            attempt = Attempt(slot, number, self._clock)
             ctx.record.attempt_started(number, slot)
             outcome = await self._try(sent_ctx, reply, attempt, stream)
             if outcome is None:

@@ -172,6 +172,7 @@ class ReplicaRegistry:
             tokens,
             self._metrics,
             self._released_one,
+            clock=self._clock,
             uncached_tokens=uncached_tokens,
             prompt_tokens=prompt_tokens,
             affinity_tokens=affinity_tokens,

@@ -8,14 +8,15 @@ replica's prefill load to its decode batch and teaches the replica's latency mod
 `finished(output_tokens)` teaches it the TPOT. The admission `Ticket` is the only holder of a slot
 (`admission.ticket`): a retry swaps the slot inside the ticket, and the ticket's release releases it
 on every path. Release is synchronous and never runs admission in place: the registry tells its
-release listeners, and the admission pumps they wake are scheduled (`call_soon`).
+release listeners, and the admission pumps they wake are scheduled (`call_soon`). Its times (dispatch,
+first token, end) are the registry's injected clock's (`core.clock`).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
+from core.clock import Clock
 from gateway.metrics import GatewayMetrics
 from gateway.upstream.replica import Replica
 from router.types import Decision
@@ -28,6 +29,7 @@ class Slot:
         "_dispatched_s",
         "_first_token_s",
         "_metrics",
+        "_now_s",
         "_on_release",
         "_released",
         "_running_at_first_token",
@@ -45,6 +47,7 @@ class Slot:
         metrics: GatewayMetrics,
         on_release: Callable[[Replica], None],
         *,
+        clock: Clock,
         uncached_tokens: int = 0,
         prompt_tokens: int | None = None,
         affinity_tokens: int | None = None,
@@ -55,7 +58,8 @@ class Slot:
         self._metrics = metrics
         self._on_release = on_release
         self._released = False
-        self._dispatched_s = time.perf_counter()
+        self._now_s = clock.now_s
+        self._dispatched_s = self._now_s()
         self._first_token_s: float | None = None
         self._running_at_first_token = 0.0
         self._sample = replica.cost.dispatched(
@@ -81,7 +85,7 @@ class Slot:
         `learn` False: count it, but teach the model nothing (e.g. a continuation's prompt)."""
         if self._first_token_s is not None or self._released:
             return
-        now_s = time.perf_counter()
+        now_s = self._now_s()
         self._first_token_s = now_s
         cost = self.replica.cost
         cost.first_token(self._sample, now_s - self._dispatched_s if learn else None)
@@ -95,7 +99,7 @@ class Slot:
         if self._first_token_s is None or self._released or output_tokens < 2:
             return
         cost = self.replica.cost
-        tpot_s = (time.perf_counter() - self._first_token_s) / (output_tokens - 1)
+        tpot_s = (self._now_s() - self._first_token_s) / (output_tokens - 1)
         running = (self._running_at_first_token + cost.running(self.replica.engine)) / 2
         cost.learn_tpot(running, self.replica.engine, tpot_s, self.replica.inflight_requests)
         if cost.model is not None:

@@ -9,6 +9,7 @@ from typing import Any, cast
 
 import pytest
 
+from core.clock import FakeClock
 from gateway.metrics import GatewayMetrics
 from gateway.pool_settings import KNOWN_OUTCOMES
 from gateway.proxy.account import OUTCOME_CLIENT_DISCONNECT, OUTCOME_SUCCESS, RequestAccounting
@@ -31,7 +32,7 @@ def _pool() -> Pool:
 
 
 def _reply(*, ttft_s: float, usage: dict[str, int] | None) -> Reply:
-    reply = Reply(request_id="r", send=_send)
+    reply = Reply(request_id="r", send=_send, clock=FakeClock())
     reply.first_output_s = ttft_s
     reply.usage = usage
     return reply
