@@ -53,7 +53,6 @@ from gateway.metrics import GatewayMetrics
 from gateway.proxy.admit import Admission, PoolAdmission
 from gateway.proxy.attempt import Attempt
 from gateway.proxy.context import RequestContext
-from gateway.proxy.disagg_admit import SlotPair, held_slot
 from gateway.proxy.disagg_decision import PairDecision
 from gateway.proxy.disagg_legs import (
     ROOM_BITS,
@@ -73,7 +72,7 @@ from gateway.upstream.registry import Pool, ReplicaRegistry
 from gateway.upstream.slot import Slot
 
 Charger = Callable[[RequestContext, tuple[Charge, ...], UpstreamError | None], None]
-PairTicket = Ticket[Slot | SlotPair]
+PairTicket = Ticket[Slot]
 LegFailure = tuple[SlotRole, UpstreamError]
 
 
@@ -121,9 +120,6 @@ class DisaggServer:
         record.admission_ended(ticket.queue_wait_s)
         reply.queue_wait_s = ticket.queue_wait_s
         try:
-            held = ticket.slot(SlotRole.SERVE)
-            assert isinstance(held, SlotPair)
-            held.hand_over(ticket)
             await self._attempts(ctx, reply, ticket, pair.prefill, pair.decode)
         finally:
             await ticket.release()
@@ -165,9 +161,9 @@ class DisaggServer:
         stale_left = True
         while True:
             for role, side in sides.items():
-                if held_slot(ticket, role) is None:
+                if ticket.slot(role) is None:
                     ticket.swap(role, _claim(side, ctx, excluded[role], last_error))
-            prefill, decode = held_slot(ticket, SlotRole.PREFILL), held_slot(ticket, SlotRole.DECODE)
+            prefill, decode = ticket.slot(SlotRole.PREFILL), ticket.slot(SlotRole.DECODE)
             assert prefill is not None and decode is not None
             number += 1
             reply.decision = PairDecision.of(prefill.decision, decode.decision)
@@ -202,7 +198,7 @@ class DisaggServer:
     ) -> LegFailure | None:
         """One try of the pair held by `ticket`: None when the client got its answer, else the failed
         leg's role and error. The pair's deadlines start now."""
-        prefill, decode = held_slot(ticket, SlotRole.PREFILL), held_slot(ticket, SlotRole.DECODE)
+        prefill, decode = ticket.slot(SlotRole.PREFILL), ticket.slot(SlotRole.DECODE)
         assert prefill is not None and decode is not None
         base = orjson.loads(ctx.upstream_body)
         run = _PairTry(ctx, reply, ticket, stream, prefill, decode, number, base, self._clock.now_s())
