@@ -12,6 +12,11 @@ balancer every pool's autoscaler divides its arrival rates by the traffic share 
 set, else the live instance count that `gateway.instance_membership` measures in Redis
 (`set_gateway_instances`),
 else 1.
+
+A disaggregated pool's two sets each have their autoscaler (`<model>/prefill` for the prefill set): an
+arrival and a queue wait for each request on both (they share the pool's one queue, whose depth both
+sample), a served request's completion on the decode set, and each prefill leg on the prefill set
+(one token; its time in the set is the leg's).
 """
 
 from __future__ import annotations
@@ -65,6 +70,8 @@ class AutoscaleSignals:
         self._registry = registry
         self._metrics = metrics
         self._queue_depth_of = queue_depth_of
+        self._queue_of = {p.prefill.model: p.model for p in registry.pools.values() if p.prefill is not None}
+        """A prefill set's queue is its pool's."""
         self._scalers: dict[str, PoolAutoscaler] = {}
         self._configured_instances: dict[str, int | None] = {}
         for pool in registry.pools.values():
@@ -129,7 +136,7 @@ class AutoscaleSignals:
         """Feed the periodic inputs, evaluate when a period has passed, export the latest decision."""
         for model, scaler in self._scalers.items():
             pool = self._registry.pools[model]
-            scaler.observe_queue_depth(self._queue_depth_of(model))
+            scaler.observe_queue_depth(self._queue_depth_of(self._queue_of.get(model, model)))
             for replica in pool.replicas.values():
                 engine = replica.engine
                 running = (

@@ -12,7 +12,8 @@ Built by `start()`, in this order, each registered for closing as it is built:
     router (decide + its metrics) · admission (a controller per pool, dispatching through the router)
     upstream session + client · control client (health checks, scrapes)
     request observer (tracer + span exporter, access log writer: `gateway.observability`)
-    retry policies · idempotency store · autoscaling signals · request server · proxy handler
+    retry policies · idempotency store · autoscaling signals · each pool's legs (aggregated, or a
+    disaggregated pool's prefill and decode: `gateway.proxy.legs`) · request server · proxy handler
     health checker · gateway-instance membership (Redis) · discovery runners · engine scrapers and
     model discovery (`gateway.upstream.pool_watchers`)
 
@@ -31,7 +32,6 @@ import os
 import random
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import aiohttp
 import httpx
@@ -51,12 +51,15 @@ from gateway.observability.observer import RequestObserver
 from gateway.observability.tracer import TracingUnavailable
 from gateway.prefix_sharing import share_prefix_indexes
 from gateway.proxy.adapter_loading import AdapterLoader
-from gateway.proxy.admit import build_admission, tenant_directory
+from gateway.proxy.admit import Admission, build_admission, tenant_directory
+from gateway.proxy.aggregated_legs import OneReplica
 from gateway.proxy.containment import Containment, build_containment
 from gateway.proxy.disagg_admit import add_pair_admissions
 from gateway.proxy.disagg_legs import BootstrapPorts
+from gateway.proxy.disagg_pair import PrefillDecode
 from gateway.proxy.handler import ProxyHandler
 from gateway.proxy.idempotency_redis import idempotency_store
+from gateway.proxy.legs import LegRunner, Legs
 from gateway.proxy.preemption import Preemption
 from gateway.proxy.quarantine_redis import QuarantineSync
 from gateway.proxy.response_affinity import ResponseAffinity
@@ -65,6 +68,7 @@ from gateway.proxy.retry_policy import RetryPolicy
 from gateway.proxy.route import Router
 from gateway.proxy.send import UpstreamClient
 from gateway.proxy.serving import RequestServer
+from gateway.proxy.tries import TryLoop
 from gateway.settings import ConfigError, Settings
 from gateway.upstream.discovery.factory import DiscoveryRunner, build_discovery
 from gateway.upstream.discovery.types import ReplicaSet
@@ -179,18 +183,27 @@ class Components:
         self._on_close(self.control_client.aclose)
         observer = self.observer = self._observer()
         signals = self.signals = AutoscaleSignals(self.registry, metrics, clock, admission.queue_depth)
-        server = RequestServer(
-            admission=admission,
+        containment = self._containment(backend)
+        leg = LegRunner(
             upstream=UpstreamClient(self.session),
             registry=self.registry,
-            retry_policies=self._retry_policies(),
-            containment=self._containment(backend),
             preemption=self.preemption,
+            containment=containment,
             signals=signals,
-            metrics=metrics,
-            observer=observer,
             clock=clock,
-            **self._disaggregation(self.session),
+        )
+        tries = TryLoop(
+            containment=containment,
+            registry=self.registry,
+            retry_policies=self._retry_policies(),
+            metrics=metrics,
+        )
+        server = RequestServer(
+            legs=self._legs(admission, leg, self.session),
+            tries=tries,
+            containment=containment,
+            signals=signals,
+            observer=observer,
         )
         idempotency = idempotency_store(backend, clock, s.idempotency)
         self.proxy = ProxyHandler(
@@ -232,18 +245,24 @@ class Components:
         self._on_close(observer.aclose)
         return observer
 
-    def _disaggregation(self, session: aiohttp.ClientSession) -> dict[str, Any]:
-        """The serve path's extras for disaggregated pools (none without one): each SGLang pool's
-        bootstrap ports and the RNG of the bootstrap rooms."""
-        pools = [p for p in self.registry.pools.values() if p.prefill is not None]
-        if not pools:
-            return {}
-        bootstrap = {
-            p.model: BootstrapPorts(session, d.sglang.bootstrap_port, p.settings.health.timeout_s)
-            for p in pools
-            if (d := p.settings.disaggregation) is not None and d.protocol == "sglang"
-        }
-        return {"bootstrap": bootstrap, "rng": self._child_rng()}
+    def _legs(self, admission: Admission, leg: LegRunner, session: aiohttp.ClientSession) -> dict[str, Legs]:
+        """Each client-facing pool's legs (`gateway.proxy.legs`): one replica for an aggregated pool; a
+        prefill and a decode replica for a disaggregated one — vLLM's, or SGLang's with the pool's
+        bootstrap ports and an RNG for its rooms."""
+        legs: dict[str, Legs] = {}
+        for pool in self.registry.pools.values():
+            disagg = pool.settings.disaggregation
+            if not pool.client_facing:
+                continue
+            if disagg is None:
+                legs[pool.model] = OneReplica(admission.pool(pool.model), leg)
+                continue
+            bootstrap = None
+            if disagg.protocol == "sglang":
+                port = disagg.sglang.bootstrap_port
+                bootstrap = BootstrapPorts(session, port, pool.settings.health.timeout_s)
+            legs[pool.model] = PrefillDecode(admission.pair(pool.model), leg, bootstrap, self._child_rng())
+        return legs
 
     def _on_close(self, close: Callable[[], Awaitable[object]]) -> None:
         self._stack.push_async_callback(close)

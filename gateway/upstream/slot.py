@@ -80,6 +80,11 @@ class Slot:
         """True once `release()` ran."""
         return self._released
 
+    @property
+    def decoding(self) -> bool:
+        """True once the replica produced this request's first token (`first_token`)."""
+        return self._first_token_s is not None
+
     def first_token(self, *, learn: bool = True) -> None:
         """The replica produced this request's first content token (once; later calls do nothing).
         `learn` False: count it, but teach the model nothing (e.g. a continuation's prompt)."""
