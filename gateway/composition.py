@@ -12,8 +12,9 @@ Built by `start()`, in this order, each registered for closing as it is built:
     router (decide + its metrics) · admission (a controller per pool, dispatching through the router)
     upstream session + client · control client (health checks, scrapes)
     request observer (tracer + span exporter, access log writer: `gateway.observability`)
-    retry policies · idempotency store · autoscaling signals · each pool's legs (aggregated, or a
-    disaggregated pool's prefill and decode: `gateway.proxy.legs`) · request server · proxy handler
+    autoscaling signals · containment · the serve path (`gateway.proxy.serve_path`: the event port and
+    its subscribers, retry policies, each pool's legs, the request server) · idempotency store · proxy
+    handler
     health checker · gateway-instance membership (Redis) · discovery runners · engine scrapers and
     model discovery (`gateway.upstream.pool_watchers`)
 
@@ -40,35 +41,28 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from admission.leases import LeaseScope
 from admission.redis_leases import RedisLeaseStore
 from admission.redis_rate_limit import RedisRateLimitStore
-from admission.retry_budget import RetryBudget
 from admission.tenant_gate import TenantGate
 from core.clock import Clock, SystemClock
 from core.shared_state import FailureMode, RedisBackend, RedisOperation, outlasted_periods
 from gateway.autoscaling import AutoscaleSignals
 from gateway.instance_membership import GatewayMembership, RedisMembership
 from gateway.metrics import GatewayMetrics
+from gateway.observability.events import ServeEvents
 from gateway.observability.observer import RequestObserver
 from gateway.observability.tracer import TracingUnavailable
 from gateway.prefix_sharing import share_prefix_indexes
 from gateway.proxy.adapter_loading import AdapterLoader
-from gateway.proxy.admit import Admission, build_admission, tenant_directory
-from gateway.proxy.aggregated_legs import OneReplica
+from gateway.proxy.admit import build_admission, tenant_directory
 from gateway.proxy.containment import Containment, build_containment
 from gateway.proxy.disagg_admit import add_pair_admissions
-from gateway.proxy.disagg_legs import BootstrapPorts
-from gateway.proxy.disagg_pair import PrefillDecode
 from gateway.proxy.handler import ProxyHandler
 from gateway.proxy.idempotency_redis import idempotency_store
-from gateway.proxy.legs import LegRunner, Legs
 from gateway.proxy.preemption import Preemption
 from gateway.proxy.quarantine_redis import QuarantineSync
 from gateway.proxy.response_affinity import ResponseAffinity
 from gateway.proxy.response_state import response_state_store
-from gateway.proxy.retry_policy import RetryPolicy
 from gateway.proxy.route import Router
-from gateway.proxy.send import UpstreamClient
-from gateway.proxy.serving import RequestServer
-from gateway.proxy.tries import TryLoop
+from gateway.proxy.serve_path import build_serve_path
 from gateway.settings import ConfigError, Settings
 from gateway.upstream.discovery.factory import DiscoveryRunner, build_discovery
 from gateway.upstream.discovery.types import ReplicaSet
@@ -114,6 +108,8 @@ class Components:
         self.proxy: ProxyHandler | None = None
         self.signals: AutoscaleSignals | None = None
         self.observer: RequestObserver | None = None
+        self.events: ServeEvents | None = None
+        """The serve path's event port (`gateway.observability.events`), once started."""
         self._membership: GatewayMembership | None = None
         self.preemption = Preemption(self.registry)
         self._stack = contextlib.AsyncExitStack()
@@ -152,6 +148,7 @@ class Components:
         self.state_backend = None
         self.signals = None
         self.observer = None
+        self.events = None
         self._membership = None
 
     async def _start(self) -> None:
@@ -183,28 +180,19 @@ class Components:
         self._on_close(self.control_client.aclose)
         observer = self.observer = self._observer()
         signals = self.signals = AutoscaleSignals(self.registry, metrics, clock, admission.queue_depth)
-        containment = self._containment(backend)
-        leg = LegRunner(
-            upstream=UpstreamClient(self.session),
+        serve_path = build_serve_path(
             registry=self.registry,
-            preemption=self.preemption,
-            containment=containment,
-            signals=signals,
-            clock=clock,
-        )
-        tries = TryLoop(
-            containment=containment,
-            registry=self.registry,
-            retry_policies=self._retry_policies(),
-            metrics=metrics,
-        )
-        server = RequestServer(
-            legs=self._legs(admission, leg, self.session),
-            tries=tries,
-            containment=containment,
-            signals=signals,
+            admission=admission,
+            containment=self._containment(backend),
+            session=self.session,
             observer=observer,
+            signals=signals,
+            preemption=self.preemption,
+            metrics=metrics,
+            clock=clock,
+            rng=self._child_rng,
         )
+        self.events = serve_path.events
         idempotency = idempotency_store(backend, clock, s.idempotency)
         self.proxy = ProxyHandler(
             settings=s,
@@ -212,9 +200,10 @@ class Components:
             adapters=AdapterLoader(self.registry, self.control_client, metrics, self._engine_keys(), clock),
             tenants=self.tenants,
             admission=admission,
-            server=server,
+            server=serve_path.server,
             idempotency=idempotency,
             metrics=metrics,
+            events=serve_path.events,
             engine_keys=self._engine_keys(),
             affinity=ResponseAffinity(response_state_store(backend, clock), self.tenants),
             clock=clock,
@@ -244,25 +233,6 @@ class Components:
         observer.start()
         self._on_close(observer.aclose)
         return observer
-
-    def _legs(self, admission: Admission, leg: LegRunner, session: aiohttp.ClientSession) -> dict[str, Legs]:
-        """Each client-facing pool's legs (`gateway.proxy.legs`): one replica for an aggregated pool; a
-        prefill and a decode replica for a disaggregated one — vLLM's, or SGLang's with the pool's
-        bootstrap ports and an RNG for its rooms."""
-        legs: dict[str, Legs] = {}
-        for pool in self.registry.pools.values():
-            disagg = pool.settings.disaggregation
-            if not pool.client_facing:
-                continue
-            if disagg is None:
-                legs[pool.model] = OneReplica(admission.pool(pool.model), leg)
-                continue
-            bootstrap = None
-            if disagg.protocol == "sglang":
-                port = disagg.sglang.bootstrap_port
-                bootstrap = BootstrapPorts(session, port, pool.settings.health.timeout_s)
-            legs[pool.model] = PrefillDecode(admission.pair(pool.model), leg, bootstrap, self._child_rng())
-        return legs
 
     def _on_close(self, close: Callable[[], Awaitable[object]]) -> None:
         self._stack.push_async_callback(close)
@@ -350,21 +320,6 @@ class Components:
             sync.start()
             self._on_close(sync.stop)
         return containment
-
-    def _retry_policies(self) -> dict[str, RetryPolicy]:
-        """One retry policy (and budget) per pool."""
-        return {
-            pool.model: RetryPolicy(
-                pool.settings.retries,
-                RetryBudget(
-                    self.clock,
-                    budget_ratio=pool.settings.retries.budget_ratio,
-                    min_retries_per_s=pool.settings.retries.budget_min_per_s,
-                ),
-                self._child_rng(),
-            )
-            for pool in self.registry.pools.values()
-        }
 
     def _start_membership(self, backend: RedisBackend | None, signals: AutoscaleSignals) -> None:
         """Measure k, the live gateway instances, for the autoscaling signal's traffic share

@@ -148,7 +148,8 @@ class PrefillDecode:
             timers=replace(timers, nonstream_s=timers.ttft_s),
         )
         attempt = self._leg.attempt(slot, t.number, pair.started_s)
-        ctx.record.attempt_started(t.number, slot)
+        events = self._leg.events
+        events.attempt_started(ctx, t.number, slot)
         rid = slot.replica.replica_id
         failure: UpstreamError
         try:
@@ -159,7 +160,7 @@ class PrefillDecode:
                     answer = await attempt.response.read()
             params = kv_transfer_params(answer, rid)
         except StaleConnection as stale:
-            ctx.record.attempt_ended(stale)
+            events.attempt_ended(ctx, stale)
             return stale_failure(SlotRole.PREFILL, attempt)
         except (UpstreamTotalTimeout, TimeoutError):
             late = f"did not answer within the first-token deadline of {timers.ttft_s} s"
@@ -170,12 +171,12 @@ class PrefillDecode:
             failure = _broken(rid, exc)
         else:
             slot.first_token()  # the prefill's latency model learns its time to the answer
-            self._prefilled(slot, attempt.elapsed_s())
-            ctx.record.attempt_ended(None)
+            self._prefilled(ctx, slot, attempt.elapsed_s())
+            events.attempt_ended(ctx, None)
             return params
         finally:
             attempt.close()
-        ctx.record.attempt_ended(failure)
+        events.attempt_ended(ctx, failure)
         return LegFailure(SlotRole.PREFILL, failure, slot, preempted=attempt.preempted)
 
     async def _sglang(self, t: Try, pair: _Pair, bootstrap: BootstrapPorts) -> LegFailure | None:
@@ -234,17 +235,17 @@ class PrefillDecode:
             failure = _broken(rid, exc)
         else:
             slot.first_token()
-            self._prefilled(slot, attempt.elapsed_s())
+            self._prefilled(ctx, slot, attempt.elapsed_s())
             t.ticket.swap(SlotRole.PREFILL, None)
             return None
         finally:
             attempt.close()
         return LegFailure(SlotRole.PREFILL, failure, slot, preempted=attempt.preempted)
 
-    def _prefilled(self, slot: Slot, leg_s: float) -> None:
+    def _prefilled(self, ctx: RequestContext, slot: Slot, leg_s: float) -> None:
         pool = self._pair.prefill.pool
         self._leg.served(pool, slot)
-        self._leg.prefilled(pool, leg_s)
+        self._leg.events.prefilled(ctx, pool, leg_s)
 
 
 def _broken(replica_id: str, exc: Exception) -> UpstreamProtocolError:

@@ -20,6 +20,8 @@ cut-over (a leg cut by a notice fails like any other, uncharged), autoscaling si
 leg under the preemption notices (`gateway.proxy.preemption.Preemption.running`), and a keep-alive
 connection the engine had closed before answering (`StaleConnection`) reported as a stale
 `LegFailure` — the skeleton tries once more, free, and a second one is the replica's broken stream.
+The legs tell the event port (`gateway.observability.events`) each leg's start, relay and end, and
+each prefill leg that answered.
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ import aiohttp
 from admission.outcomes import AdmissionRefused
 from admission.ticket import AdmissionRequest, SlotRole, Ticket
 from core.clock import Clock
-from gateway.autoscaling import AutoscaleSignals
 from gateway.errors import UpstreamError, UpstreamProtocolError
+from gateway.observability.events import ServeEvents
 from gateway.proxy.admit import PoolAdmission
 from gateway.proxy.attempt import Attempt
 from gateway.proxy.containment import Containment
@@ -122,14 +124,14 @@ class LegRunner:
         registry: ReplicaRegistry,
         preemption: Preemption,
         containment: Containment,
-        signals: AutoscaleSignals,
+        events: ServeEvents,
         clock: Clock,
     ) -> None:
         self.preemption = preemption
         self.registry = registry
+        self.events = events
         self._upstream = upstream
         self._containment = containment
-        self._signals = signals
         self._clock = clock
 
     def attempt(self, slot: Slot, number: int, started_s: float | None = None) -> Attempt:
@@ -157,20 +159,20 @@ class LegRunner:
         """The leg whose answer goes to the client (`ctx` carries its body): send, relay through the
         request's stream relay; the attempt is closed whatever happens (an unfinished upstream response
         is aborted). `pool` is the set of `attempt`'s slot."""
-        record = ctx.record
+        events = self.events
         slot = attempt.slot
-        record.attempt_started(t.number, slot)
+        events.attempt_started(ctx, t.number, slot)
         try:
             with self.preemption.running(attempt):
                 attempt.response = await self.send(ctx, attempt)
                 self.registry.record_success(slot.replica)
-                record.relay_started()
+                events.relay_started(ctx)
                 await relay(ctx, t.reply, attempt, t.stream)
         except StaleConnection as stale:
-            record.attempt_ended(stale)
+            events.attempt_ended(ctx, stale)
             return stale_failure(role, attempt)
         except UpstreamError as error:
-            record.attempt_ended(error)
+            events.attempt_ended(ctx, error)
             return LegFailure(role, error, slot, preempted=attempt.preempted)
         finally:
             attempt.close()
@@ -178,7 +180,7 @@ class LegRunner:
         if isinstance(completion, int):
             slot.finished(completion)  # the replica's latency model learns its TPOT
         self.served(pool, slot)
-        record.attempt_ended(None)
+        events.attempt_ended(ctx, None)
         return None
 
     def served(self, pool: Pool, slot: Slot) -> None:
@@ -186,11 +188,6 @@ class LegRunner:
         in time (attribution's evidence)."""
         self.registry.record_served(slot.replica)
         self._containment.attribution(pool.model).first_token_served(slot.replica)
-
-    def prefilled(self, pool: Pool, leg_s: float) -> None:
-        """A prefill leg on set `pool` answered after `leg_s`: the set's autoscaling signal counts one
-        request through it (one token; its time in the set is the leg's)."""
-        self._signals.completed(pool.model, output_tokens=1, e2e_s=leg_s, ttft_s=leg_s, queue_wait_s=0.0)
 
 
 def stale_failure(role: SlotRole, attempt: Attempt) -> LegFailure:

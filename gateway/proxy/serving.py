@@ -10,13 +10,11 @@ legs until the client has its answer, release.
     finally = the ticket released (every slot, forecast key, tenant lease), the tenant's token bucket
               reconciled with the actual usage
 
-Autoscaling signals (`gateway.autoscaling`) are fed per set: an arrival and the queue wait for each set
-of the pool, a served request's output, latency and wait for the set that answers the client, each
-prefill leg for the prefill set (`LegRunner.prefilled`).
-
-Each step is told to the request's `RequestRecord` (`ctx.record`, `gateway.observability`): admission,
-each try with its routing decision, the relay, retries, continuations and the final error — the spans
-and the access-log line. With tracing and access log off it is a shared no-op.
+Each step is told once to the event port (`gateway.observability.events.ServeEvents`): arrived,
+admitted or refused, each leg's start and end, retries, continuations, charges, served, failed. Its
+subscribers are the metrics (`gateway.proxy.account`), the request's spans and access-log line
+(`gateway.observability.record_events`, when tracing or the access log is on) and the autoscaling
+signal (`gateway.autoscaling.AutoscaleSink`: fed per set of the pool, when a pool has one).
 """
 
 from __future__ import annotations
@@ -25,8 +23,8 @@ from collections.abc import Mapping
 
 from admission.ticket import AdmissionRequest
 from gateway.api.asgi_io import Scope
-from gateway.autoscaling import AutoscaleSignals
 from gateway.errors import GatewayError
+from gateway.observability.events import ServeEvents
 from gateway.observability.observer import RequestObserver
 from gateway.observability.request_record import RequestRecord
 from gateway.proxy.containment import Containment
@@ -45,14 +43,14 @@ class RequestServer:
         legs: Mapping[str, Legs],
         tries: TryLoop,
         containment: Containment,
-        signals: AutoscaleSignals,
+        events: ServeEvents,
         observer: RequestObserver,
     ) -> None:
         """`legs`: every client-facing pool's, by model."""
         self._legs = legs
         self._tries = tries
         self._containment = containment
-        self._signals = signals
+        self._events = events
         self._observer = observer
 
     def observe(self, scope: Scope, request_id: str, endpoint: str) -> RequestRecord:
@@ -65,7 +63,7 @@ class RequestServer:
         try:
             await self._serve(ctx, reply)
         except GatewayError as error:
-            ctx.record.failed(error)
+            self._events.failed(ctx, error)
             raise
 
     async def _serve(self, ctx: RequestContext, reply: Reply) -> None:
@@ -73,32 +71,20 @@ class RequestServer:
         legs.check(ctx)
         sets = {role: side.pool for role, side in legs.sets.items()}
         ctx, failures = self._containment.arrive(ctx, sets)  # 422 when quarantined; routed away
-        record = ctx.record
-        for pool in sets.values():
-            self._signals.arrival(pool.model)
-        record.admission_started(legs.queue_depth)
+        events = self._events
+        events.arrived(ctx, legs.queue_depth)
         try:
             ticket = await legs.admit(
                 AdmissionRequest(ctx.tenant, ctx.priority, ctx.routing.estimated_total_tokens, ctx.routing)
             )
         except GatewayError as refused:
-            record.admission_ended(None, refused)
+            events.refused(ctx, refused)
             raise
-        queue_wait_s = reply.queue_wait_s = ticket.queue_wait_s
-        record.admission_ended(queue_wait_s)
-        for pool in sets.values():
-            self._signals.dispatched(pool.model, queue_wait_s)
+        reply.queue_wait_s = ticket.queue_wait_s
+        events.admitted(ctx, ticket.queue_wait_s)
         try:
             await self._tries.run(ctx, reply, ticket, legs, failures)
-            completion = (reply.usage or {}).get("completion_tokens")
-            if isinstance(completion, int):
-                self._signals.completed(
-                    ctx.model,
-                    output_tokens=completion,
-                    e2e_s=reply.elapsed_s(),
-                    ttft_s=reply.first_output_s,
-                    queue_wait_s=queue_wait_s,
-                )
+            events.served(ctx, reply)
         finally:
             await ticket.release()
             actual = _actual_tokens(reply)

@@ -20,6 +20,7 @@ on the slots the ticket holds until the client has its answer or the request its
 A try's failed leg is charged to its own set's replica (`upstream_failures_total{model}` is the set's
 pool: `<model>/prefill` for a prefill replica): only a replica's own failures reach its breaker
 (`ReplicaRegistry.record_failure`); an engine's 429/503 holds the replica out for its Retry-After.
+Retries, continuations and charges are told to the event port (`gateway.observability.events`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from gateway.errors import (
     UpstreamTTFTTimeout,
     from_refusal,
 )
-from gateway.metrics import GatewayMetrics
+from gateway.observability.events import ServeEvents
 from gateway.proxy.containment import Containment
 from gateway.proxy.context import RequestContext
 from gateway.proxy.continuation import Splice, StreamTranscript, continuation_body
@@ -86,12 +87,12 @@ class TryLoop:
         containment: Containment,
         registry: ReplicaRegistry,
         retry_policies: Mapping[str, RetryPolicy],
-        metrics: GatewayMetrics,
+        events: ServeEvents,
     ) -> None:
         self._containment = containment
         self._registry = registry
         self._retry_policies = retry_policies
-        self._metrics = metrics
+        self._events = events
 
     async def run(
         self,
@@ -133,11 +134,10 @@ class TryLoop:
             if p.spend is not None:
                 if not retry.spend(p.spend):
                     raise p.spend
-                self._retried(ctx, str(failure_kind(p.spend)))
+                self._events.retried(ctx, str(failure_kind(p.spend)))
                 p.spend = None
             if p.continuing:
-                self._metrics.stream_continuations_total.labels(ctx.model).inc()
-                ctx.record.continued()
+                self._events.continued(ctx)
                 p.continuing = False
             p.number += 1
             reply.decision = legs.decision(ticket)
@@ -147,9 +147,10 @@ class TryLoop:
             p.attempts[failed.role] += 1
             if failed.stale and p.stale_left:  # nobody's failure: once more, over a new connection
                 p.stale_left = False
-                self._retried(ctx, STALE_CONNECTION)
-            else:  # a second stale connection is the replica's broken stream
-                failed = replace(failed, stale=False)
+                self._events.retried(ctx, STALE_CONNECTION)
+            else:
+                if failed.stale:  # a second one: the replica's broken stream
+                    failed = replace(failed, stale=False)
                 await self._failed(ctx, reply, legs, failures, failed, retry, p)
             for role in legs.redo(failed):
                 ticket.swap(role, None)
@@ -185,10 +186,6 @@ class TryLoop:
             raise failure
         p.last_error = failure
         p.excluded[failed.role].add(replica.replica_id)
-
-    def _retried(self, ctx: RequestContext, reason: str) -> None:
-        self._metrics.retries_total.labels(reason).inc()
-        ctx.record.retried(reason)
 
     def _claim(
         self,
@@ -229,13 +226,11 @@ class TryLoop:
         charges: tuple[Charge, ...],
         failure: UpstreamError | None = None,
     ) -> None:
-        """Account charged failures of set `pool`: the metric, and the registry for what is the
+        """Account charged failures of set `pool`: the event, and the registry for what is the
         replica's (breaker, passive health) or an engine's overload answer (its Retry-After hold)."""
         for charge in charges:
+            self._events.charged(ctx, pool, charge)
             kind = charge.kind
-            label = "none" if kind is None else str(kind)
-            self._metrics.upstream_failures_total.labels(pool.model, charge.cause, label).inc()
-            ctx.record.failure_charged(charge.replica.replica_id, label, str(charge.cause))
             if kind is None:
                 continue
             if charge.cause is FailureCause.REPLICA or kind is FailureKind.OVERLOADED:
