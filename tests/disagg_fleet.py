@@ -20,6 +20,7 @@ from mock_engine.fixed_delay import FixedDelayCore
 from mock_engine.physics.kv_link import KvLink
 from mock_engine.server import MockEngineApp, MockEngineConfig
 from tests.servers import ServerThread, start_mock_engine
+from tests.waiting import wait_for
 
 LINK = KvLink("test", bandwidth_bytes_per_s=10_000_000)  # 1 000 B/token: 10 000 tokens/s
 
@@ -79,3 +80,12 @@ def aggregated_answer(model: str, body: dict[str, Any], path: str) -> dict[str, 
         return dict(httpx.post(f"{server.url}{path}", json=body, timeout=10).json())
     finally:
         server.stop()
+
+
+def settled(gateway: ServerThread, servers: list[ServerThread]) -> None:
+    """Nothing in flight any more: the gateway's slots on both sets, and the engines still up."""
+    registry = gateway.app.state.registry
+    wait_for(lambda: registry.total_inflight() == 0, what="gateway in-flight back to zero")
+    assert all(r.inflight_requests == 0 for r in registry.all_replicas())
+    live = [s for s in servers if not s.server.should_exit]
+    wait_for(lambda: all(s.app.counters.active == 0 for s in live), what="engines idle")
