@@ -36,11 +36,11 @@ dispatch is told apart: to the key it held for, or elsewhere. Each holder is rep
 when it first holds and when it leaves the queue (`held`, `HoldOutcome`; `stats.holds`).
 
 `try_dispatch(request) -> slot | None` is the only place that decides whether a replica has a free
-slot: it routes `request.routing`, claims the slot synchronously and returns it (see
-`admission.ticket.SlotHold`); the `Ticket` then holds it. It may raise `AdmissionRefused` (e.g.
-`no_replica` when no replica is eligible at all): on the fast path that refusal propagates; from the
-queue, that waiter gets it and the round continues with the next one. Any other exception fails
-that waiter the same way.
+slot: it routes `request.routing`, claims the slot (or a `SlotSet`, one slot per role) synchronously
+and returns it (see `admission.ticket.SlotHold`); the `Ticket` then holds it. It may raise
+`AdmissionRefused` (e.g. `no_replica` when no replica is eligible at all): on the fast path that refusal
+propagates; from the queue, that waiter gets it and the round continues with the next one. Any other
+exception fails that waiter the same way.
 
 Refusals and their Retry-After — early refusal at arrival, a waiter's refusal — are
 `admission.refusals`'.
@@ -66,7 +66,7 @@ from admission.priority_queue import PriorityQueue, QueueEntry
 from admission.refusals import Refusals
 from admission.release_forecast import ReleaseForecast
 from admission.tenant_gate import TenantGate
-from admission.ticket import AdmissionRequest, S, Ticket
+from admission.ticket import AdmissionRequest, Dispatched, S, SlotSet, Ticket
 from admission.timers import EarliestTimer, LoopTimers, Timers
 from core.clock import Clock
 
@@ -74,7 +74,7 @@ from core.clock import Clock
 @dataclass(eq=False, slots=True)
 class _Waiter(Generic[S]):
     request: AdmissionRequest
-    future: asyncio.Future[tuple[S, float, int]]  # slot, queue wait, release-forecast key
+    future: asyncio.Future[tuple[Dispatched[S], float, int]]  # slot(s), queue wait, release-forecast key
     hold: Hold | None = None  # its last answer from the prefer_wait hook
     held_since_s: float | None = None  # its first hold, until reported ended (admission.holds)
     held_for: str | None = None  # the key of its last hold
@@ -88,7 +88,7 @@ class AdmissionController(Generic[S]):
 
     def __init__(
         self,
-        try_dispatch: Callable[[AdmissionRequest], S | None],
+        try_dispatch: Callable[[AdmissionRequest], Dispatched[S] | None],
         gate: TenantGate,
         *,
         clock: Clock,
@@ -209,7 +209,7 @@ class AdmissionController(Generic[S]):
         self._arm_timer()
         return len(entries)
 
-    async def _acquire_slot(self, request: AdmissionRequest) -> tuple[S, float, int]:
+    async def _acquire_slot(self, request: AdmissionRequest) -> tuple[Dispatched[S], float, int]:
         priority = request.priority
         self._expire_due()
         probed = self._queue.ahead_of(priority) == 0
@@ -318,11 +318,11 @@ class AdmissionController(Generic[S]):
         self._queue.remove(entry)
         self._publish_depths({entry.priority})
 
-    def _key_of(self, slot: S) -> str | None:
-        return None if self._slot_key is None else self._slot_key(slot)
+    def _key_of(self, slot: Dispatched[S]) -> str | None:
+        return None if self._slot_key is None or isinstance(slot, SlotSet) else self._slot_key(slot)
 
     def _record_dispatch(
-        self, request: AdmissionRequest, slot: S, queue_wait_s: float, queued: bool = False
+        self, request: AdmissionRequest, slot: Dispatched[S], queue_wait_s: float, queued: bool = False
     ) -> int:
         """Count a dispatch; returns its release-forecast key (the slot is held from now on, on the
         replica `slot_key` names; its output budget feeds the forecast's prior)."""

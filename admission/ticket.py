@@ -11,14 +11,16 @@ Nothing else releases them, and `Ticket.release()` releases all of them, once, o
 3. the tenant's bulkhead lease is given back (awaited, shielded: see `TenantGate.leave`).
 
 Slots are kept by role (`SlotRole`). An aggregated pool's request holds one `SERVE` slot; a
-disaggregated pool's will hold a `PREFILL` and a `DECODE` slot on two replicas. A retry swaps the
-replica inside the ticket (`swap(role, new_slot)`): the old slot is released, the new one held, and the
-tenant pass and forecast key stay — the request is still the same one, holding the same place.
+disaggregated pool's holds a `PREFILL` and a `DECODE` slot on two replicas, from admission on: its
+`try_dispatch` returns them as one `SlotSet`, which the ticket holds role by role (never the set in one
+role). A retry swaps the replica inside the ticket (`swap(role, new_slot)`): the old slot is released,
+the new one held, and the tenant pass and forecast key stay — the request is still the same one,
+holding the same place.
 
-A slot is whatever the gateway's `try_dispatch` returns: it must already hold the replica when it is
-returned (admission is synchronous between deciding and claiming) and its `release()` must be
-idempotent (`SlotHold`). `Ticket.reconcile(actual)` corrects the token bucket once the actual usage is
-known (once; later calls do nothing).
+A slot is whatever the gateway's `try_dispatch` returns (one slot, or a `SlotSet`): it must already
+hold the replica when it is returned (admission is synchronous between deciding and claiming) and its
+`release()` must be idempotent (`SlotHold`). `Ticket.reconcile(actual)` corrects the token bucket once
+the actual usage is known (once; later calls do nothing).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeAlias, TypeVar
 
 from admission.rate_limit import RateLimitResult
 from admission.release_forecast import ReleaseForecast
@@ -56,6 +58,26 @@ class SlotRole(StrEnum):
     """Disaggregated pools: the replica that computes the prompt's KV cache."""
     DECODE = "decode"
     """Disaggregated pools: the replica that receives the KV cache and streams the tokens."""
+
+
+class SlotSet(Generic[S]):
+    """Slots claimed together by one dispatch, one per role (a disaggregated pool's prefill and decode
+    slots). The ticket made from it holds each slot in its role; until then (a waiter cancelled after
+    its dispatch) `release()` frees them all."""
+
+    __slots__ = ("roles",)
+
+    def __init__(self, roles: Mapping[SlotRole, S]) -> None:
+        self.roles = dict(roles)
+
+    def release(self) -> None:
+        """Release every slot (each release is idempotent)."""
+        for slot in self.roles.values():
+            slot.release()
+
+
+Dispatched: TypeAlias = "S | SlotSet[S]"
+"""What `try_dispatch` gives for one request: its one slot, or a `SlotSet`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +119,7 @@ class Ticket(Generic[S]):
 
     def __init__(
         self,
-        slot: S,
+        slot: Dispatched[S],
         request: AdmissionRequest,
         *,
         queue_wait_s: float,
@@ -108,7 +130,7 @@ class Ticket(Generic[S]):
         hold_key: int | None = None,
         role: SlotRole = SlotRole.SERVE,
     ) -> None:
-        self._slots: dict[SlotRole, S] = {role: slot}
+        self._slots: dict[SlotRole, S] = dict(slot.roles) if isinstance(slot, SlotSet) else {role: slot}
         self.request = request
         self.queue_wait_s = queue_wait_s
         self.dispatched_at_s = clock.now_s()

@@ -12,12 +12,20 @@ balancer every pool's autoscaler divides its arrival rates by the traffic share 
 set, else the live instance count that `gateway.instance_membership` measures in Redis
 (`set_gateway_instances`),
 else 1.
+
+The per-request inputs come from the serve path's event port (`AutoscaleSink`, subscribed by the
+composition root when some pool has `autoscale:`): `arrived`, `admitted`, `served` and, for a
+disaggregated pool, `prefilled`. Its two sets each have their autoscaler (`<model>/prefill` for the
+prefill set): an arrival and a queue wait for each request on both (they share the pool's one queue,
+whose depth both sample), a served request's completion on the decode set, and each prefill leg on the
+prefill set (one token; its time in the set is the leg's).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from prometheus_client import Gauge
 
@@ -27,8 +35,13 @@ from core.clock import Clock
 from core.tasks import cancel_and_wait
 from gateway.instance_membership import traffic_share
 from gateway.metrics import GatewayMetrics
+from gateway.observability.events import ServeEventSink
 from gateway.settings import PoolSettings
-from gateway.upstream.registry import ReplicaRegistry
+from gateway.upstream.registry import Pool, ReplicaRegistry
+
+if TYPE_CHECKING:
+    from gateway.proxy.context import RequestContext
+    from gateway.proxy.reply import Reply
 
 SAMPLE_INTERVAL_S = 1.0
 
@@ -65,6 +78,8 @@ class AutoscaleSignals:
         self._registry = registry
         self._metrics = metrics
         self._queue_depth_of = queue_depth_of
+        self._queue_of = {p.prefill.model: p.model for p in registry.pools.values() if p.prefill is not None}
+        """A prefill set's queue is its pool's."""
         self._scalers: dict[str, PoolAutoscaler] = {}
         self._configured_instances: dict[str, int | None] = {}
         for pool in registry.pools.values():
@@ -129,7 +144,7 @@ class AutoscaleSignals:
         """Feed the periodic inputs, evaluate when a period has passed, export the latest decision."""
         for model, scaler in self._scalers.items():
             pool = self._registry.pools[model]
-            scaler.observe_queue_depth(self._queue_depth_of(model))
+            scaler.observe_queue_depth(self._queue_depth_of(self._queue_of.get(model, model)))
             for replica in pool.replicas.values():
                 engine = replica.engine
                 running = (
@@ -152,3 +167,37 @@ class AutoscaleSignals:
             )
             self._gauges[sample.name] = gauge
         gauge.labels(**sample.labels).set(sample.value)
+
+
+class AutoscaleSink(ServeEventSink):
+    """The autoscaling signal's subscription to the serve path's events (module docstring)."""
+
+    def __init__(self, signals: AutoscaleSignals) -> None:
+        self._signals = signals
+
+    def arrived(self, ctx: RequestContext, queue_depth: Callable[[], int]) -> None:
+        for pool in _sets(ctx.pool):
+            self._signals.arrival(pool.model)
+
+    def admitted(self, ctx: RequestContext, queue_wait_s: float) -> None:
+        for pool in _sets(ctx.pool):
+            self._signals.dispatched(pool.model, queue_wait_s)
+
+    def prefilled(self, ctx: RequestContext, pool: Pool, leg_s: float) -> None:
+        self._signals.completed(pool.model, output_tokens=1, e2e_s=leg_s, ttft_s=leg_s, queue_wait_s=0.0)
+
+    def served(self, ctx: RequestContext, reply: Reply) -> None:
+        completion = (reply.usage or {}).get("completion_tokens")
+        if isinstance(completion, int):
+            self._signals.completed(
+                ctx.model,
+                output_tokens=completion,
+                e2e_s=reply.elapsed_s(),
+                ttft_s=reply.first_output_s,
+                queue_wait_s=reply.queue_wait_s,
+            )
+
+
+def _sets(pool: Pool) -> tuple[Pool, ...]:
+    """The replica sets of a client-facing pool: itself, and a disaggregated pool's prefill set."""
+    return (pool,) if pool.prefill is None else (pool, pool.prefill)

@@ -12,7 +12,9 @@ Built by `start()`, in this order, each registered for closing as it is built:
     router (decide + its metrics) · admission (a controller per pool, dispatching through the router)
     upstream session + client · control client (health checks, scrapes)
     request observer (tracer + span exporter, access log writer: `gateway.observability`)
-    retry policies · idempotency store · autoscaling signals · request server · proxy handler
+    autoscaling signals · containment · the serve path (`gateway.proxy.serve_path`: the event port and
+    its subscribers, retry policies, each pool's legs, the request server) · idempotency store · proxy
+    handler
     health checker · gateway-instance membership (Redis) · discovery runners · engine scrapers and
     model discovery (`gateway.upstream.pool_watchers`)
 
@@ -31,7 +33,6 @@ import os
 import random
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import aiohttp
 import httpx
@@ -40,13 +41,13 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from admission.leases import LeaseScope
 from admission.redis_leases import RedisLeaseStore
 from admission.redis_rate_limit import RedisRateLimitStore
-from admission.retry_budget import RetryBudget
 from admission.tenant_gate import TenantGate
 from core.clock import Clock, SystemClock
 from core.shared_state import FailureMode, RedisBackend, RedisOperation, outlasted_periods
 from gateway.autoscaling import AutoscaleSignals
 from gateway.instance_membership import GatewayMembership, RedisMembership
 from gateway.metrics import GatewayMetrics
+from gateway.observability.events import ServeEvents
 from gateway.observability.observer import RequestObserver
 from gateway.observability.tracer import TracingUnavailable
 from gateway.prefix_sharing import share_prefix_indexes
@@ -54,17 +55,14 @@ from gateway.proxy.adapter_loading import AdapterLoader
 from gateway.proxy.admit import build_admission, tenant_directory
 from gateway.proxy.containment import Containment, build_containment
 from gateway.proxy.disagg_admit import add_pair_admissions
-from gateway.proxy.disagg_legs import BootstrapPorts
 from gateway.proxy.handler import ProxyHandler
 from gateway.proxy.idempotency_redis import idempotency_store
 from gateway.proxy.preemption import Preemption
 from gateway.proxy.quarantine_redis import QuarantineSync
 from gateway.proxy.response_affinity import ResponseAffinity
 from gateway.proxy.response_state import response_state_store
-from gateway.proxy.retry_policy import RetryPolicy
 from gateway.proxy.route import Router
-from gateway.proxy.send import UpstreamClient
-from gateway.proxy.serving import RequestServer
+from gateway.proxy.serve_path import build_serve_path
 from gateway.settings import ConfigError, Settings
 from gateway.upstream.discovery.factory import DiscoveryRunner, build_discovery
 from gateway.upstream.discovery.types import ReplicaSet
@@ -110,6 +108,8 @@ class Components:
         self.proxy: ProxyHandler | None = None
         self.signals: AutoscaleSignals | None = None
         self.observer: RequestObserver | None = None
+        self.events: ServeEvents | None = None
+        """The serve path's event port (`gateway.observability.events`), once started."""
         self._membership: GatewayMembership | None = None
         self.preemption = Preemption(self.registry)
         self._stack = contextlib.AsyncExitStack()
@@ -148,6 +148,7 @@ class Components:
         self.state_backend = None
         self.signals = None
         self.observer = None
+        self.events = None
         self._membership = None
 
     async def _start(self) -> None:
@@ -179,18 +180,19 @@ class Components:
         self._on_close(self.control_client.aclose)
         observer = self.observer = self._observer()
         signals = self.signals = AutoscaleSignals(self.registry, metrics, clock, admission.queue_depth)
-        server = RequestServer(
-            admission=admission,
-            upstream=UpstreamClient(self.session),
+        serve_path = build_serve_path(
             registry=self.registry,
-            retry_policies=self._retry_policies(),
+            admission=admission,
             containment=self._containment(backend),
-            preemption=self.preemption,
-            signals=signals,
-            metrics=metrics,
+            session=self.session,
             observer=observer,
-            **self._disaggregation(self.session),
+            signals=signals,
+            preemption=self.preemption,
+            metrics=metrics,
+            clock=clock,
+            rng=self._child_rng,
         )
+        self.events = serve_path.events
         idempotency = idempotency_store(backend, clock, s.idempotency)
         self.proxy = ProxyHandler(
             settings=s,
@@ -198,9 +200,10 @@ class Components:
             adapters=AdapterLoader(self.registry, self.control_client, metrics, self._engine_keys(), clock),
             tenants=self.tenants,
             admission=admission,
-            server=server,
+            server=serve_path.server,
             idempotency=idempotency,
             metrics=metrics,
+            events=serve_path.events,
             engine_keys=self._engine_keys(),
             affinity=ResponseAffinity(response_state_store(backend, clock), self.tenants),
             clock=clock,
@@ -230,19 +233,6 @@ class Components:
         observer.start()
         self._on_close(observer.aclose)
         return observer
-
-    def _disaggregation(self, session: aiohttp.ClientSession) -> dict[str, Any]:
-        """The serve path's extras for disaggregated pools (none without one): each SGLang pool's
-        bootstrap ports and the RNG of the bootstrap rooms."""
-        pools = [p for p in self.registry.pools.values() if p.prefill is not None]
-        if not pools:
-            return {}
-        bootstrap = {
-            p.model: BootstrapPorts(session, d.sglang.bootstrap_port, p.settings.health.timeout_s)
-            for p in pools
-            if (d := p.settings.disaggregation) is not None and d.protocol == "sglang"
-        }
-        return {"bootstrap": bootstrap, "rng": self._child_rng()}
 
     def _on_close(self, close: Callable[[], Awaitable[object]]) -> None:
         self._stack.push_async_callback(close)
@@ -330,21 +320,6 @@ class Components:
             sync.start()
             self._on_close(sync.stop)
         return containment
-
-    def _retry_policies(self) -> dict[str, RetryPolicy]:
-        """One retry policy (and budget) per pool."""
-        return {
-            pool.model: RetryPolicy(
-                pool.settings.retries,
-                RetryBudget(
-                    self.clock,
-                    budget_ratio=pool.settings.retries.budget_ratio,
-                    min_retries_per_s=pool.settings.retries.budget_min_per_s,
-                ),
-                self._child_rng(),
-            )
-            for pool in self.registry.pools.values()
-        }
 
     def _start_membership(self, backend: RedisBackend | None, signals: AutoscaleSignals) -> None:
         """Measure k, the live gateway instances, for the autoscaling signal's traffic share

@@ -1,5 +1,5 @@
 """Settings of a disaggregated pool (`pools[].disaggregation`): a prefill and a decode replica set and
-the wire protocol between them (gateway/proxy/disagg_serving.py serves it).
+the wire protocol between them (the pool's legs: gateway/proxy/disagg_pair.py).
 
     disaggregation:
       protocol: vllm | sglang
@@ -14,8 +14,11 @@ decode set by load (`least-load`: fewest requests in flight, then the engine's q
 of the pool (timeouts, retries, breaker, attribution, health, scrape, SLO, `policy_options` — the
 routing key, which both sets share) applies to each set. With `disaggregation`, the pool's own
 `replicas`, `policy` and `max_concurrency_per_replica` are not used and are refused: they are the
-decode set's (the registry's client-facing pool is the decode set). Mid-stream continuation is off for
-disaggregated pools (a continuation would need its own prefill leg).
+decode set's (the registry's client-facing pool is the decode set). A stream broken after its first
+byte is continued as on any pool (`continuation`): a new prefill leg for the text so far, then a decode
+on another decode replica. `autoscale` applies to each set: each gets its own signal
+(`llm_gateway_desired_replicas{pool}`, the prefill set's `pool` label `<model>/prefill`), the prefill
+set's batch cap its own `max_concurrency_per_replica` (else `autoscale.b_max`, else the decode set's).
 
 `sglang.bootstrap_port`: the port each prefill replica's bootstrap server listens on
 (`--disaggregation-bootstrap-port`); None (default): asked once per prefill replica from its

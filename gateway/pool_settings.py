@@ -278,9 +278,10 @@ class CostSettings(StrictModel):
 class ContinuationSettings(StrictModel):
     """Mid-stream continuation (`gateway.proxy.continuation`): a stream whose replica breaks after the
     first byte goes on from another replica, at most `max_resumes` times per request; a continuation
-    does not draw from the retry budget (it moves a stream already admitted). `enabled` None (default):
-    on for the engine flavours that continue a trailing assistant message (vllm, sglang, llamacpp), off
-    for tgi and openai."""
+    does not draw from the retry budget (it moves a stream already admitted). On a disaggregated pool a
+    continuation is a new prefill leg for the text so far, then a decode on another decode replica.
+    `enabled` None (default): on for the engine flavours that continue a trailing assistant message
+    (vllm, sglang, llamacpp), off for tgi and openai."""
 
     enabled: bool | None = None
     max_resumes: int = Field(1, ge=0, le=10)
@@ -346,7 +347,7 @@ class PoolSettings(StrictModel):
         enabled = self.continuation.enabled
         if enabled is None:
             enabled = self.engine in CONTINUING_ENGINES
-        return enabled and self.continuation.max_resumes > 0 and self.disaggregation is None
+        return enabled and self.continuation.max_resumes > 0
 
     @property
     def served_endpoints(self) -> frozenset[str]:

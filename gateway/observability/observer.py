@@ -52,6 +52,12 @@ class RequestObserver:
             self.tracer = build_tracer(tracing, span_exporter)
         self.access_log = AccessLog(access_log, rng or random.Random()) if access_log.enabled else None
 
+    @property
+    def makes_records(self) -> bool:
+        """Whether requests get a record of their own (tracing or access log on); else every request's
+        is the shared no-op `NO_RECORD`, and the record sink need not subscribe to the event port."""
+        return self.tracer is not None or self.access_log is not None
+
     def start(self) -> None:
         if self.access_log is not None:
             self.access_log.start()

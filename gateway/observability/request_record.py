@@ -1,7 +1,10 @@
 """What one request leaves behind besides metrics: its access-log line and (when tracing) its spans.
 
-The serve path calls the hooks of `RequestRecord` at each step (arrival, context, admission, each
-attempt and its route decision, relay, first token, retries, continuations, the end). Three kinds:
+The serve path's events reach the hooks of `RequestRecord` through the event port
+(`gateway.observability.events`, the record sink of `gateway.observability.record_events`): admission,
+each attempt and its route decision, relay, retries, continuations, charges, the failure, the end. The
+parsed body and the context (`request_parsed`, `bind`) and the relay's per-chunk hooks (`first_token`,
+`finish_reason`, `upstream_headers`) are called on the record directly. Three kinds:
 - `RequestRecord` itself (`NO_RECORD`, one shared instance): every hook does nothing — the serve path
   with tracing and access log off;
 - `LoggedRecord`: keeps the facts of the access-log line (`gateway.observability.access_log`):

@@ -27,18 +27,25 @@ identical requests (one fingerprint, `gateway.proxy.quarantine.fingerprint`), wi
   retried elsewhere (a request retried and served elsewhere charges it at once, as before). Holds are
   settled when a request of the pool ends.
 
-`llm_gateway_quarantine_total{model,outcome}`: `quarantined` (answered 422 at a failure), `listed`
-(quarantined at a request's end), `refused` (at arrival), `rerouted` (routed away from where it failed).
-A pool with `quarantine.enabled: false` has none of this: no fingerprint is computed, failures settle
-at the request's end as before.
+A disaggregated pool's request holds a replica of each set (`gateway.proxy.legs`): each set keeps its
+own attribution, evidence and holds (a failure is judged among the replicas of its set), and the
+request carries one fingerprint, the client-facing pool's, whose quarantine is one store the sets
+share — a poison request quarantined by the failures of either set is refused at arrival. Rerouting
+applies per set.
+
+`llm_gateway_quarantine_total{model,outcome}` (the client-facing pool's model): `quarantined` (answered
+422 at a failure), `listed` (quarantined at a request's end), `refused` (at arrival), `rerouted` (routed
+away from where it failed). A pool with `quarantine.enabled: false` has none of this: no fingerprint is
+computed, failures settle at the request's end as before.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from admission.ticket import SlotRole
 from core.clock import Clock
 from core.shared_state import RedisBackend
 from gateway.errors import RequestQuarantined, UpstreamError
@@ -70,8 +77,8 @@ class _Held:
 
 @dataclass(slots=True)
 class PoolContainment:
-    """One pool's attribution, quarantine and evidence (no quarantine or evidence: disabled), and the
-    failures it holds."""
+    """One pool's (or set's) attribution, quarantine and evidence (no quarantine or evidence:
+    disabled), and the failures it holds. A prefill set's quarantine is its pool's."""
 
     attribution: PoolAttribution
     quarantine: QuarantineStore | None = None
@@ -92,56 +99,65 @@ class Containment:
         self._metrics = metrics
         self._clock = clock
 
-    @property
-    def attributions(self) -> dict[str, PoolAttribution]:
-        """Every pool's attribution (disaggregated pools use theirs directly)."""
-        return {model: pool.attribution for model, pool in self._pools.items()}
-
     def attribution(self, model: str) -> PoolAttribution:
         return self._pools[model].attribution
 
-    def arrive(self, ctx: RequestContext) -> tuple[RequestContext, RequestFailures]:
-        """The request's failure record; 422 at once when its fingerprint is quarantined; the context
-        routed away from replicas where the fingerprint failed (while another routable one remains)."""
-        pool = self._pools[ctx.model]
-        failures = pool.attribution.for_request()
-        quarantine, evidence = pool.quarantine, pool.evidence
-        if quarantine is None or not (quarantine.active or (evidence is not None and evidence.active)):
+    def arrive(
+        self, ctx: RequestContext, sets: Mapping[SlotRole, Pool]
+    ) -> tuple[RequestContext, dict[SlotRole, RequestFailures]]:
+        """The request's failure record on each of its sets (`sets`: the pool's, by role); 422 at once
+        when its fingerprint is quarantined; the context routed away from the replicas of each set where
+        the fingerprint failed (while another routable one of that set remains)."""
+        failures = {role: self._pools[s.model].attribution.for_request() for role, s in sets.items()}
+        quarantine = self._pools[ctx.model].quarantine
+        evidence = [(s, self._pools[s.model].evidence) for s in sets.values()]
+        sighted = any(seen is not None and seen.active for _, seen in evidence)
+        if quarantine is None or not (quarantine.active or sighted):
             return ctx, failures
-        key = failures.fingerprint = fingerprint(ctx.parsed, ctx.model)
+        key = fingerprint(ctx.parsed, ctx.model)
+        for each in failures.values():
+            each.fingerprint = key
         if quarantine.contains(key):
             self._count(ctx, "refused")
             raise RequestQuarantined(
                 "an identical request broke two replicas and is quarantined: it is not sent again "
                 f"(for up to {ctx.pool.settings.quarantine.ttl_s:g} s)"
             )
-        avoid = (
-            frozenset(s.replica_id for s in evidence.sightings(key)) if evidence is not None else frozenset()
-        )
-        if not avoid:
-            return ctx, failures
         now_s = self._clock.now_s()
-        exclude = ctx.routing.exclude | avoid
-        if not any(r.routable_at(now_s) for r in ctx.pool.replicas.values() if r.replica_id not in exclude):
+        exclude = ctx.routing.exclude
+        for side, seen in evidence:
+            avoid = frozenset(s.replica_id for s in seen.sightings(key)) if seen is not None else frozenset()
+            if not avoid:
+                continue
+            candidate = exclude | avoid
+            if any(r.routable_at(now_s) for r in side.replicas.values() if r.replica_id not in candidate):
+                exclude = candidate
+        if exclude == ctx.routing.exclude:
             return ctx, failures
         self._count(ctx, "rerouted")
         return replace(ctx, routing=replace(ctx.routing, exclude=exclude)), failures
 
     async def judge(
-        self, ctx: RequestContext, failures: RequestFailures, failure: UpstreamError, replica: Replica
+        self,
+        ctx: RequestContext,
+        failures: RequestFailures,
+        failure: UpstreamError,
+        replica: Replica,
+        side: Pool,
     ) -> Verdict:
-        """Classify one failed try: the in-request rule, then the fingerprint's sightings elsewhere."""
-        pool = self._pools[ctx.model]
+        """Classify one failed try on `replica` of set `side` (the request's pool, or a set of it): the
+        in-request rule, then the fingerprint's sightings elsewhere in the set."""
+        pool = self._pools[side.model]
         if pool.quarantine is not None and failures.fingerprint is None:
             failures.fingerprint = fingerprint(ctx.parsed, ctx.model)
         kind = failure_kind(failure)
-        verdict = failures.record(kind, replica, ctx.pool)
+        verdict = failures.record(kind, replica, side)
         key = failures.fingerprint
         if verdict.quarantine and key is not None:
             return replace(verdict, charges=(*verdict.charges, *self._release(pool, key)))
         if not verdict.pending or kind is None or key is None or pool.evidence is None:
             return verdict
-        if not failures.repeated_elsewhere(kind, replica, ctx.pool, _elsewhere(pool.evidence.sightings(key))):
+        if not failures.repeated_elsewhere(kind, replica, side, _elsewhere(pool.evidence.sightings(key))):
             return verdict
         failures.withdraw_last()
         await pool.evidence.add(key, replica.replica_id, kind)  # where it failed, for the others' holds
@@ -163,11 +179,11 @@ class Containment:
         )
 
     async def settle(
-        self, ctx: RequestContext, failures: RequestFailures, *, served: bool
+        self, ctx: RequestContext, failures: RequestFailures, side: Pool, *, served: bool
     ) -> tuple[Charge, ...]:
-        """The request ended: its pending failures charged or held, its sightings recorded (or its
-        fingerprint's cleared, when served), and the pool's holds that are due settled."""
-        pool = self._pools[ctx.model]
+        """The request ended: its pending failures on set `side` charged or held, its sightings there
+        recorded (or its fingerprint's cleared, when served), and the set's holds that are due settled."""
+        pool = self._pools[side.model]
         charges = list(failures.settle(served=served))
         key, evidence = failures.fingerprint, pool.evidence
         if key is not None and evidence is not None:
@@ -176,11 +192,9 @@ class Containment:
             listed = False
             for sighted in failures.sighted:
                 found = await evidence.add(key, sighted.replica.replica_id, sighted.kind)
-                repeated = failures.repeated_elsewhere(
-                    sighted.kind, sighted.replica, ctx.pool, _elsewhere(found)
-                )
+                repeated = failures.repeated_elsewhere(sighted.kind, sighted.replica, side, _elsewhere(found))
                 listed = listed or repeated
-            until_s = self._clock.now_s() + ctx.pool.settings.attribution.hold_s
+            until_s = self._clock.now_s() + side.settings.attribution.hold_s
             pool.held.extend(_Held(failures, held, until_s) for held in failures.held)
             failures.sighted.clear()
             failures.held.clear()
@@ -221,9 +235,11 @@ class Containment:
 def build_containment(
     pools: Iterable[Pool], backend: RedisBackend | None, clock: Clock, metrics: GatewayMetrics
 ) -> tuple[Containment, list[Synced]]:
-    """Every pool's containment — attribution always; quarantine and evidence when the pool's quarantine
-    is enabled, in Redis with `backend` (memory without) — and the Redis stores whose mirrors the
-    caller keeps in sync (`gateway.proxy.quarantine_redis.QuarantineSync`)."""
+    """Every pool's (and prefill set's) containment — attribution always; quarantine and evidence when
+    the pool's quarantine is enabled, in Redis with `backend` (memory without), a prefill set sharing its
+    pool's quarantine — and the Redis stores whose mirrors the caller keeps in sync
+    (`gateway.proxy.quarantine_redis.QuarantineSync`)."""
+    pools = list(pools)
     built: dict[str, PoolContainment] = {}
     synced: list[Synced] = []
     for pool in pools:
@@ -233,11 +249,17 @@ def build_containment(
             continue
         ttl_s, window_s, cap = s.quarantine.ttl_s, s.attribution.window_s, s.quarantine.max_entries
         if backend is None:
-            entry.quarantine = MemoryQuarantine(clock, ttl_s, cap)
             entry.evidence = MemoryEvidence(clock, window_s, cap)
+            entry.quarantine = MemoryQuarantine(clock, ttl_s, cap) if pool.client_facing else None
             continue
-        quarantine = RedisQuarantine(backend, pool.model, clock, ttl_s=ttl_s, max_entries=cap)
         evidence = RedisEvidence(backend, pool.model, clock, window_s=window_s, max_entries=cap)
-        entry.quarantine, entry.evidence = quarantine, evidence
-        synced += [quarantine, evidence]
+        entry.evidence = evidence
+        synced.append(evidence)
+        if pool.client_facing:
+            quarantine = RedisQuarantine(backend, pool.model, clock, ttl_s=ttl_s, max_entries=cap)
+            entry.quarantine = quarantine
+            synced.append(quarantine)
+    for pool in pools:
+        if pool.prefill is not None and pool.prefill.model in built:
+            built[pool.prefill.model].quarantine = built[pool.model].quarantine
     return Containment(built, metrics, clock), synced

@@ -13,7 +13,6 @@ one upstream try in `gateway.proxy.attempt.Attempt`, the held slot and tenant pa
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -49,7 +48,7 @@ class RequestContext:
 
     request_id: str
     started_s: float
-    """`time.perf_counter()` at arrival (the same origin as `Reply.started_s`)."""
+    """The app clock's time at arrival (`Reply.started_s`)."""
     parsed: ParsedRequest
     pool: Pool
     tenant: Tenant
@@ -77,10 +76,6 @@ class RequestContext:
     def stream(self) -> bool:
         """The client asked for a streamed (SSE) response."""
         return self.parsed.stream
-
-    def elapsed_s(self) -> float:
-        """Seconds since the request arrived."""
-        return time.perf_counter() - self.started_s
 
 
 def build_context(

@@ -6,9 +6,9 @@ nothing claimed or recorded, and only when both chose does it claim both (`PoolA
 `take`), so a full decode set never churns prefill slots (claim, fail, release, wake the queue, again)
 and the prefill set's prefix index records a request only once it is sent (`router.profile`: a
 request waiting for decode room would otherwise find its own unsent prefill there, read as cached).
-The two slots travel as a `SlotPair` to the ticket, which then holds them by role
-(`SlotRole.PREFILL`, `DECODE`: `SlotPair.hand_over`); each is released on its own when its leg is
-done, the ticket releases what is left. `no_replica` (503) when either set has no eligible replica at
+The two slots travel as one `SlotSet` to the ticket, which holds them by role from the start
+(`SlotRole.PREFILL`, `DECODE`); each is released on its own when its leg is done, the ticket releases
+what is left. `no_replica` (503) when either set has no eligible replica at
 all. Queue classes, waits and early refusal are the pool's, as for an aggregated pool
 (`build_admission`).
 
@@ -26,7 +26,7 @@ from admission.controller import AdmissionController
 from admission.outcomes import AdmissionRefused, RejectReason
 from admission.slo_wait import slo_bounded_classes
 from admission.tenant_gate import TenantGate
-from admission.ticket import AdmissionRequest, SlotRole, Ticket
+from admission.ticket import AdmissionRequest, SlotRole, SlotSet, Ticket
 from core.clock import Clock
 from gateway.errors import from_refusal
 from gateway.metrics import GatewayMetrics
@@ -35,36 +35,6 @@ from gateway.settings import Settings
 from gateway.upstream.registry import ReplicaRegistry
 from gateway.upstream.slot import Slot
 from router.types import RoutingRequest
-
-
-class SlotPair:
-    """A prefill and a decode slot claimed together; released together until handed to a ticket."""
-
-    __slots__ = ("_handed_over", "decode", "prefill")
-
-    def __init__(self, prefill: Slot, decode: Slot) -> None:
-        self.prefill = prefill
-        self.decode = decode
-        self._handed_over = False
-
-    def release(self) -> None:
-        """Release both slots (idempotent); nothing once handed over (the ticket holds them then)."""
-        if not self._handed_over:
-            self.prefill.release()
-            self.decode.release()
-
-    def hand_over(self, ticket: Ticket[Slot | SlotPair]) -> None:
-        """Move the two slots into `ticket`'s PREFILL and DECODE roles (the pair leaves its SERVE role)."""
-        ticket.swap(SlotRole.PREFILL, self.prefill)
-        ticket.swap(SlotRole.DECODE, self.decode)
-        self._handed_over = True
-        ticket.swap(SlotRole.SERVE, None)
-
-
-def held_slot(ticket: Ticket[Slot | SlotPair], role: SlotRole) -> Slot | None:
-    """The `Slot` `ticket` holds in `role` (after `hand_over`), or None."""
-    slot = ticket.slot(role)
-    return slot if isinstance(slot, Slot) else None
 
 
 class PairAdmission:
@@ -83,7 +53,7 @@ class PairAdmission:
         self.decode = decode
         self.prefill = prefill
         self.model = decode.pool.model
-        self.controller: AdmissionController[Slot | SlotPair] = AdmissionController(
+        self.controller: AdmissionController[Slot] = AdmissionController(
             self.try_dispatch,
             gate,
             clock=clock,
@@ -92,8 +62,9 @@ class PairAdmission:
             full_by_own_caps=decode.full_by_own_caps,
         )
 
-    async def admit(self, request: AdmissionRequest) -> Ticket[Slot | SlotPair]:
-        """A ticket holding the pair (hand it over), or the refusal as the gateway error answering it."""
+    async def admit(self, request: AdmissionRequest) -> Ticket[Slot]:
+        """A ticket holding the PREFILL and DECODE slots, or the refusal as the gateway error answering
+        it."""
         try:
             return await self.controller.admit(request)
         except AdmissionRefused as refused:
@@ -102,7 +73,7 @@ class PairAdmission:
     def queue_depth(self) -> int:
         return len(self.controller)
 
-    def claim_pair(self, routing: RoutingRequest) -> SlotPair | None:
+    def claim_pair(self, routing: RoutingRequest) -> SlotSet[Slot] | None:
         """Both slots, or none (module docstring)."""
         prefill = self.prefill.decide(routing)
         if prefill is None:
@@ -110,9 +81,14 @@ class PairAdmission:
         decode = self.decode.decide(routing)
         if decode is None:
             return None
-        return SlotPair(self.prefill.take(prefill, routing), self.decode.take(decode, routing))
+        return SlotSet(
+            {
+                SlotRole.PREFILL: self.prefill.take(prefill, routing),
+                SlotRole.DECODE: self.decode.take(decode, routing),
+            }
+        )
 
-    def try_dispatch(self, request: AdmissionRequest) -> SlotPair | None:
+    def try_dispatch(self, request: AdmissionRequest) -> SlotSet[Slot] | None:
         """Admission's hook: the pair now, None to wait, `no_replica` when a set has nothing up."""
         assert request.routing is not None
         pair = self.claim_pair(request.routing)

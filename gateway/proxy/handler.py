@@ -3,7 +3,8 @@
 Every request ends in exactly one of: a relayed response, a contract error response (before the first
 byte), or a terminal SSE error event (after it). Whatever happens — the client leaving, a shutdown,
 bugs — the serve path releases what it holds in `finally` (the admission ticket), so in-flight counts
-return to zero; this handler then accounts the request (`gateway.proxy.account`).
+return to zero; this handler then tells the event port the request `finished` (its metrics,
+`gateway.proxy.account`; its span and access-log line, `gateway.observability`).
 
 Order of the checks, and so of the answers: draining (503) → API key (401, before the body is read) →
 body size (413; a declared length before any of the body is read) → body deadline (408) → JSON and
@@ -29,7 +30,7 @@ from typing import Any
 from admission.outcomes import AdmissionRefused, RejectReason
 from admission.retry_after import draining_retry_after_s
 from admission.tenants import AuthenticationFailed, Tenant, TenantDirectory
-from core.clock import Clock
+from core.clock import Clock, SystemClock
 from gateway.api.asgi_io import (
     ClientDisconnected,
     ClientIO,
@@ -56,8 +57,10 @@ from gateway.errors import (
     Unauthorized,
 )
 from gateway.metrics import GatewayMetrics
+from gateway.observability.events import ServeEvents
+from gateway.observability.metric_children import Children
 from gateway.observability.request_record import RequestRecord
-from gateway.proxy.account import OUTCOME_CLIENT_DISCONNECT, OUTCOME_SUCCESS, RequestAccounting
+from gateway.proxy.account import OUTCOME_CLIENT_DISCONNECT, OUTCOME_SUCCESS
 from gateway.proxy.adapter_loading import AdapterLoader
 from gateway.proxy.admit import Admission
 from gateway.proxy.context import RequestContext, build_context
@@ -97,6 +100,7 @@ class ProxyHandler:
         server: RequestServer,
         idempotency: IdempotencyStore,
         metrics: GatewayMetrics,
+        events: ServeEvents,
         engine_keys: dict[str, str] | None = None,
         affinity: ResponseAffinity,
         clock: Clock | None = None,
@@ -112,10 +116,13 @@ class ProxyHandler:
         self._engine_keys = engine_keys or {}
         self._affinity = affinity
         self._metrics = metrics
-        self._accounting = RequestAccounting(metrics)
+        self._events = events
+        self._rejections = Children(metrics.rejections_total)
+        self._rejection_seconds = Children(metrics.rejection_duration_seconds)
         self.draining = False
         self._active: dict[asyncio.Task[Any], Reply] = {}
-        self._write_deadlines = WriteDeadlines(settings.server.write_timeout_s, clock)
+        self._clock = clock or SystemClock()
+        self._write_deadlines = WriteDeadlines(settings.server.write_timeout_s, self._clock)
 
     def start_drain(self) -> None:
         """Refuse new requests and everything still queued with 503 `draining`."""
@@ -141,7 +148,7 @@ class ProxyHandler:
             on_timeout=lambda phase: self._metrics.client_timeouts_total.labels(phase).inc(),
         )
         send = client.send  # each write within the write deadline; a stalled reader ends the request
-        reply = Reply(request_id=request_id_of(header(scope, b"x-request-id")), send=send)
+        reply = Reply(request_id=request_id_of(header(scope, b"x-request-id")), send=send, clock=self._clock)
         request_record = self._server.observe(scope, reply.request_id, endpoint.value)  # or a no-op
         outcome = OUTCOME_SUCCESS
         tenant: Tenant | None = None
@@ -178,13 +185,13 @@ class ProxyHandler:
         finally:
             del self._active[task]
             pool = None if reply.pool is None else self._catalog.pool(reply.pool)
-            self._accounting.record(
+            self._events.finished(
                 reply,
                 outcome,
                 tenant=None if tenant is None else tenant.name,
                 pool=pool,
                 stream=stream,
-                request_record=request_record,
+                record=request_record,
             )
 
     async def _handle(  # noqa: PLR0917 - the request's parts, known by now
@@ -307,7 +314,7 @@ class ProxyHandler:
     async def _answer_error(self, reply: Reply, error: GatewayError, surface: ApiSurface) -> None:
         """Answer `error` (a contract response, or the terminal SSE event after the start); a client
         that left or stopped reading meanwhile simply does not get it."""
-        self._metrics.rejections_total.labels(str(error.code)).inc()
+        self._rejections(str(error.code)).inc()
         if isinstance(error, Draining) and error.retry_after_s is None:
             error.retry_after_s = draining_retry_after_s(self._settings.server.readiness_propagation_s)
         try:
@@ -323,4 +330,4 @@ class ProxyHandler:
             await send_response(reply.send, answer.status, headers, answer.body)
         except ClientDisconnected:
             return
-        self._metrics.rejection_duration_seconds.labels(str(error.code)).observe(reply.elapsed_s())
+        self._rejection_seconds(str(error.code)).observe(reply.elapsed_s())

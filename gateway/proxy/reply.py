@@ -8,16 +8,17 @@ the measurements accounting reads: queue wait, first output, usage.
 
 `first_output_s` is when the client could first see generated output, from arrival: the first
 content event of a stream (the time to first token, TTFT) or, for a non-streamed response, the
-arrival of the whole body (the client sees nothing earlier, so that is its TTFT too).
+arrival of the whole body (the client sees nothing earlier, so that is its TTFT too). Times come from
+the app's injected clock (`core.clock`), given at construction.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
+from core.clock import Clock
 from gateway.api.asgi_io import DisconnectWatcher, Send
 from gateway.errors import GatewayError
 from router.types import Decision
@@ -29,7 +30,9 @@ class Reply:
 
     request_id: str
     send: Send
-    started_s: float = field(default_factory=time.perf_counter)
+    clock: InitVar[Clock]
+    started_s: float = field(init=False)
+    """The clock's time at arrival."""
     watcher: DisconnectWatcher | None = None
     decision: Decision | None = None
     pool: str | None = None
@@ -51,9 +54,15 @@ class Reply:
     """The HTTP status the relayed response started with (None before it started, and for an idempotent
     replay or an error answer, which the relay does not send)."""
 
+    _now_s: Callable[[], float] = field(init=False, repr=False)
+
+    def __post_init__(self, clock: Clock) -> None:
+        self._now_s = clock.now_s
+        self.started_s = self._now_s()
+
     def elapsed_s(self) -> float:
         """Seconds since the request arrived."""
-        return time.perf_counter() - self.started_s
+        return self._now_s() - self.started_s
 
     async def run_before_end(self) -> None:
         """Run `before_end` if it has not run yet."""

@@ -18,6 +18,7 @@ import time
 from dataclasses import replace
 
 from gateway.metrics import GatewayMetrics
+from gateway.observability.metric_children import Children
 from gateway.upstream.registry import Pool
 from router.types import Branch, Decision, RoutingRequest
 
@@ -27,6 +28,7 @@ class Router:
 
     def __init__(self, metrics: GatewayMetrics) -> None:
         self._metrics = metrics
+        self._decisions = Children(metrics.routing_decisions_total)
 
     def decide(self, pool: Pool, routing: RoutingRequest) -> Decision | None:
         """The pool policy's decision for `routing` over the pool's current snapshot, counted; not
@@ -37,7 +39,7 @@ class Router:
             decision = replace(decision, branch=Branch.PINNED)
         self._metrics.routing_decision_seconds.observe(time.perf_counter() - started_s)
         if decision is not None:
-            self._metrics.routing_decisions_total.labels(decision.policy, decision.branch).inc()
+            self._decisions(decision.policy, decision.branch).inc()
         return decision
 
     @staticmethod

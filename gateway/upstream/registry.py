@@ -40,7 +40,7 @@ from gateway.upstream.discovery.types import ReplicaSet
 from gateway.upstream.pool import Pool, breaker_policy, replica_id_for
 from gateway.upstream.prefill_set import prefill_set_settings
 from gateway.upstream.replica import PASSIVE_BACKOFF_INITIAL_S, PASSIVE_BACKOFF_MAX_S, Replica
-from gateway.upstream.slot import Slot
+from gateway.upstream.slot import ReplicaGauges, Slot
 from router.presets import PolicyContext, build_policy
 from router.types import Decision
 
@@ -111,6 +111,8 @@ class ReplicaRegistry:
         self._idle = asyncio.Event()
         self._idle.set()
         self._release_listeners: list[Callable[[], None]] = []
+        self._gauges: dict[str, ReplicaGauges] = {}
+        """Each replica's slot gauges, resolved at its first claim (dropped when it leaves)."""
         for pool_settings in settings.pools:
             pool = self._add_pool(pool_settings, rng)
             if pool_settings.disaggregation is not None:
@@ -166,12 +168,16 @@ class ReplicaRegistry:
             self._metrics.panic_decisions_total.labels(replica.model).inc()
         self._total_inflight += 1
         self._idle.clear()
+        gauges = self._gauges.get(replica.replica_id)
+        if gauges is None:
+            gauges = self._gauges[replica.replica_id] = ReplicaGauges(self._metrics, replica.replica_id)
         return Slot(
             replica,
             decision,
             tokens,
-            self._metrics,
+            gauges,
             self._released_one,
+            clock=self._clock,
             uncached_tokens=uncached_tokens,
             prompt_tokens=prompt_tokens,
             affinity_tokens=affinity_tokens,
@@ -279,6 +285,7 @@ class ReplicaRegistry:
         pool.replicas.pop(replica.replica_id, None)
         pool.recount_models()  # its adapters leave the pool with it
         rid = replica.replica_id
+        self._gauges.pop(rid, None)
         for family in (
             self._metrics.inflight,
             self._metrics.replica_up,

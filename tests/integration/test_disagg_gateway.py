@@ -1,10 +1,9 @@
 """A disaggregated pool through a real gateway in front of real prefill and decode mock engines (vLLM's
 kv_transfer_params legs and SGLang's bootstrap legs), with the official `openai` client.
 
-The mock replicas refuse any leg whose fields are missing or wrong (a prefill that is asked to stream or
-to decode, a decode without a valid transfer or room: 400 naming the field), and a decode claims the KV
-from the prefill named in its leg, so a served request proves the wire shapes and the pairing. The text
-is the aggregated engine's for the same prompt and seed, so the tests compare it with that.
+The engines (`tests.disagg_fleet`) check every leg's fields and pair the legs, so a served request proves
+the wire shapes and the pairing; the text is the aggregated engine's for the same prompt and seed, so
+the tests compare it with that.
 """
 
 from __future__ import annotations
@@ -23,32 +22,22 @@ import yaml
 from gateway.settings import ConfigError, parse_settings
 from gateway.upstream.registry import replica_id_for
 from mock_engine.disagg_params import Protocol, Role
-from mock_engine.disagg_role import DisaggConfig
 from mock_engine.faults import FaultSettings
-from mock_engine.fixed_delay import FixedDelayCore
-from mock_engine.physics.kv_link import KvLink
-from mock_engine.server import MockEngineApp, MockEngineConfig
+from tests.disagg_fleet import aggregated_answer, disagg_engine, disagg_pool
 from tests.servers import (
     ServerThread,
     free_port,
     gateway_settings,
     start_gateway,
-    start_mock_engine,
     wait_until,
 )
 
 MODEL = "m"
-LINK = KvLink("test", bandwidth_bytes_per_s=10_000_000)  # 1 000 B/token: 10 000 tokens/s
 PROMPT = "the quick brown fox jumps over the lazy dog " * 3
 
 
 def _engine(role: Role, protocol: Protocol, faults: FaultSettings | None = None) -> ServerThread:
-    disagg = DisaggConfig(
-        role=role, protocol=protocol, kv_bytes_per_token=1000, link=LINK, bootstrap_timeout_s=5
-    )
-    core = FixedDelayCore(0.02, 0.001)
-    app = MockEngineApp(MockEngineConfig(model=MODEL, disagg=disagg), core, faults or FaultSettings())
-    return ServerThread(app, f"mock-{protocol}-{role}").start()
+    return disagg_engine(MODEL, role, protocol, faults)
 
 
 @dataclass
@@ -95,21 +84,15 @@ def _fleet(
     decode_policy: str | None = None,
     decode_cap: int | None = None,
 ) -> DisaggFleet:
-    def side(servers: list[ServerThread], extra: tuple[str, ...], policy: str | None) -> dict[str, Any]:
-        urls = [*extra, *(s.url for s in servers)]
-        return {"replicas": {"static": urls}} | ({} if policy is None else {"policy": policy})
-
-    pool = {
-        "model": MODEL,
-        "disaggregation": {
-            "protocol": str(protocol),
-            "prefill": side(prefill, extra_prefill_urls, prefill_policy),
-            "decode": side(decode, (), decode_policy) | {"max_concurrency_per_replica": decode_cap},
-        },
-        "health": {"enabled": False},
-        "scrape": {"enabled": False},
-        "retries": {"backoff_initial_s": 0.001, "backoff_max_s": 0.01},
-    }
+    pool = disagg_pool(
+        MODEL,
+        protocol,
+        [*extra_prefill_urls, *(s.url for s in prefill)],
+        [s.url for s in decode],
+        prefill_policy=prefill_policy,
+        decode_policy=decode_policy,
+        decode_cap=decode_cap,
+    )
     gateway = start_gateway(gateway_settings([pool]))
     return DisaggFleet(gateway, prefill, decode)
 
@@ -125,11 +108,7 @@ def pair_fleet(request: pytest.FixtureRequest) -> Iterator[DisaggFleet]:
 
 
 def _aggregated(body: dict[str, Any], path: str) -> dict[str, Any]:
-    server = start_mock_engine(model=MODEL)
-    try:
-        return dict(httpx.post(f"{server.url}{path}", json=body, timeout=10).json())
-    finally:
-        server.stop()
+    return aggregated_answer(MODEL, body, path)
 
 
 def _route(headers: httpx.Headers) -> dict[str, str]:
@@ -349,7 +328,7 @@ def test_the_decode_set_is_the_pool_and_the_prefill_set_its_own() -> None:
         "least-load",
         9,
     )
-    assert not pool.continues_streams
+    assert pool.continues_streams, "a broken stream is continued: a new prefill, another decode replica"
     from gateway.upstream.prefill_set import prefill_set_settings
 
     prefill = prefill_set_settings(pool)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from admission.release_forecast import ReleaseForecast
 from admission.tenant_gate import TenantGate
 from admission.tenants import Tenant
-from admission.ticket import AdmissionRequest, SlotRole, Ticket
+from admission.ticket import AdmissionRequest, SlotRole, SlotSet, Ticket
 from admission.timers import ManualTimers
 from core.clock import FakeClock
 
@@ -22,7 +22,9 @@ class FakeSlot:
             self.log.append(self.name)
 
 
-async def make_ticket(slot: FakeSlot, tenant: Tenant) -> tuple[Ticket[FakeSlot], TenantGate, ReleaseForecast]:
+async def make_ticket(
+    slot: FakeSlot | SlotSet[FakeSlot], tenant: Tenant
+) -> tuple[Ticket[FakeSlot], TenantGate, ReleaseForecast]:
     clock = FakeClock(start_s=10.0)
     gate = TenantGate.in_memory(clock, ManualTimers(clock))
     forecast = ReleaseForecast(clock)
@@ -67,3 +69,17 @@ async def test_release_frees_every_role_once_and_a_late_swap_cannot_leak() -> No
     ticket.swap(SlotRole.SERVE, late)  # a retry that raced the request's end
     assert late.released and not ticket.slots
     assert len(forecast) == 0
+
+
+async def test_a_slot_set_is_held_role_by_role_from_the_start() -> None:
+    """A disaggregated dispatch (one `SlotSet`) gives a ticket holding each slot in its own role: nothing
+    parks in SERVE, and every slot is released once with the ticket."""
+    log: list[str] = []
+    prefill, decode = FakeSlot("prefill", log), FakeSlot("decode", log)
+    pair = SlotSet({SlotRole.PREFILL: prefill, SlotRole.DECODE: decode})
+    ticket, _, _ = await make_ticket(pair, Tenant("t"))
+    assert dict(ticket.slots) == {SlotRole.PREFILL: prefill, SlotRole.DECODE: decode}
+    assert ticket.slot(SlotRole.SERVE) is None
+    ticket.swap(SlotRole.PREFILL, None)  # its leg is done
+    await ticket.release()
+    assert log == ["prefill", "decode"]

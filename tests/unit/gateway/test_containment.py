@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
+from admission.ticket import SlotRole
 from core.clock import FakeClock
 from gateway.api.request_parsing import Endpoint, ParsedRequest, parse_request
 from gateway.errors import RequestQuarantined, UpstreamError, UpstreamStatusError, UpstreamTTFTTimeout
@@ -62,6 +63,12 @@ class Fleet:
         return float(self.metrics.quarantine_total.labels("m", outcome)._value.get())
 
 
+def _arrive(fleet: Fleet, ctx: Any) -> tuple[Any, RequestFailures]:
+    """An aggregated pool's arrival: its one set, in the SERVE role."""
+    arrived, failures = fleet.containment.arrive(ctx, {SlotRole.SERVE: fleet.pool})
+    return arrived, failures[SlotRole.SERVE]
+
+
 def _status(status: int, replica: Replica | None = None) -> UpstreamError:
     replica_id = None if replica is None else replica.replica_id
     return UpstreamStatusError(
@@ -83,12 +90,12 @@ def one_try(
     """Arrive, fail once on `replica`, end unserved: (context, failures, verdict, settled charges)."""
 
     async def run() -> tuple[Any, RequestFailures, Any, tuple[Any, ...]]:
-        ctx, failures = fleet.containment.arrive(fleet.ctx(text))
+        ctx, failures = _arrive(fleet, fleet.ctx(text))
         failure = error or _500(replica)
-        verdict = await fleet.containment.judge(ctx, failures, failure, replica)
+        verdict = await fleet.containment.judge(ctx, failures, failure, replica, ctx.pool)
         if verdict.quarantine:
             await fleet.containment.quarantine(ctx, failures, failure)
-        settled = await fleet.containment.settle(ctx, failures, served=False)
+        settled = await fleet.containment.settle(ctx, failures, ctx.pool, served=False)
         return ctx, failures, verdict, settled
 
     return asyncio.run(run())
@@ -109,7 +116,7 @@ def test_identical_requests_failing_on_two_working_replicas_are_quarantined_with
         (fleet.b.replica_id, FailureCause.REQUEST),
     ], "both failures are the request's: the held one is released"
     with pytest.raises(RequestQuarantined):
-        fleet.containment.arrive(fleet.ctx("poison"))
+        _arrive(fleet, fleet.ctx("poison"))
     assert fleet.count("quarantined") == 1 and fleet.count("refused") == 1
     fleet.clock.advance(HOLD_S + 1)
     assert one_try(fleet, "good", fleet.c, _status(400))[3] == (), "nothing left held for A"
@@ -120,12 +127,12 @@ def test_identical_requests_failing_at_once_complete_the_evidence_when_the_secon
     fleet.serving(fleet.a, fleet.b)
 
     async def run() -> tuple[Any, ...]:
-        one, f1 = fleet.containment.arrive(fleet.ctx("poison"))
-        two, f2 = fleet.containment.arrive(fleet.ctx("poison"))
-        assert (await fleet.containment.judge(one, f1, _500(fleet.a), fleet.a)).pending
-        assert (await fleet.containment.judge(two, f2, _500(fleet.b), fleet.b)).pending
-        assert await fleet.containment.settle(one, f1, served=False) == ()
-        return await fleet.containment.settle(two, f2, served=False)
+        one, f1 = _arrive(fleet, fleet.ctx("poison"))
+        two, f2 = _arrive(fleet, fleet.ctx("poison"))
+        assert (await fleet.containment.judge(one, f1, _500(fleet.a), fleet.a, one.pool)).pending
+        assert (await fleet.containment.judge(two, f2, _500(fleet.b), fleet.b, two.pool)).pending
+        assert await fleet.containment.settle(one, f1, one.pool, served=False) == ()
+        return await fleet.containment.settle(two, f2, two.pool, served=False)
 
     charges = asyncio.run(run())
     assert causes(charges) == [
@@ -134,7 +141,7 @@ def test_identical_requests_failing_at_once_complete_the_evidence_when_the_secon
     ]
     assert fleet.count("listed") == 1
     with pytest.raises(RequestQuarantined):
-        fleet.containment.arrive(fleet.ctx("poison"))
+        _arrive(fleet, fleet.ctx("poison"))
 
 
 def test_a_held_failure_is_the_replicas_when_its_fingerprint_fails_nowhere_else() -> None:
@@ -169,9 +176,9 @@ def test_a_genuinely_broken_replica_is_still_charged_for_every_failure() -> None
     assert causes(later).count((fleet.a.replica_id, FailureCause.REPLICA)) == 3
 
     async def served_elsewhere() -> tuple[Any, ...]:
-        ctx, failures = fleet.containment.arrive(fleet.ctx("good 9"))
-        await fleet.containment.judge(ctx, failures, _500(fleet.a), fleet.a)
-        return await fleet.containment.settle(ctx, failures, served=True)
+        ctx, failures = _arrive(fleet, fleet.ctx("good 9"))
+        await fleet.containment.judge(ctx, failures, _500(fleet.a), fleet.a, ctx.pool)
+        return await fleet.containment.settle(ctx, failures, ctx.pool, served=True)
 
     assert causes(asyncio.run(served_elsewhere())) == [(fleet.a.replica_id, FailureCause.REPLICA)]
 
@@ -185,8 +192,8 @@ def test_a_prompt_served_somewhere_is_no_poison_request() -> None:
     one_try(fleet, "popular", fleet.a, miss)
 
     async def served() -> None:
-        ctx, failures = fleet.containment.arrive(fleet.ctx("popular"))
-        await fleet.containment.settle(ctx, failures, served=True)
+        ctx, failures = _arrive(fleet, fleet.ctx("popular"))
+        await fleet.containment.settle(ctx, failures, ctx.pool, served=True)
 
     asyncio.run(served())
     _, _, verdict, _ = one_try(fleet, "popular", fleet.c, miss)
@@ -215,8 +222,8 @@ def test_a_stream_silent_where_other_streams_go_silent_too_is_not_quarantined() 
     for replica in (fleet.a, fleet.b):
 
         async def other(replica: Replica = replica) -> None:
-            ctx, failures = fleet.containment.arrive(fleet.ctx(f"other on {replica.replica_id}"))
-            await fleet.containment.judge(ctx, failures, silent, replica)
+            ctx, failures = _arrive(fleet, fleet.ctx(f"other on {replica.replica_id}"))
+            await fleet.containment.judge(ctx, failures, silent, replica, ctx.pool)
 
         asyncio.run(other())
     one_try(fleet, "same", fleet.a, silent)

@@ -43,7 +43,7 @@ def _run(
 ) -> tuple[list[str], Any, GatewayMetrics]:
     fallbacks, first, metrics = _setup()
     tried: list[str] = []
-    reply = Reply(request_id="r", send=None)  # type: ignore[arg-type]
+    reply = Reply(request_id="r", send=None, clock=FakeClock())  # type: ignore[arg-type]
 
     async def serve(ctx: Any, reply: Reply) -> None:
         tried.append(ctx.pool.model)

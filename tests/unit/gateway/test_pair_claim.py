@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 
 from admission.tenant_gate import TenantGate
+from admission.tenants import Tenant
+from admission.ticket import AdmissionRequest, SlotRole
 from core.clock import FakeClock
 from gateway.metrics import GatewayMetrics
 from gateway.proxy.admit import build_admission
@@ -13,6 +15,7 @@ from gateway.proxy.disagg_admit import PairAdmission, add_pair_admissions
 from gateway.proxy.route import Router
 from gateway.settings import parse_settings
 from gateway.upstream.registry import ReplicaRegistry
+from gateway.upstream.slot import Slot
 from router.keys import build_routing_request
 from router.prefix_index import PrefixIndex, policy_prefix_index
 
@@ -65,8 +68,10 @@ def test_a_pair_refused_for_decode_room_records_nothing_in_the_prefill_index() -
     first.release()
     second = pair.claim_pair(routing)
     assert second is not None
-    prefill_id = second.prefill.replica.replica_id
-    assert second.prefill.decision.matched_prefix_blocks == 0, "its prefill is not counted as cached"
+    prefill_id = second.roles[SlotRole.PREFILL].replica.replica_id
+    assert second.roles[SlotRole.PREFILL].decision.matched_prefix_blocks == 0, (
+        "its prefill is not counted as cached"
+    )
     assert index.matched_blocks(prefill_id, routing.prefix_hashes) == len(routing.prefix_hashes)
     second.release()
 
@@ -80,11 +85,29 @@ def test_a_claimed_pair_is_recorded_once_where_its_prefill_went() -> None:
     routing = build_routing_request(MODEL, PROMPT)
     first = pair.claim_pair(routing)
     assert first is not None
-    assert records == [first.prefill.replica.replica_id]
+    assert records == [first.roles[SlotRole.PREFILL].replica.replica_id]
     first.release()
     again = pair.claim_pair(routing)
     assert again is not None
-    assert again.prefill.replica.replica_id == first.prefill.replica.replica_id
-    assert again.prefill.decision.matched_prefix_blocks == len(routing.prefix_hashes)
-    assert records == [first.prefill.replica.replica_id] * 2
+    assert (
+        again.roles[SlotRole.PREFILL].replica.replica_id == first.roles[SlotRole.PREFILL].replica.replica_id
+    )
+    assert again.roles[SlotRole.PREFILL].decision.matched_prefix_blocks == len(routing.prefix_hashes)
+    assert records == [first.roles[SlotRole.PREFILL].replica.replica_id] * 2
     again.release()
+
+
+async def test_admission_gives_a_ticket_holding_both_slots_by_role() -> None:
+    """The ticket a disaggregated pool's admission returns is complete: its PREFILL and DECODE slots in
+    their roles, nothing in SERVE (no pair to hand over)."""
+    pair, _ = pair_admission()
+    routing = build_routing_request(MODEL, PROMPT)
+    ticket = await pair.admit(AdmissionRequest(Tenant("t"), "interactive", 10, routing))
+    assert set(ticket.slots) == {SlotRole.PREFILL, SlotRole.DECODE}
+    assert all(isinstance(slot, Slot) for slot in ticket.slots.values())
+    assert ticket.slot(SlotRole.PREFILL).replica.replica_id in {p.removeprefix("http://") for p in PREFILL}
+    await ticket.release()
+    assert all(
+        r.inflight_requests == 0
+        for r in (*pair.prefill.pool.replicas.values(), *pair.decode.pool.replicas.values())
+    )

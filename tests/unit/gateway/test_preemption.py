@@ -27,7 +27,7 @@ def registry(**pool: object) -> ReplicaRegistry:
 def attempt_on(reg: ReplicaRegistry, index: int) -> Attempt:
     replica = list(reg.pools["m"].replicas.values())[index]
     decision = Decision(replica_id=replica.replica_id, policy="test", branch=Branch.LEAST_LOAD)
-    return Attempt(reg.claim(replica, decision, 0), 1)
+    return Attempt(reg.claim(replica, decision, 0), 1, FakeClock())
 
 
 async def test_an_admin_notice_drains_now_and_cuts_what_still_runs_at_the_deadline() -> None:

@@ -22,12 +22,12 @@ from router.types import Branch, Decision, EngineLoad
 MODEL = "m"
 
 
-def registry(**pool: Any) -> tuple[ReplicaRegistry, Replica, GatewayMetrics]:
+def registry(clock: FakeClock | None = None, **pool: Any) -> tuple[ReplicaRegistry, Replica, GatewayMetrics]:
     settings = parse_settings(
         {"pools": [{"model": MODEL, "replicas": {"static": ["http://10.0.0.1:8000"]}, **pool}]}
     )
     metrics = GatewayMetrics()
-    reg = ReplicaRegistry(settings, metrics, FakeClock(0.0), random.Random(1))
+    reg = ReplicaRegistry(settings, metrics, clock or FakeClock(0.0), random.Random(1))
     (replica,) = reg.pools[MODEL].replicas.values()
     return reg, replica, metrics
 
@@ -56,10 +56,13 @@ def test_prefill_tokens_move_to_the_decode_batch_at_the_first_token_and_leave_at
 
 
 def test_the_model_learns_from_first_tokens_and_finished_streams() -> None:
-    reg, replica, metrics = registry(latency_model={"warm_after": 2})
-    for _ in range(3):
+    clock = FakeClock(0.0)  # the slots' times are the registry's clock's
+    reg, replica, metrics = registry(clock, latency_model={"warm_after": 2})
+    for n in range(3):
         slot = reg.claim(replica, DECISION, 100, uncached_tokens=80)
+        clock.advance(0.2 + 0.01 * n)
         slot.first_token()
+        clock.advance(0.38 + 0.02 * n)
         slot.finished(20)
         slot.release()
     model = replica.cost.model

@@ -9,9 +9,10 @@ from typing import Any, cast
 
 import pytest
 
+from core.clock import FakeClock
 from gateway.metrics import GatewayMetrics
 from gateway.pool_settings import KNOWN_OUTCOMES
-from gateway.proxy.account import OUTCOME_CLIENT_DISCONNECT, OUTCOME_SUCCESS, RequestAccounting
+from gateway.proxy.account import OUTCOME_CLIENT_DISCONNECT, OUTCOME_SUCCESS, ServeMetrics
 from gateway.proxy.reply import Reply
 from gateway.settings import PoolSettings
 from gateway.upstream.registry import Pool
@@ -31,7 +32,7 @@ def _pool() -> Pool:
 
 
 def _reply(*, ttft_s: float, usage: dict[str, int] | None) -> Reply:
-    reply = Reply(request_id="r", send=_send)
+    reply = Reply(request_id="r", send=_send, clock=FakeClock())
     reply.first_output_s = ttft_s
     reply.usage = usage
     return reply
@@ -58,7 +59,7 @@ def test_slo_total_counts_the_requests_the_goodput_test_ran_on(
     ttft_s: float, usage: dict[str, int], outcome: str, expected: tuple[float, float]
 ) -> None:
     metrics = GatewayMetrics()
-    RequestAccounting(metrics).record(
+    ServeMetrics(metrics).finished(
         _reply(ttft_s=ttft_s, usage=usage), outcome, tenant=None, pool=_pool(), stream=True
     )
     assert _counts(metrics) == expected
