@@ -4,8 +4,8 @@
 starts P + D engines with the same core, profile and speed as an aggregated fleet: engines 0…P−1 with
 `--role prefill`, engines P…P+D−1 with `--role decode`, all with `--disagg-protocol PROTOCOL` and
 `--kv-link LINK` (the entry's `@LINK`, else `--kv-link`, else the engine's default: the profile's
-link, else rdma). The gateway's pool for the model gets a `disaggregation:` section (README,
-"Disaggregated pools") instead of `replicas:`:
+link, else rdma). The gateway's pool for the model gets a `disaggregation:` section
+(docs/DISAGGREGATION.md) instead of `replicas:`:
 
     disaggregation:
       protocol: vllm

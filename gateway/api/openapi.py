@@ -9,7 +9,7 @@ headers are the names the serve path reads. Request bodies describe the fields t
 everything else passes through to the engine, which validates it. The admin API (`/admin/...`) is not
 part of this surface.
 
-Error responses are the contract of README "Error contract": an OpenAI-style body
+Error responses are the contract of docs/API.md, "Error contract": an OpenAI-style body
 `{"error": {"message", "type", "code": <reason>}}` (Anthropic's `{"type": "error", "error": {...}}` on
 the Messages endpoints) and the same reason in `x-gateway-reject-reason`;
 an engine's own error status is passed through with its body (`upstream_status`, the `default` response).

@@ -8,8 +8,8 @@
 The line is serialised on the event loop (orjson, a few µs) and written by a `QueueListener` thread, so a
 slow stdout (a full pipe to a log collector) never blocks requests. `start()` attaches the handler
 (unless `stream: none`) and starts the thread; `stop()` drains the queue and detaches. The fields are
-the README's table ("Access log"); `fields` never holds prompt or completion text or an API key — its
-builder (`gateway.observability.request_record`) reads only names, counts and timings.
+the table of docs/OPERATIONS.md ("Access log"); `fields` never holds prompt or completion text or an
+API key — its builder (`gateway.observability.request_record`) reads only names, counts and timings.
 """
 
 from __future__ import annotations

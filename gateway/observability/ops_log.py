@@ -2,11 +2,12 @@
 `/openapi.json`, `/admin/...`), unknown routes (404) and wrong methods on any route (405).
 
 `OpsLog.serve` runs the answering ASGI app with a `send` that notes the status, the reason header and
-the request id, and writes one line when the answer is sent, in the access log's field order (README
-"Access log"), kept by the same rule as any line (`AccessLog.keeps`: every refusal, a sample of the
-rest). Probes and scrapes (`UNLOGGED_PATHS`) get no line: they come every few seconds and have their
-own signals. The line's `endpoint` is the path asked for (cut at `MAX_PATH_CHARS`), `tenant` the name
-the request's key resolves to (null when it does not); the serve-path fields are null, empty or 0.
+the request id, and writes one line when the answer is sent, in the access log's field order
+(docs/OPERATIONS.md, "Access log"), kept by the same rule as any line (`AccessLog.keeps`: every
+refusal, a sample of the rest). Probes and scrapes (`UNLOGGED_PATHS`) get no line: they come every few
+seconds and have their own signals. The line's `endpoint` is the path asked for (cut at
+`MAX_PATH_CHARS`), `tenant` the name the request's key resolves to (null when it does not); the
+serve-path fields are null, empty or 0.
 The gateway builds an `OpsLog` only when the access log is on: with it off nothing here runs.
 """
 

@@ -211,7 +211,7 @@ class LoggedRecord(RequestRecord):
     def line(
         self, reply: Reply, outcome: str, tenant: str | None, duration_ms: float, ttft_ms: float | None
     ) -> dict[str, Any]:
-        """The access-log fields (README "Access log")."""
+        """The access-log fields (docs/OPERATIONS.md, "Access log")."""
         ctx, parsed = self._ctx, self._parsed
         usage = reply.usage or {}
         decision = reply.decision

@@ -1,5 +1,5 @@
 """The error contract on the Anthropic Messages and Responses surfaces: the same reasons, statuses and
-headers as every endpoint (README "Error contract"), with Anthropic's body shape on `/v1/messages`, and
+headers as every endpoint (docs/API.md, "Error contract"), with Anthropic's body shape on `/v1/messages`, and
 each surface's own terminal event after a stream started."""
 
 from __future__ import annotations

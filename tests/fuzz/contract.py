@@ -1,4 +1,4 @@
-"""The assertions every fuzzed answer must pass (README "Error contract", the OpenAPI document):
+"""The assertions every fuzzed answer must pass (docs/API.md "Error contract", the OpenAPI document):
 
 - never a 5xx;
 - every 4xx carries `x-gateway-reject-reason`, one the OpenAPI document lists for that status, and a

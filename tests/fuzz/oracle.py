@@ -1,5 +1,5 @@
 """What the gateway must answer a proxied request before any engine sees it, from the documented rules
-(README "Error contract", the OpenAPI document, `gateway/api/request_parsing.py`'s docstrings): the
+(docs/API.md "Error contract", the OpenAPI document, `gateway/api/request_parsing.py`'s docstrings): the
 status and reason of the first check that refuses it, in the handler's order (body size 413 → JSON and
 fields 400 → stored response unknown 404 → model 404 → endpoint not served by the pool 404 → stored
 response held by another pool 404 → timer headers 400), or None when the gateway must pass it to an
@@ -24,7 +24,7 @@ import orjson
 from gateway.api.request_parsing import Endpoint
 
 MAX_PROMPT_NESTING = 16
-"""README/request_parsing: a prompt-bearing value nested deeper than this is a 400."""
+"""docs/API.md / request_parsing: a prompt-bearing value nested deeper than this is a 400."""
 TIMER_HEADERS = ("x-gateway-ttft-timeout-ms", "x-gateway-idle-timeout-ms")
 
 Refusal = tuple[int, str]

@@ -1,5 +1,6 @@
-"""The structured access log (issue 17, item 3): one JSON line per request with the README's fields,
-errors and slow requests always kept under sampling, never a prompt or an API key."""
+"""The structured access log (issue 17, item 3): one JSON line per request with the fields of
+docs/OPERATIONS.md's table, errors and slow requests always kept under sampling, never a prompt or an
+API key."""
 
 from __future__ import annotations
 
@@ -24,13 +25,13 @@ from tests.servers import ServerThread, gateway_settings, start_gateway, wait_un
 
 CHAT = "/v1/chat/completions"
 API_KEY = "sk-team-a-secret-9090"
-README = Path(__file__).resolve().parents[2] / "README.md"
+OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "OPERATIONS.md"
 
 
 def documented_fields() -> list[str]:
-    """The field column of the README's access-log table."""
-    text = README.read_text()
-    section = text.split("### Access log", 1)[1]
+    """The field column of the access-log table in docs/OPERATIONS.md."""
+    text = OPERATIONS.read_text()
+    section = text.split("## Access log", 1)[1]
     table = section.split("| field |", 1)[1].split("\n\n", 1)[0]
     return re.findall(r"^\| `([a-z_]+)` \|", table, flags=re.MULTILINE)
 

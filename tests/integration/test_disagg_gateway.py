@@ -363,9 +363,9 @@ def test_a_request_waits_for_both_sets_caps() -> None:
         fleet.stop()
 
 
-def test_the_readme_block_is_a_valid_pool() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    block = readme.split("## Disaggregated pools", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+def test_the_documented_block_is_a_valid_pool() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "DISAGGREGATION.md").read_text()
+    block = page.split("## Configuration", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
     pool = parse_settings(yaml.safe_load(block)).pools[0]
     assert pool.disaggregation is not None and pool.disaggregation.prefill_policy == "prefix-index"
     assert (pool.policy, pool.max_concurrency_per_replica) == ("least-load", 64)

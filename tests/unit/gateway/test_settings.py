@@ -1,17 +1,28 @@
 from __future__ import annotations
 
 import random
+import re
+import typing
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from pydantic import BaseModel
 
-from gateway.settings import ConfigError, IdempotencySettings, load_settings, parse_settings
+from gateway.settings import ConfigError, IdempotencySettings, Settings, load_settings, parse_settings
 from router.presets import PolicyContext, build_policy
 from router.types import EngineLoad, ReplicaView, RoutingRequest
 
 MINIMAL = {"pools": [{"model": "m", "replicas": {"static": ["http://127.0.0.1:8101"]}}]}
+CONFIGURATION = Path(__file__).resolve().parents[3] / "docs" / "CONFIGURATION.md"
+
+
+def documented_config_block() -> str:
+    """The commented config of docs/CONFIGURATION.md ("Every key, with its default")."""
+    section = CONFIGURATION.read_text().split("## Every key, with its default", 1)[1]
+    return section.split("```yaml\n", 1)[1].split("```", 1)[0]
 
 
 def test_defaults_fill_a_minimal_config() -> None:
@@ -102,15 +113,50 @@ def test_examples_are_valid() -> None:
         load_settings(example, environ={})
 
 
-def test_the_readme_configuration_block_is_valid() -> None:
-    import yaml
-
-    readme = Path(__file__).resolve().parents[3].joinpath("README.md").read_text()
-    section = readme.split("## Configuration", 1)[1]
-    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
-    settings = parse_settings(yaml.safe_load(block))
+def test_the_documented_configuration_block_is_valid() -> None:
+    settings = parse_settings(yaml.safe_load(documented_config_block()))
     assert settings.pools[0].model == "demo-model"
     assert settings.idempotency == IdempotencySettings(), "the block shows the idempotency defaults"
+
+
+EXAMPLE_VALUED = {"upstream_model", "replicas", "max_concurrency_per_replica"}
+"""Pool keys the documented block shows with an example value rather than the default."""
+DOCUMENTED_ELSEWHERE = {"disaggregation": "docs/DISAGGREGATION.md"}
+"""Settings whose own keys are documented on another page (which its tests read)."""
+
+
+def test_the_documented_configuration_block_shows_the_defaults() -> None:
+    documented = parse_settings(yaml.safe_load(documented_config_block()))
+    defaults = parse_settings({"pools": [{"model": "demo-model", "replicas": {"static": ["http://h:1"]}}]})
+    for name in type(documented).model_fields:
+        if name != "pools":
+            assert getattr(documented, name) == getattr(defaults, name), f"{name}: not the default"
+    pool, default_pool = documented.pools[0], defaults.pools[0]
+    for name in set(type(pool).model_fields) - EXAMPLE_VALUED:
+        assert getattr(pool, name) == getattr(default_pool, name), f"pools[].{name}: not the default"
+
+
+def _setting_names(model: type[BaseModel], path: str = "") -> Iterator[tuple[str, str]]:
+    """(path, key) of every setting under `model`, recursively through nested settings models."""
+    for name, field in model.model_fields.items():
+        yield path + name, name
+        if name in DOCUMENTED_ELSEWHERE:
+            continue
+        for nested in _models_in(field.annotation):
+            yield from _setting_names(nested, f"{path}{name}.")
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [model for arg in typing.get_args(annotation) for model in _models_in(arg)]
+
+
+def test_the_documented_configuration_block_names_every_setting() -> None:
+    """A new setting fails here until docs/CONFIGURATION.md's block names it (a key or a comment)."""
+    block = documented_config_block()
+    missing = [path for path, key in _setting_names(Settings) if not re.search(rf"\b{key}\b", block)]
+    assert not missing, f"docs/CONFIGURATION.md does not name: {missing}"
 
 
 def test_idempotency_defaults_are_the_stores_defaults() -> None:

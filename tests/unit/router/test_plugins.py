@@ -303,9 +303,9 @@ class TestCustomPolicy:
             build_policy("least-load", PolicyContext(random.Random(0), profile=self.SPEC))
 
 
-def test_the_readme_profile_block_builds() -> None:
-    readme = Path(__file__).resolve().parents[3].joinpath("README.md").read_text()
-    section = readme.split("**Custom profiles.**", 1)[1]
+def test_the_documented_profile_block_builds() -> None:
+    page = Path(__file__).resolve().parents[3].joinpath("docs", "ROUTING.md").read_text()
+    section = page.split("## Custom profiles", 1)[1]
     pool = yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
     assert pool["policy"] == CUSTOM_POLICY
     assert profile(pool["profile"]).name == CUSTOM_POLICY
