@@ -9,7 +9,8 @@ always learned when enabled (a few dozen float operations per request); what use
   (0.05 s by default). Where the engine exports an inter-token latency histogram (vLLM, SGLang) every
   scrape that closes a window moves it, on the engine's whole batch: every gateway instance learns the
   same budget from the same engine and takes the requests the others run there off its own share.
-  Elsewhere the TPOT of this instance's finished streams moves it, a generation late
+  Finished requests' TPOTs then trim the set point toward the objective's 95th percentile. Elsewhere
+  the TPOT of this instance's finished streams moves the cap itself, a generation late
   (`cap_paced_by_generation`). The rules are `gateway.upstream.tpot_limit`'s. Never below
   `min_cap_per_replica` (8); a configured `max_concurrency_per_replica` still bounds this instance.
   Requests above it wait in admission — each for the replica holding its prefix while that fits its
@@ -26,9 +27,8 @@ always learned when enabled (a few dozen float operations per request); what use
 
 What an operator changes: the objective (`slo.tpot_s`, `slo.ttft_s`) to what the fleet must deliver —
 an engine slower than the set point even at small batches is held at `min_cap_per_replica` —,
-`tpot_target_ratio` to trade attainment for batch (the budget holds the *mean* token latency at the
-set point and requests scatter around it), and `adaptive_cap: false` to turn it off. The others are
-for experiments.
+`tpot_target_ratio` where the set point starts (finished requests trim it), and `adaptive_cap: false`
+to turn it off. The others are for experiments.
 """
 
 from __future__ import annotations
@@ -58,8 +58,9 @@ class LatencyModelSettings(BaseModel):
     held by some replicas of the pool and not others (`ReplicaCost.affinity_share`); None (default):
     the cap applies whatever the sharing (module docstring)."""
     tpot_target_ratio: float = Field(DEFAULT_TPOT_TARGET_RATIO, gt=0, le=1)
-    """The learned cap's set point as a share of `slo.tpot_s`: the limit holds the mean TPOT there, and
-    requests scatter around the mean (`gateway.upstream.tpot_limit`)."""
+    """The learned cap's set point as a share of `slo.tpot_s`: the limit holds the mean token latency
+    there and requests scatter around the mean. With the engine's token latency this is where the set
+    point starts; finished requests then trim it (`gateway.upstream.tpot_limit`)."""
     cap_paced_by_generation: bool = True
     """Each update of the learned cap takes its share (update_every / requests running) of one
     generation's step, so the late TPOT feedback neither compounds cuts nor overshoots growth, and the
