@@ -6,7 +6,7 @@ the options that add up, `--fault` and `--variant` given by the user replace the
 configs; `--pool-set`, `-p` and `--engine-arg` add to the preset's (a later key wins).
 
     faults   goodput under faults: continuation on vs off × attribution on vs off, same fleet, load, seed,
-             fault schedule and poison fraction (docs/BENCHMARKS.md, "Faults")
+             fault schedule and poison fraction (docs/BENCHMARKS.md, "Goodput under faults")
 """
 
 from __future__ import annotations

@@ -234,8 +234,8 @@ def _client_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     """uvloop when installed (it comes with `uvicorn[standard]` on Linux), as in the gateway and the
     engines: the client handles thousands of SSE frames per second, and on the default loop its own
     per-event overhead shows up as latency it attributes to the server (a refusal's p50 reads higher on
-    the default loop against the same gateway; docs/BENCHMARKS.md, "Overload"). None: the default
-    loop."""
+    the default loop against the same gateway; docs/bench-log/2026-12-05-rounds.md, "Early refusal by
+    class"). None: the default loop."""
     try:
         import uvloop
     except ImportError:

@@ -4,7 +4,7 @@
 Why: on a small machine the client shares cores with what it measures. httpx's connection pool does
 bookkeeping that grows with the number of open connections, so with hundreds of concurrent streams the
 client, not the gateway, sets the limit; this client costs about an order of magnitude less CPU per
-stream (docs/BENCHMARKS.md, "Gateway overhead").
+stream (docs/bench-log/2026-12-05-rounds.md, "Gateway overhead").
 
 It opens one connection per request (`connection: close`) or, with `keep_alive` (`--keep-alive`),
 reuses idle ones as SDK clients do: a connection goes back to the pool only after a complete response

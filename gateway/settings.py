@@ -184,8 +184,8 @@ class AdmissionSettings(StrictModel):
     the requests running now (`admission.controller.AdmissionConfig`) — rather than after it; null
     waits the full `max_wait_s` before `queue_timeout`. Default 0.8: the 20 % margin absorbs the jitter
     of a cohort's completion, so under overload a request that will not be served is refused at arrival
-    rather than after waiting out its class's limit, at the same goodput (docs/BENCHMARKS.md,
-    "Overload")."""
+    rather than after waiting out its class's limit, at the same goodput
+    (docs/bench-log/2026-12-05-rounds.md, "Early refusal by class")."""
     default_priority: str = "interactive"
     allow_anonymous: bool = False
 

@@ -130,7 +130,7 @@ class BoundedRingPicker(IndexedPicker):
     witness of every block makes a long prompt's decision several times dearer. Without a witness the
     learned cap's affinity gate reads a prefix- or session-affine pool as "no affinity" and caps it,
     and a capped owner's queued requests spill along the ring to replicas without their prefix, which
-    past the knee costs cache hits and goodput (docs/BENCHMARKS.md, "Routing").
+    past the knee costs cache hits and goodput (docs/bench-log/2026-12-05-rounds.md, "Fifth round").
     """
 
     def __init__(

@@ -40,10 +40,10 @@ The prefix benefit is inside `queued_i`. The TPOT filter spares the replicas tha
 others do not: those are the busy ones (popular prefixes draw traffic), so past the fleet's knee a
 strict filter sends their requests to replicas without the prefix — each a miss whose prefill slows that
 replica's whole batch and leaves a second copy of the prefix in its cache. Sparing the holders keeps the
-SLO goodput and cache hits a strict filter loses there (docs/BENCHMARKS.md, "Routing"). A prefix every
-replica holds (a common system prompt) spares none. Nothing else bounds a spared holder's TPOT on such a
-pool — the learned cap is gated off where prefixes decide the prefill (`gateway.upstream.replica_cost`)
-— and there the hit still beats the miss (same section).
+SLO goodput and cache hits a strict filter loses there (docs/bench-log/2026-12-05-rounds.md, "Sixth round"). A
+prefix every replica holds (a common system prompt) spares none. Nothing else bounds a spared holder's
+TPOT on such a pool — the learned cap is gated off where prefixes decide the prefill
+(`gateway.upstream.replica_cost`) — and there the hit still beats the miss (same section).
 
 Branch `slo_met` when the choice is predicted to meet both objectives, `slo_prefix_over_tpot` when a
 spared prefix holder predicted over TPOT won, `slo_best_effort` otherwise (no replica can: the best one

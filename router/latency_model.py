@@ -19,9 +19,9 @@ of requests ahead carries and their tokens do not (with prefix hits they are few
 own tokens get a term of their own (a4): they are paid in full (its own step), while the tokens ahead
 are mostly in the step already in flight, of which the request waits on average half — so a token
 ahead costs less than an own token (fitted, a1 comes out well below a4, and a1 + a4 near the
-engine's cost of a prefilled token; docs/BENCHMARKS.md, "Routing"). A decode step reads the weights
-once plus every running sequence's KV (TPOT = weights/BW + Σ context · kv_bytes/BW), so TPOT is
-affine in the batch and in the KV in use. The feature scales (/1000, /10) only keep the normal
+engine's cost of a prefilled token; docs/bench-log/2026-12-05-rounds.md, "Prediction error"). A decode step
+reads the weights once plus every running sequence's KV (TPOT = weights/BW + Σ context · kv_bytes/BW),
+so TPOT is affine in the batch and in the KV in use. The feature scales (/1000, /10) only keep the normal
 equations well conditioned.
 
 RLS with forgetting factor λ (default 0.98, an effective memory of about 1/(1−λ) = 50 observations)
@@ -60,8 +60,9 @@ Prediction error is tracked as an exponentially weighted mean absolute percentag
 
 The TPOT model is a prediction, not a cap: solved for the batch whose TPOT meets the objective it was
 tried as the replica's cap and capped replicas below the knee, because an affine law fitted over the
-narrow range of batches a replica runs extrapolates badly (docs/BENCHMARKS.md, "Routing"). The cap,
-when one is wanted, follows the measured TPOT instead (`gateway.upstream.tpot_limit`).
+narrow range of batches a replica runs extrapolates badly (docs/bench-log/2026-12-05-rounds.md, "The cap
+that finds itself"). The cap, when one is wanted, follows the measured TPOT instead
+(`gateway.upstream.tpot_limit`).
 """
 
 from __future__ import annotations

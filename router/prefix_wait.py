@@ -3,7 +3,7 @@
 A request queued in admission is dispatched, when a slot frees, to whichever eligible replica routing
 picks; with every replica at its cap (`max_concurrency_per_replica`) the only eligible one is the one
 that just freed a slot, whatever prefix it holds. Past a fleet's knee that turns most queued requests
-into prefix-cache misses (docs/BENCHMARKS.md, "Routing"), and every miss prefills the whole prompt
+into prefix-cache misses (docs/BENCHMARKS.md, "Queued requests"), and every miss prefills the whole prompt
 and evicts another prefix. So, while another replica has a free slot, a request may keep waiting for
 its *owner* — the replica the prefix index believes holds most of its prompt — as long as that wait
 still lets it meet its TTFT objective.

@@ -2,7 +2,7 @@
 
 - The *proxy* client (aiohttp) carries every proxied request: on this project's hot path it costs about
   a third of httpx's client-side CPU per request, streamed or not, and the upstream client is most of
-  the gateway's overhead (docs/BENCHMARKS.md, "Gateway overhead"). TCP_NODELAY is set on its
+  the gateway's overhead (docs/BENCHMARKS.md#where-the-gateways-cpu-goes). TCP_NODELAY is set on its
   connections (Nagle off), so the first chunk is not held back waiting for a delayed ACK. No
   `Accept-Encoding` is sent, so engines answer uncompressed and bytes pass through as they come.
 - The *control* client (httpx) serves background loops: health checks, engine /metrics scraping and

@@ -39,9 +39,9 @@ of √L at a time. It grows no further than twice what runs on the replica (a li
 night would otherwise meet the next overload far above any batch it has seen, and the share, taken on
 what runs, keeps cuts from it at one step per generation). The first cut (no limit yet) is always whole:
 the onset of an overload is where a late cut costs most. Measured on a decode-bound fleet at 1.5× and 2×
-its knee (docs/BENCHMARKS.md, issue 15, fourth round; two rounds): paced 1.04–1.06× and 1.00–1.01× of
-the knee's SLO goodput, TPOT p99 21–22 ms; unpaced 0.91–0.95× and 0.88×, TPOT p99 25–31 ms. Damping the
-steps by a constant instead lost (0.87–0.92× at 1.5×).
+its knee (docs/bench-log/2026-12-05-rounds.md, "Fourth round"; two rounds): paced 1.04–1.06× and
+1.00–1.01× of the knee's SLO goodput, TPOT p99 21–22 ms; unpaced 0.91–0.95× and 0.88×, TPOT p99 25–31
+ms. Damping the steps by a constant instead lost (0.87–0.92× at 1.5×).
 
 Fast samples (`observe_window`): where the engine exports an inter-token latency histogram, every
 scrape that closes a window (`gateway.upstream.engine_metrics.adapter`) gives the replica's own mean
@@ -79,8 +79,9 @@ finished requests (slow), while the limit follows the engine's latency (fast): a
 
 Why a set point below the objective: the limit holds the *mean* TPOT at its target, and requests
 scatter around the mean (prefill chunks land on some requests' steps more than on others'), so with
-the target at the objective itself about a third of the admitted requests break it (docs/BENCHMARKS.md,
-issue 15: 325 of 934 at 1.5× the knee). A target below the objective trades batch for attainment.
+the target at the objective itself about a third of the admitted requests break it (325 of 934 at 1.5×
+the knee: docs/bench-log/2026-12-05-rounds.md, "Item 5 with default settings: the issue's own case"). A
+target below the objective trades batch for attainment.
 """
 
 from __future__ import annotations

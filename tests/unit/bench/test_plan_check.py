@@ -1,6 +1,6 @@
 """Planner validation (issue 29): the disaggregated plan against the mock's physics core in simulated time.
 
-The two workloads of the disaggregation benchmark (docs/BENCHMARKS.md, issue 18), each at the plan's
+The two workloads of the disaggregation benchmark (docs/BENCHMARKS.md, "Prefill/decode"), each at the plan's
 own split and rate: chat (256 in / 256 out, TTFT p95 ≤ 1 s, TPOT ≤ 30 ms) at 24 req/s, and RAG
 (8,192 in / 256 out, TTFT p95 ≤ 2 s, TPOT ≤ 30 ms) at 3 req/s, where the old plan's 3:1 overloaded its
 decode GPU. Every predicted figure (TTFT and TPOT, mean and p95) must be within 10 % of the simulated one.
