@@ -19,7 +19,7 @@ class AdmissionConfig:
 
     An arrival of class k that found no free slot waits for `ahead_k` (the waiters now queued at or
     above k) plus the higher classes that keep arriving meanwhile (they overtake it). With B = ratio ×
-    max_wait_s, λ_above the measured dispatch rate of the classes strictly above k (what they take),
+    max_wait_s, λ_above the demand of the classes strictly above k (their arrivals, refused ones too),
     and m = 2 √(λ_above × B) a margin for a burst of them (Poisson; `OVERTAKE_MARGIN_SIGMAS`), it needs
 
         need = ahead_k + 1 + λ_above × B + m        slot releases within B
@@ -51,3 +51,6 @@ class AdmissionConfig:
     max_retry_after_s: int = DEFAULT_MAX_RETRY_AFTER_S
     early_refusal_ratio: float | None = None
     early_refusal_needs_queue: bool = False
+    lowest_class_reserve: float = 0.0
+    """The share of a learned cap the lowest class leaves to the classes above while they have demand
+    (`admission.lowest_class_reserve`); 0: none."""

@@ -100,7 +100,7 @@ class AdmissionController(Generic[S]):
         slot_key: Callable[[S], str] | None = None,
         output_tokens: Callable[[AdmissionRequest], int | None] | None = None,
         seconds_per_token: Callable[[], float | None] | None = None,
-        slots_over_caps: Callable[[], int] | None = None,
+        slots_over_caps: Callable[[AdmissionRequest], int] | None = None,
     ) -> None:
         self._config = config or AdmissionConfig()
         self._try_dispatch = try_dispatch
@@ -211,6 +211,7 @@ class AdmissionController(Generic[S]):
 
     async def _acquire_slot(self, request: AdmissionRequest) -> tuple[Dispatched[S], float, int]:
         priority = request.priority
+        self._rates.arrived(self._queue.priority_class(priority).name)
         self._expire_due()
         probed = self._queue.ahead_of(priority) == 0
         hold: Hold | None = None

@@ -18,7 +18,8 @@ enough that Retry-After follows a change of fleet size within a few tens of seco
 dispatched, which is the honest reading of a stalled queue.
 
 `PoolRates` is what the admission controller divides by: one meter for the pool and one per class,
-and the capacity the release forecast implies, C = held tickets ÷ mean hold time.
+one meter of arrivals per class (requests that asked for a slot, admitted or refused), and the capacity
+the release forecast implies, C = held tickets ÷ mean hold time.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ class PoolRates:
         self._names = tuple(class_names)
         self._meter = DispatchRateMeter(clock)
         self._class_meters = {name: DispatchRateMeter(clock) for name in self._names}
+        self._arrival_meters = {name: DispatchRateMeter(clock) for name in self._names}
         self._forecast = forecast
 
     def record(self, class_name: str) -> None:
@@ -92,15 +94,25 @@ class PoolRates:
         self._meter.record()
         self._class_meters[class_name].record()
 
+    def arrived(self, class_name: str) -> None:
+        """A request of class `class_name` asked for a slot now (whatever its answer)."""
+        self._arrival_meters[class_name].record()
+
     def rate_per_s(self) -> float | None:
         """Measured dispatches per second of every class (None before the first)."""
         return self._meter.rate_per_s()
 
     def above_per_s(self, class_name: str) -> float:
-        """λ_above: measured dispatches per second of the classes strictly above `class_name` (0 for
-        the highest class, exactly)."""
+        """λ_above: the demand of the classes strictly above `class_name` (0 for the highest class,
+        exactly) — their arrivals per second, refused ones included, and at least their dispatches. Not
+        their dispatches alone: past the knee the classes above are refused at arrival too, and a lower
+        class that counted only what they were served would take the slots their refused arrivals
+        needed (priority inverted); counting their demand, a lower class yields first."""
         above = self._names[: self._names.index(class_name)]
-        return sum(self._class_meters[name].rate_per_s() or 0.0 for name in above)
+        return sum(
+            max(self._arrival_meters[name].rate_per_s() or 0.0, self._class_meters[name].rate_per_s() or 0.0)
+            for name in above
+        )
 
     def capacity_per_s(self) -> float | None:
         """C: dispatches per second the pool sustains while full — held tickets ÷ mean hold time; None

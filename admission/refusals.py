@@ -42,7 +42,7 @@ class Refusals:
         forecast: ReleaseForecast,
         *,
         full_by_own_caps: Callable[[], bool] | None = None,
-        slots_over_caps: Callable[[], int] | None = None,
+        slots_over_caps: Callable[[AdmissionRequest], int] | None = None,
     ) -> None:
         self._config = config
         self._queue = queue
@@ -70,7 +70,7 @@ class Refusals:
             ratio=config.early_refusal_ratio,
             max_wait_s=self._queue.priority_class(priority).max_wait_s,
             ahead=ahead,
-            blocked=0 if self._slots_over_caps is None else self._slots_over_caps(),
+            blocked=0 if self._slots_over_caps is None else self._slots_over_caps(request),
             capacity_per_s=self._rates.capacity_per_s(),
             above_per_s=self._rates.above_per_s(class_name),
             forecast=self._forecast,

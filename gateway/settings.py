@@ -186,6 +186,11 @@ class AdmissionSettings(StrictModel):
     of a cohort's completion, so under overload a request that will not be served is refused at arrival
     rather than after waiting out its class's limit, at the same goodput
     (docs/bench-log/2026-12-05-rounds.md, "Early refusal by class")."""
+    lowest_class_reserve: float = Field(0.1, ge=0, lt=1, allow_inf_nan=False)
+    """Trunk reservation: while a class above the lowest (batch) has demand, the lowest class may fill
+    only 1 − this of a replica's learned cap (default 0.1: 90 %), so under overload it takes only what
+    the classes above leave (`admission.lowest_class_reserve`). 0: every class shares the cap first
+    come, first served."""
     default_priority: str = "interactive"
     allow_anonymous: bool = False
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from admission.config import AdmissionConfig
 from admission.controller import AdmissionController
 from admission.holds import Hold, WaitContext
+from admission.lowest_class_reserve import cap_share
 from admission.outcomes import AdmissionRefused, HoldOutcome, RejectReason
 from admission.priority_queue import PriorityClass
 from admission.slo_wait import slo_bounded_classes
@@ -106,6 +107,7 @@ class PoolAdmission:
         self._config = config
         self._metrics = metrics
         self._controllers: dict[str, AdmissionController[Slot]] = {}
+        self._class_names = tuple(c.name for c in config.classes)
         self.controller = self.controller_for(pool.model)
 
     def controller_for(self, model: str) -> AdmissionController[Slot]:
@@ -161,12 +163,14 @@ class PoolAdmission:
         known = [r.cost.token_latency_s for r in self.pool.replicas.values() if r.cost.token_latency_s]
         return sum(known) / len(known) if known else None
 
-    def slots_over_caps(self) -> int:
-        """Requests this instance runs above its replicas' caps (a learned cap cut below what runs):
-        releases that free nothing for a waiter (admission's early refusal counts them first)."""
+    def slots_over_caps(self, request: AdmissionRequest) -> int:
+        """Requests this instance runs above its replicas' caps, as `request`'s class sees them (a
+        learned cap cut below what runs; its share of the cap, `cap_share`): releases that free
+        nothing for that waiter (admission's early refusal counts them first)."""
+        cap_share = self.cap_share(request)
         over = 0
         for replica in self.pool.replicas.values():
-            cap = replica.effective_max_concurrency()
+            cap = replica.effective_max_concurrency(cap_share)
             if cap is not None and replica.inflight_requests > cap:
                 over += replica.inflight_requests - cap
         return over
@@ -216,10 +220,21 @@ class PoolAdmission:
             self._credits.on_dispatch(replica)
         return slot
 
+    def cap_share(self, request: AdmissionRequest) -> float:
+        """The share of a learned cap `request` may fill (`admission.lowest_class_reserve.cap_share`)."""
+        reserve = self._config.lowest_class_reserve
+        names = self._class_names
+        if reserve <= 0 or request.priority != names[-1] or len(names) < 2:
+            return 1.0
+        model = self.pool.model if request.routing is None else request.routing.model
+        demand = self.controller_for(model).above_rate_per_s(request.priority)
+        return cap_share(request.priority, names, reserve, demand)
+
     def try_dispatch(self, request: AdmissionRequest) -> Slot | None:
         """Admission's hook: a slot now, None to wait, `no_replica` when nothing is up at all."""
         assert request.routing is not None
-        slot = self.claim(request.routing)
+        share = self.cap_share(request)
+        slot = self.claim(request.routing if share == 1.0 else replace(request.routing, cap_share=share))
         if slot is None and not self.pool.has_eligible_replica(request.routing.model):
             raise self.no_replica(request.routing.model)
         return slot
@@ -247,7 +262,7 @@ class PoolAdmission:
             context.mean_hold_s_by_key,
         )
         ratio = self.pool.settings.prefix_wait.min_match_ratio
-        wait = owner_wait(routing, self.pool.snapshot(), index, queue, ratio)
+        wait = owner_wait(routing, self.pool.snapshot(self.cap_share(request)), index, queue, ratio)
         return None if wait is None else Hold(wait.replica_id, wait.until_s)
 
     def claim_excluding(self, routing: RoutingRequest, excluded: frozenset[str]) -> Slot | None:
@@ -339,6 +354,7 @@ def admission_config(settings: AdmissionSettings) -> AdmissionConfig:
         classes=classes,
         max_queue_depth=settings.max_queue_depth,
         early_refusal_ratio=settings.early_refusal_ratio,
+        lowest_class_reserve=settings.lowest_class_reserve,
     )
 
 

@@ -34,7 +34,7 @@ class Router:
         """The pool policy's decision for `routing` over the pool's current snapshot, counted; not
         committed (`commit` it when it is taken: `router.profile`)."""
         started_s = time.perf_counter()
-        decision = pool.policy.decide(routing, pool.snapshot(), commit=False)
+        decision = pool.policy.decide(routing, pool.snapshot(routing.cap_share), commit=False)
         if decision is not None and routing.pinned:
             decision = replace(decision, branch=Branch.PINNED)
         self._metrics.routing_decision_seconds.observe(time.perf_counter() - started_s)

@@ -154,12 +154,13 @@ class Pool:
                 self._on_panic_change(self)
         return panic
 
-    def snapshot(self) -> tuple[ReplicaView, ...]:
+    def snapshot(self, cap_share: float = 1.0) -> tuple[ReplicaView, ...]:
         """Frozen views for one routing decision (panic mode evaluated first: in panic, the views of up,
-        non-draining replicas say their breaker is not open)."""
+        non-draining replicas say their breaker is not open); `cap_share`: the request's class's
+        share of a learned cap (`Replica.view`)."""
         now_s = self._clock.now_s()
         self._evaluate_panic(now_s)
-        return tuple(r.view(now_s) for r in self.replicas.values())
+        return tuple(r.view(now_s, cap_share) for r in self.replicas.values())
 
     def has_eligible_replica(self, model: str | None = None) -> bool:
         """At least one replica may take traffic (`router.eligibility.any_routable`, panic included: in

@@ -91,7 +91,9 @@ class Replica:
         `router.eligibility.is_routable` on `view`."""
         return is_routable(self.view(now_s))
 
-    def view(self, now_s: float) -> ReplicaView:
+    def view(self, now_s: float, cap_share: float = 1.0) -> ReplicaView:
+        """This replica as routing sees it now, for a request whose class may fill `cap_share` of a
+        learned cap (`RoutingRequest.cap_share`)."""
         return ReplicaView(
             replica_id=self.replica_id,
             url=self.url,
@@ -100,7 +102,7 @@ class Replica:
             breaker_open=not self.panic and not self.breaker.allows(),
             inflight_requests=self.inflight_requests,
             inflight_tokens=self.inflight_tokens,
-            max_concurrency=self.effective_max_concurrency(),
+            max_concurrency=self.effective_max_concurrency(cap_share),
             engine=self.engine,
             prefill_tokens_inflight=self.cost.prefill_tokens_inflight,
             decoding_requests=self.cost.decoding_requests,
@@ -109,16 +111,20 @@ class Replica:
             models=self.models,
         )
 
-    def effective_max_concurrency(self) -> int | None:
+    def effective_max_concurrency(self, cap_share: float = 1.0) -> int | None:
         """The cap routing applies to this instance's in-flight requests: `max_concurrency`, or the
         learned cap when one is set (never above `max_concurrency`), lowered to this instance's credits
         when shared. A learned cap fed by the engine's token latency is on the engine's whole batch, so
-        the requests other senders run there (`ReplicaCost.foreign_requests`) come off it first."""
+        the requests other senders run there (`ReplicaCost.foreign_requests`) come off it first.
+        `cap_share` (a priority class's, ≤ 1: `admission.lowest_class_reserve`) scales the learned cap down to
+        max(1, ⌊learned × cap_share⌋) before the rest; a cap without a learned one is not scaled."""
         cost = self.cost
         learned = cost.learned_cap
         if learned is None:
             cap = self.max_concurrency
         else:
+            if cap_share != 1.0 and learned > 1:
+                learned = max(1, math.floor(learned * cap_share))
             if cost.windowed:
                 learned = max(0, learned - math.ceil(cost.foreign_requests))
             cap = learned if self.max_concurrency is None else min(learned, self.max_concurrency)

@@ -75,7 +75,7 @@ def make_harness(
     early_refusal_needs_queue: bool = False,
     output_tokens: Callable[[AdmissionRequest], int | None] | None = None,
     seconds_per_token: Callable[[], float | None] | None = None,
-    slots_over_caps: Callable[[], int] | None = None,
+    slots_over_caps: Callable[[AdmissionRequest], int] | None = None,
 ) -> Harness:
     clock = FakeClock(start_s=1000.0)
     timers = ManualTimers(clock)

@@ -123,15 +123,20 @@ async def _time_out_behind_three_critical(
 
 
 async def test_expiry_retry_after_uses_the_rate_left_to_the_class() -> None:
-    """Slots turn over once a second (C = 1 grant ÷ 1 s) and nothing above interactive is dispatched:
-    with 3 critical waiters ahead its Retry-After is ceil(3 ÷ 1/s) = 3 s."""
+    """Slots turn over once a second (C = 1 grant ÷ 1 s) and nothing above interactive is dispatched,
+    but three critical requests arrived: their demand (arrivals, not dispatches) is what the classes
+    above take, so interactive's Retry-After is 3 waiters ahead ÷ (C − their arrival rate) — longer
+    than 3 ÷ C."""
     classes = (PriorityClass("critical", 30.0), PriorityClass("interactive", 2.0))
     h = make_harness(slots=1, classes=classes)
     grant = await _dispatch_one_per_second(h, ["interactive"] * 5)
     refused, waiters = await _time_out_behind_three_critical(h)
     assert refused.reason is RejectReason.QUEUE_TIMEOUT
-    assert h.controller.available_rate_per_s("interactive") == pytest.approx(1.0)
-    assert refused.retry_after_s == 3
+    assert h.controller.above_rate_per_s("interactive") > 0.0, "the critical arrivals count as demand"
+    left = h.controller.available_rate_per_s("interactive")
+    assert left is not None and 0.0 < left < 1.0
+    assert refused.retry_after_s == queue_retry_after_s(3, left, drain_bound_s=28.0)
+    assert refused.retry_after_s > 3
     for task in waiters:
         task.cancel()
     await grant.release()
@@ -241,3 +246,22 @@ async def test_default_loop_timer_expires_waiters_in_real_time() -> None:
     assert 0.04 <= clock.now_s() - started_s < 1.0
     await first.release()
     assert fleet.dispatched == ["running"]
+
+
+async def test_the_classes_above_count_by_their_arrivals_refused_ones_included() -> None:
+    """λ_above is the higher classes' demand: critical arrivals refused at arrival (their class's queue
+    is full) still count for interactive, so past the knee a lower class yields the slots the
+    refused higher-class arrivals needed instead of taking them."""
+    classes = (PriorityClass("critical", 30.0, max_depth=1), PriorityClass("interactive", 10.0))
+    h = make_harness(slots=1, classes=classes)
+    grant = await h.controller.admit(req("running", "interactive"))
+    queued = asyncio.create_task(h.controller.admit(req("c0", "critical")))
+    await settle()
+    for n in range(1, 6):
+        with pytest.raises(AdmissionRefused):
+            await h.controller.admit(req(f"c{n}", "critical"))
+    six_in_the_first_second = 6 / (10.0 * -math.expm1(-1.0 / 10.0))  # the meter's 1 s floor, τ = 10 s
+    assert h.controller.above_rate_per_s("interactive") == pytest.approx(six_in_the_first_second)
+    assert h.controller.above_rate_per_s("critical") == 0.0
+    queued.cancel()
+    await grant.release()

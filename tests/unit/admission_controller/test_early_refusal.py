@@ -290,7 +290,9 @@ async def test_before_any_request_ended_the_prior_hold_time_lets_an_onset_be_ref
 async def test_slots_held_above_the_caps_are_released_before_any_waiter_gets_one() -> None:
     """A learned cap cut below what runs: the first `blocked` releases free nothing for a waiter."""
     blocked = [0]
-    h = make_harness(slots=20, classes=CLASSES, early_refusal_ratio=0.25, slots_over_caps=lambda: blocked[0])
+    h = make_harness(
+        slots=20, classes=CLASSES, early_refusal_ratio=0.25, slots_over_caps=lambda _headroom: blocked[0]
+    )
     held = await _steady(h, {"interactive": 20}, rounds=20)  # C = 20/s, B = 1 s
     waiters = await _queue(h, "interactive", 10)
     blocked[0] = 10

@@ -284,3 +284,18 @@ def test_a_configured_cap_still_bounds_this_instance_under_an_engine_fed_cap() -
     assert replica.cost.learned_cap == math.floor(200 * 0.5**WINDOW_GAIN), "engine-wide, not clamped at 16"
     replica.engine_sampled(engine_sample(running=0))
     assert replica.effective_max_concurrency() == 16
+
+
+def test_a_share_of_the_learned_cap_scales_only_a_learned_cap() -> None:
+    """The lowest class's share (`admission.lowest_class_reserve`): ⌊learned × share⌋, at least 1; the
+    view built with it says the replica is full at that count; a hand-set cap alone is not scaled."""
+    _, replica, _ = registry(slo={"tpot_s": 0.05})
+    for _ in range(8):
+        replica.cost.learn_tpot(running=90, engine=None, tpot_s=0.1, inflight=100)
+    assert replica.cost.learned_cap == 50
+    assert replica.effective_max_concurrency(0.9) == 45
+    replica.inflight_requests = 45
+    assert replica.view(0.0).has_free_slot, "the whole cap: 45 of 50"
+    assert not replica.view(0.0, 0.9).has_free_slot, "the lowest class's 90 %: full"
+    _, hand_set, _ = registry(max_concurrency_per_replica=16)
+    assert hand_set.effective_max_concurrency(0.9) == 16

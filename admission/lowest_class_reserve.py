@@ -1,0 +1,36 @@
+"""Trunk reservation on the learned cap: the lowest class leaves the top of it to the classes above.
+
+A replica's learned cap (`gateway.upstream.tpot_limit`) is the batch at which the engine holds the TPOT
+objective. Past the knee every freed slot is taken at once. The lowest class (batch) may wait longest —
+its wait is not bounded by the TTFT objective — so without a reservation it sits in the queue and takes
+the slots as they free, while an interactive or critical arrival, which must be dispatched within its
+share of the TTFT objective, finds the replicas full and is refused at arrival: priority inverted.
+Telephony's answer is trunk reservation: a lower class is admitted only while some capacity stays free
+for the classes above. Here, while a class above the lowest has demand (≥ `MIN_DEMAND_PER_S` arrivals
+per second, the controller's arrival meters), a request of the lowest class may fill
+
+    cap_share = 1 − reserve                       (default reserve 0.1: 90 % of the cap)
+
+of a replica's learned cap, max(1, ⌊learned × cap_share⌋) requests (`Replica.effective_max_concurrency`);
+every other class, and the lowest when nothing above it arrives, fills the whole cap. So what runs never
+exceeds the cap (it keeps steering the engine's TPOT), a pool serving only batch work loses nothing, and
+under overload the lowest class is dispatched only when the classes above leave room. Early refusal
+counts the classes above by their arrivals (`PoolRates.above_per_s`), so the lowest class is also the
+first refused at arrival. A hand-set `max_concurrency_per_replica` (no learned cap) is not scaled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+MIN_DEMAND_PER_S = 0.1
+"""Arrivals per second of the classes above under which the lowest class fills the whole cap (one
+arrival in ten seconds, the meters' time constant)."""
+
+
+def cap_share(priority: str, class_names: Sequence[str], reserve: float, above_demand_per_s: float) -> float:
+    """The share of a learned cap a request of class `priority` may fill (module docstring): 1 − reserve
+    for the lowest of `class_names` (highest first) while the classes above it have demand, else 1."""
+    if reserve <= 0 or len(class_names) < 2 or priority != class_names[-1]:
+        return 1.0
+    return 1.0 - reserve if above_demand_per_s >= MIN_DEMAND_PER_S else 1.0
