@@ -5,16 +5,16 @@ import asyncio
 import pytest
 
 from core.clock import FakeClock
-from gateway.errors import BadRequest
-from gateway.proxy.idempotency import (
+from gateway.base.errors import BadRequest
+from gateway.config.settings import IdempotencySettings
+from gateway.proxy.stores.idempotency import (
     DEFAULT_MAX_STORED_BYTES,
     IdempotencyCache,
     StoredResponse,
     body_digest,
     stored_size_bytes,
 )
-from gateway.proxy.idempotency_redis import idempotency_store
-from gateway.settings import IdempotencySettings
+from gateway.proxy.stores.idempotency_redis import idempotency_store
 
 KEY = ("m", "client", "k1")
 OK = StoredResponse(200, [(b"content-type", b"application/json")], b"{}")

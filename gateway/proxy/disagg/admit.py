@@ -28,10 +28,10 @@ from admission.slo_wait import slo_bounded_classes
 from admission.tenant_gate import TenantGate
 from admission.ticket import AdmissionRequest, SlotRole, SlotSet, Ticket
 from core.clock import Clock
-from gateway.errors import from_refusal
-from gateway.metrics import GatewayMetrics
+from gateway.base.errors import from_refusal
+from gateway.base.metrics import GatewayMetrics
+from gateway.config.settings import Settings
 from gateway.proxy.admit import Admission, MetricsObserver, PoolAdmission, admission_config
-from gateway.settings import Settings
 from gateway.upstream.registry import ReplicaRegistry
 from gateway.upstream.slot import Slot
 from router.types import RoutingRequest

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
-from gateway.errors import UpstreamConnectError, UpstreamProtocolError
+from gateway.base.errors import UpstreamConnectError, UpstreamProtocolError
 from gateway.upstream.replica import Replica
 
 EMPTY_PULL = {

@@ -1,7 +1,7 @@
 """Gateway membership: how many gateway instances share the traffic, for the autoscaling signal's share.
 
 With k gateway instances behind a load balancer each sees ≈ 1/k of a pool's arrivals, so each pool's
-`PoolAutoscaler` divides its arrival rates by the traffic share 1/k (`gateway.autoscaling`). k is, per
+`PoolAutoscaler` divides its arrival rates by the traffic share 1/k (`gateway.fleet.autoscaling`). k is, per
 pool, `autoscale.gateway_instances` when set; otherwise, with `state.backend: redis`, the number of
 live instances measured here, and 1 with memory state.
 

@@ -1,5 +1,5 @@
 """Settings of a disaggregated pool (`pools[].disaggregation`): a prefill and a decode replica set and
-the wire protocol between them (the pool's legs: gateway/proxy/disagg_pair.py).
+the wire protocol between them (the pool's legs: gateway/proxy/disagg/pair.py).
 
     disaggregation:
       protocol: vllm | sglang
@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gateway.upstream.discovery.settings import ReplicaSources
+from gateway.config.discovery_settings import ReplicaSources
 from router.presets import PolicyContext, build_policy, known_policies
 
 DEFAULT_PREFILL_POLICY = "prefix-index"

@@ -1,4 +1,4 @@
-"""The one exception hierarchy of the gateway. `gateway.error_mapping` is the one place that turns it
+"""The one exception hierarchy of the gateway. `gateway.base.error_mapping` is the one place that turns it
 into HTTP (status, `x-gateway-reject-reason`, `Retry-After`, OpenAI-style body) or a terminal SSE event.
 
 Every shed or failure path raises one of these; nothing else builds an error response.
@@ -105,7 +105,7 @@ class EndpointNotServed(GatewayError):
 
 class ResponseNotFound(GatewayError):
     """A `/v1/responses/{id}` call or a `previous_response_id` the gateway has no record of (never
-    produced through it, or its record expired: `gateway.proxy.response_state`)."""
+    produced through it, or its record expired: `gateway.proxy.stores.response_state`)."""
 
     status = 404
     code = ErrorCode.RESPONSE_NOT_FOUND

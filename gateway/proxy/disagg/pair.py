@@ -1,6 +1,6 @@
 """The legs of a disaggregated pool (`gateway.proxy.legs`): a prefill leg on the prefill set, a decode
-leg on the decode set, the decode's answer relayed to the client (`gateway.proxy.disagg_legs` for the
-bodies). The ticket holds a PREFILL and a DECODE slot (`gateway.proxy.disagg_admit`).
+leg on the decode set, the decode's answer relayed to the client (`gateway.proxy.disagg.legs` for the
+bodies). The ticket holds a PREFILL and a DECODE slot (`gateway.proxy.disagg.admit`).
 
     vLLM   : prefill leg (not streamed, max_tokens 1) → its kv_transfer_params → prefill slot released
              → decode leg (the try's body + those params) relayed
@@ -36,7 +36,7 @@ import orjson
 
 from admission.outcomes import AdmissionRefused
 from admission.ticket import AdmissionRequest, SlotRole, Ticket
-from gateway.errors import (
+from gateway.base.errors import (
     BadRequest,
     UpstreamError,
     UpstreamProtocolError,
@@ -45,9 +45,9 @@ from gateway.errors import (
 )
 from gateway.proxy.admit import PoolAdmission
 from gateway.proxy.context import RequestContext
-from gateway.proxy.disagg_admit import PairAdmission
-from gateway.proxy.disagg_decision import PairDecision
-from gateway.proxy.disagg_legs import (
+from gateway.proxy.disagg.admit import PairAdmission
+from gateway.proxy.disagg.decision import PairDecision
+from gateway.proxy.disagg.legs import (
     ROOM_BITS,
     BootstrapPorts,
     bootstrap_host,

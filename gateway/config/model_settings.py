@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator, model_validator
 
-from gateway.strict_model import StrictModel
+from gateway.config.strict_model import StrictModel
 
 
 class ServedModelSettings(StrictModel):

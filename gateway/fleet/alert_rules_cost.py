@@ -32,8 +32,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from capacity.cost import usd_per_million_tokens
-from gateway.alert_rules_promql import Rule, duration, number, selector
-from gateway.settings import PoolSettings
+from gateway.config.settings import PoolSettings
+from gateway.fleet.alert_rules_promql import Rule, duration, number, selector
 
 GPU_COST_RECORD = "llm_gateway:gpu_cost_usd_per_second"
 

@@ -1,4 +1,4 @@
-"""`Idempotency-Key` across gateway instances: the `IdempotencyStore` of `gateway.proxy.idempotency` in
+"""`Idempotency-Key` across gateway instances: the `IdempotencyStore` of `gateway.proxy.stores.idempotency` in
 Redis, with the same semantics as the memory `IdempotencyCache` (see that module's docstring).
 
 One hash per scoped key, `{prefix}idem:{h}` (h = a digest of the scope: endpoint, model, client, key):
@@ -48,8 +48,9 @@ import orjson
 
 from core.clock import Clock
 from core.shared_state import RedisBackend, RedisOperation
-from gateway.errors import BadRequest, StateUnavailable
-from gateway.proxy.idempotency import (
+from gateway.base.errors import BadRequest, StateUnavailable
+from gateway.config.settings import IdempotencySettings
+from gateway.proxy.stores.idempotency import (
     DEFAULT_LEASE_S,
     DEFAULT_MAX_STORED_BYTES,
     DEFAULT_TTL_S,
@@ -58,7 +59,6 @@ from gateway.proxy.idempotency import (
     IdempotencyStore,
     StoredResponse,
 )
-from gateway.settings import IdempotencySettings
 
 logger = logging.getLogger(__name__)
 

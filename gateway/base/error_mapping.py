@@ -5,7 +5,7 @@ carries one, `content-type`), OpenAI-style body `{"error": {"message", "type", "
 After a stream has started: one final SSE event `data: {"error": {...}}` and the stream ends.
 Upstream status errors pass the replica's status and body through unchanged.
 
-The Anthropic surface (`gateway.api.surface`) renders the same errors, with the same status and
+The Anthropic surface (`gateway.base.surface`) renders the same errors, with the same status and
 headers, in its own shape: `{"type": "error", "error": {"type": <anthropic type>, "message"}}`, the
 type by status (`ANTHROPIC_TYPES`; 5xx other than 503/504 `api_error`), and a terminal
 `event: error` with that body. The Responses surface answers before the start as OpenAI, and ends a
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import orjson
 
-from gateway.api.surface import ApiSurface
-from gateway.errors import GatewayError, MethodNotAllowed, UpstreamStatusError
+from gateway.base.errors import GatewayError, MethodNotAllowed, UpstreamStatusError
+from gateway.base.surface import ApiSurface
 
 REJECT_REASON_HEADER = "x-gateway-reject-reason"
 _JSON = "application/json"

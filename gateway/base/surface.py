@@ -1,6 +1,6 @@
 """Which API family a proxied endpoint belongs to: it fixes how errors are rendered and how a stream's
-events are read (first output, usage, end), never which errors exist (`gateway.errors` is the one
-hierarchy, `gateway.error_mapping` its one mapping).
+events are read (first output, usage, end), never which errors exist (`gateway.base.errors` is the one
+hierarchy, `gateway.base.error_mapping` its one mapping).
 
 - `openai`: chat/completions/embeddings/tokenize and the pooling endpoints. Error body
   `{"error": {"message", "type", "code"}}`; streams of `data: <chunk>` ending in `data: [DONE]`.

@@ -1,4 +1,4 @@
-"""The quarantine shared by every gateway instance through Redis (see `gateway.proxy.quarantine`).
+"""The quarantine shared by every gateway instance through Redis (see `gateway.proxy.stores.quarantine`).
 
 One sorted set per pool, `{prefix}quarantine:{model}`: member = fingerprint, score = expiry (Redis
 server `TIME`, seconds). Two atomic scripts:
@@ -28,7 +28,7 @@ from typing import Protocol
 from core.clock import Clock
 from core.shared_state import LUA_PRELUDE, RedisBackend, RedisOperation
 from core.tasks import cancel_and_wait
-from gateway.proxy.quarantine import MemoryQuarantine
+from gateway.proxy.stores.quarantine import MemoryQuarantine
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class Synced(Protocol):
 
 class QuarantineSync:
     """The background loop that keeps every pool's Redis mirrors fresh: its quarantine, and its poison
-    evidence (`gateway.proxy.poison_evidence_redis`)."""
+    evidence (`gateway.proxy.stores.poison_evidence_redis`)."""
 
     def __init__(
         self,

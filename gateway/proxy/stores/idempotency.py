@@ -14,10 +14,10 @@ else the `Authorization` header. Another tenant's key is another record: never r
 - the same key with a different body is a 400 `bad_request` (a client bug, not a duplicate).
 `IdempotencyStore` is what the handler depends on. `IdempotencyCache` keeps entries in memory (per
 gateway instance), bounded by `max_entries` (oldest evicted first); with `state.backend: redis`,
-`gateway.proxy.idempotency_redis.RedisIdempotencyStore` gives the same semantics across instances.
+`gateway.proxy.stores.idempotency_redis.RedisIdempotencyStore` gives the same semantics across instances.
 Streaming requests are not covered: a stream cannot be replayed byte-exact without buffering it all.
 `ttl_s`, `max_stored_bytes` (and the Redis store's `lease_s`) are the `idempotency:` settings
-(`gateway.settings.IdempotencySettings`); the defaults below are theirs.
+(`gateway.config.settings.IdempotencySettings`); the defaults below are theirs.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Protocol
 
 from core.clock import Clock
 from gateway.api.asgi_io import Message, Send
-from gateway.errors import BadRequest
+from gateway.base.errors import BadRequest
 
 logger = logging.getLogger(__name__)
 

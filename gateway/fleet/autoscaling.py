@@ -9,7 +9,7 @@ an input. Each gateway instance sees only its share of the traffic: with k insta
 balancer every pool's autoscaler divides its arrival rates by the traffic share 1/k
 (`llm_gateway_autoscale_traffic_share_ratio`), so every instance estimates for the whole pool and
 `max()` over instances is the aggregate to scale on. k is the pool's `autoscale.gateway_instances` when
-set, else the live instance count that `gateway.instance_membership` measures in Redis
+set, else the live instance count that `gateway.fleet.instance_membership` measures in Redis
 (`set_gateway_instances`),
 else 1.
 
@@ -33,10 +33,10 @@ from capacity.autoscale import GaugeSample, PoolAutoscaler
 from capacity.autoscale_settings import AutoscaleSettings, PoolCapacity
 from core.clock import Clock
 from core.tasks import cancel_and_wait
-from gateway.instance_membership import traffic_share
-from gateway.metrics import GatewayMetrics
+from gateway.base.metrics import GatewayMetrics
+from gateway.config.settings import PoolSettings
+from gateway.fleet.instance_membership import traffic_share
 from gateway.observability.events import ServeEventSink
-from gateway.settings import PoolSettings
 from gateway.upstream.registry import Pool, ReplicaRegistry
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ class AutoscaleSignals:
         return any(configured is None for configured in self._configured_instances.values())
 
     def set_gateway_instances(self, measured: int) -> None:
-        """k live gateway instances (measured by `gateway.instance_membership`): the traffic share
+        """k live gateway instances (measured by `gateway.fleet.instance_membership`): the traffic share
         becomes 1/k in
         every pool without a configured `autoscale.gateway_instances`."""
         for model, scaler in self._scalers.items():

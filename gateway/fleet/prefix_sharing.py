@@ -57,8 +57,8 @@ from prometheus_client import Counter, Gauge
 
 from core.shared_state import LUA_PRELUDE, RedisBackend, RedisOperation
 from core.tasks import cancel_and_wait
-from gateway.instance_membership import new_instance_id
-from gateway.metrics import PREFIX, GatewayMetrics
+from gateway.base.metrics import PREFIX, GatewayMetrics
+from gateway.fleet.instance_membership import new_instance_id
 from router.prefix_index import PrefixIndex, policy_prefix_index
 
 logger = logging.getLogger(__name__)

@@ -1,4 +1,5 @@
-"""Poison evidence shared by every gateway instance through Redis (see `gateway.proxy.poison_evidence`).
+"""Poison evidence shared by every gateway instance through Redis (see
+`gateway.proxy.stores.poison_evidence`).
 
 One hash per pool, `{prefix}evidence:{model}`: field = fingerprint, value = its sightings, one per line,
 `<time>|<kind>|<replica id>` (time: Redis server `TIME`, seconds). Three atomic scripts:
@@ -10,7 +11,7 @@ One hash per pool, `{prefix}evidence:{model}`: field = fingerprint, value = its 
   their ages.
 
 Reads never wait for Redis: `sightings` reads a local mirror (`MemoryEvidence`), which a sync refreshes
-every second (the quarantine's sync loop, `gateway.proxy.quarantine_redis.QuarantineSync`) and `add`
+every second (the quarantine's sync loop, `gateway.proxy.stores.quarantine_redis.QuarantineSync`) and `add`
 updates at once with what Redis returned. An instance thus sees where another saw a fingerprint fail
 within about a second, and at once when it adds a sighting of its own.
 
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 from core.clock import Clock
 from core.shared_state import LUA_PRELUDE, RedisBackend, RedisOperation
-from gateway.proxy.poison_evidence import MemoryEvidence, Sighting
+from gateway.proxy.stores.poison_evidence import MemoryEvidence, Sighting
 from gateway.upstream.registry import FailureKind
 
 _PARSE_LUA = """

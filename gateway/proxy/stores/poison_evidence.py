@@ -13,7 +13,7 @@ that some replica answers is no poison request); at most `max_entries` fingerpri
 pool's `quarantine.max_entries`; beyond it the least recently sighted goes first).
 
 Stores: `MemoryEvidence` (this instance) and, with `state.backend: redis`,
-`gateway.proxy.poison_evidence_redis.RedisEvidence` (every instance adds to and reads the same
+`gateway.proxy.stores.poison_evidence_redis.RedisEvidence` (every instance adds to and reads the same
 evidence; reads use a local mirror synced every second).
 """
 

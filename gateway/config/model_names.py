@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from gateway.pool_settings import PoolSettings
+from gateway.config.pool_settings import PoolSettings
 
 
 def check_model_names(pools: Sequence[PoolSettings], aliases: Mapping[str, str]) -> None:

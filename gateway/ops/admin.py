@@ -31,9 +31,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from core.clock import Clock
 from core.redaction import redact
-from gateway.errors import RouteNotFound, Unauthorized
+from gateway.base.errors import RouteNotFound, Unauthorized
+from gateway.config.settings import Settings
 from gateway.proxy.preemption import DEFAULT_MARGIN_S, Preemption
-from gateway.settings import Settings
 from gateway.upstream.registry import Pool, ReplicaRegistry
 from gateway.upstream.replica import Replica
 

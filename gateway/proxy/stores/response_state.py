@@ -32,7 +32,7 @@ import orjson
 
 from core.clock import Clock
 from core.shared_state import RedisBackend, RedisOperation
-from gateway.errors import StateUnavailable
+from gateway.base.errors import StateUnavailable
 
 DEFAULT_TTL_S = 24 * 3600.0
 DEFAULT_MAX_ENTRIES = 100_000

@@ -1,7 +1,7 @@
 """Configuration of a pool's replica source: `static`, `dns` or `kubernetes` (exactly one).
 
 `ReplicaSources` is the model for `pools[].replicas`; it keeps the `static` key of the original
-`StaticReplicas` so existing configs stay valid. This module imports nothing from `gateway.settings`
+`StaticReplicas` so existing configs stay valid. This module imports nothing from `gateway.config.settings`
 (which imports it), so there is no cycle.
 """
 

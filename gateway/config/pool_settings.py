@@ -1,6 +1,6 @@
 """Settings of one pool (`pools[]` in the config): replicas, policy, caps, timers, retries, breaker,
 health checks, engine scraping, SLO and the autoscaling signal. Validated with the rest of the config
-by `gateway.settings`; every model forbids unknown keys.
+by `gateway.config.settings`; every model forbids unknown keys.
 """
 
 from __future__ import annotations
@@ -11,13 +11,18 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from admission.slo_wait import DEFAULT_QUEUE_WAIT_RATIO
-from gateway.disagg_settings import DisaggregationSettings, fill_pool_from_decode
-from gateway.engine_flavours import CONTINUING_ENGINES, ENDPOINTS_BY_ENGINE, EngineFlavour, ServedEndpoint
-from gateway.errors import ErrorCode
-from gateway.model_settings import ServedModelSettings
-from gateway.strict_model import StrictModel
-from gateway.upstream.discovery.settings import ReplicaSources
-from gateway.upstream.latency_settings import LatencyModelSettings, PrefixWaitSettings
+from gateway.base.errors import ErrorCode
+from gateway.config.disagg_settings import DisaggregationSettings, fill_pool_from_decode
+from gateway.config.discovery_settings import ReplicaSources
+from gateway.config.engine_flavours import (
+    CONTINUING_ENGINES,
+    ENDPOINTS_BY_ENGINE,
+    EngineFlavour,
+    ServedEndpoint,
+)
+from gateway.config.latency_settings import LatencyModelSettings, PrefixWaitSettings
+from gateway.config.model_settings import ServedModelSettings
+from gateway.config.strict_model import StrictModel
 from gateway.upstream.scraper import ScrapeSettings
 from router.keys import KeySettings
 from router.plugins import build_profile
@@ -109,7 +114,7 @@ class AttributionSettings(StrictModel):
 
 
 class QuarantineSettings(StrictModel):
-    """Poison-request quarantine (`gateway.proxy.quarantine`): a request that broke two different
+    """Poison-request quarantine (`gateway.proxy.stores.quarantine`): a request that broke two different
     replicas (both kept serving other requests) is answered 422 `request_quarantined` instead of being
     sent to a third, and its fingerprint (model + prompt-bearing fields, hashed) is refused at arrival
     for `ttl_s` (shared through Redis with `state.backend: redis`; at most `max_entries` in memory)."""
@@ -152,7 +157,7 @@ class AutoscaleSignalSettings(StrictModel):
     max_replicas: int | None = Field(None, ge=1)
     gateway_instances: int | None = Field(None, ge=1)
     """k, the number of gateway instances that share this pool's traffic behind a load balancer: each
-    sees 1/k of the arrivals, so λ is divided by the traffic share 1/k (`gateway.instance_membership`).
+    sees 1/k of the arrivals, so λ is divided by the traffic share 1/k (`gateway.fleet.instance_membership`).
     Default
     None: measured by the instances' membership heartbeat in Redis with `state.backend: redis`, 1 with
     memory state. Set it with memory state when several instances serve the pool; a value set here is
@@ -211,7 +216,7 @@ DEFAULT_BURN_RATE_ALERTS = (
 class SloSettings(StrictModel):
     """The latency objective a request must meet to count as goodput (the field's definition: both
     TTFT and TPOT within bounds; an unset bound always holds), and the pool's two SLOs with their
-    burn-rate alerts (`llm-gateway alerts`, gateway/alert_rules.py):
+    burn-rate alerts (`llm-gateway alerts`, gateway/fleet/alert_rules.py):
 
     - latency: `objective_ratio` (default 0.99) of the requests the goodput test ran on (successes with a
       completion token count, `llm_gateway_slo_requests_total`) met it (`llm_gateway_goodput_requests_total`);
@@ -267,9 +272,10 @@ class SloSettings(StrictModel):
 
 
 class CostSettings(StrictModel):
-    """What one replica of the pool costs, for the live cost per goodput token (gateway/alert_rules_cost.py):
-    pool USD/s = replicas × `gpus_per_replica` × `gpu_usd_per_hour` / 3600, where replicas is the pool's
-    `llm_gateway_replicas` (every state: a down or draining pod still holds its GPUs)."""
+    """What one replica of the pool costs, for the live cost per goodput token
+    (gateway/fleet/alert_rules_cost.py): pool USD/s = replicas × `gpus_per_replica` × `gpu_usd_per_hour`
+    / 3600, where replicas is the pool's `llm_gateway_replicas` (every state: a down or draining pod
+    still holds its GPUs)."""
 
     gpu_usd_per_hour: float = Field(gt=0)
     gpus_per_replica: int = Field(1, ge=1)
@@ -301,7 +307,7 @@ class PoolSettings(StrictModel):
     engine: EngineFlavour = "vllm"
     replicas: ReplicaSources
     """`static: [urls]`, or one dynamic source: `dns: {name, port, refresh_s}` or
-    `kubernetes: {namespace, service | selector, port, ...}` (gateway/upstream/discovery/settings.py)."""
+    `kubernetes: {namespace, service | selector, port, ...}` (gateway/config/discovery_settings.py)."""
     policy: str = "prefix-index"
     """The default because it is best or equal-best in TTFT, throughput and SLO goodput on every
     workload with shared prefixes, near an oracle's cache hit ratio, and on a par with least-load
@@ -328,12 +334,14 @@ class PoolSettings(StrictModel):
     """Off unless configured: the signal needs the replica's measured decode rate."""
     latency_model: LatencyModelSettings = Field(default_factory=LatencyModelSettings)
     """The per-replica latency model learned online and the batch cap it finds
-    (gateway/upstream/latency_settings.py)."""
+    (gateway/config/latency_settings.py)."""
     prefix_wait: PrefixWaitSettings = Field(default_factory=PrefixWaitSettings)  # latency_settings.py
     endpoints: list[ServedEndpoint] | None = None
     """The endpoints this pool's engine serves (`ENDPOINTS_BY_ENGINE` when None); a request for another
     is a 404 `endpoint_not_served` naming the pool."""
-    disaggregation: DisaggregationSettings | None = None  # prefill/decode sets: gateway/disagg_settings.py
+    disaggregation: DisaggregationSettings | None = (
+        None  # prefill/decode sets: gateway/config/disagg_settings.py
+    )
     models: ServedModelSettings = Field(default_factory=ServedModelSettings)
     """Other models and LoRA adapters the replicas serve, declared or discovered (model_settings.py)."""
     fallback: list[str] = Field(default_factory=list)

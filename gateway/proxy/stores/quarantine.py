@@ -15,7 +15,7 @@ or the tools gives a new one. The fingerprint is computed at arrival only while 
 quarantined entry (`QuarantineStore.active`), so the common case costs one attribute read.
 
 Stores: `MemoryQuarantine` (this instance; an LRU of `max_entries` with expiry) and, with
-`state.backend: redis`, `gateway.proxy.quarantine_redis.RedisQuarantine` (every instance agrees).
+`state.backend: redis`, `gateway.proxy.stores.quarantine_redis.RedisQuarantine` (every instance agrees).
 """
 
 from __future__ import annotations

@@ -22,10 +22,10 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from core.redaction import redact
 from core.shared_state import DEFAULT_TIMEOUT_S as DEFAULT_REDIS_TIMEOUT_S
-from gateway.engine_flavours import EngineFlavour
-from gateway.model_names import check_model_names
-from gateway.observability.settings import AccessLogSettings, TracingSettings
-from gateway.pool_settings import (
+from gateway.config.engine_flavours import EngineFlavour
+from gateway.config.model_names import check_model_names
+from gateway.config.observability_settings import AccessLogSettings, TracingSettings
+from gateway.config.pool_settings import (
     AutoscaleSignalSettings,
     BreakerSettings,
     HealthCheckSettings,
@@ -34,8 +34,8 @@ from gateway.pool_settings import (
     SloSettings,
     TimeoutSettings,
 )
-from gateway.proxy.idempotency import DEFAULT_LEASE_S, DEFAULT_MAX_STORED_BYTES, DEFAULT_TTL_S
-from gateway.strict_model import StrictModel
+from gateway.config.strict_model import StrictModel
+from gateway.proxy.stores.idempotency import DEFAULT_LEASE_S, DEFAULT_MAX_STORED_BYTES, DEFAULT_TTL_S
 
 __all__ = [
     "AccessLogSettings",
@@ -128,18 +128,18 @@ class StateSettings(StrictModel):
     """Expiry of a replica slot credit unless renewed (every ttl / 3): how long the slots held by a
     gateway that died without releasing them stay taken (`gateway.upstream.slot_credits`). The same
     ttl (and ttl / 3 heartbeat) bounds how long a dead gateway still counts as a live instance for the
-    autoscaling signal's traffic share (`gateway.instance_membership`)."""
+    autoscaling signal's traffic share (`gateway.fleet.instance_membership`)."""
     replica_credit_linger_s: float = Field(1.0, gt=0)
     """How long an idle replica slot credit stays with this gateway before it goes back to Redis."""
     share_prefix_index: bool = True
     """With `backend: redis`: every pool whose policy keeps a prefix index (`prefix-index`, `sticky-prefix`,
     `predicted-latency`, a custom profile with such a picker) exchanges its routing records (replica id
     and block hashes, never text) with the other instances, so each routes on the whole fleet's traffic
-    (`gateway.prefix_sharing`). false: each instance sees only its own. Ignored with memory state."""
+    (`gateway.fleet.prefix_sharing`). false: each instance sees only its own. Ignored with memory state."""
 
 
 class IdempotencySettings(StrictModel):
-    """`Idempotency-Key` on non-streaming requests (`gateway.proxy.idempotency`): kept in memory per
+    """`Idempotency-Key` on non-streaming requests (`gateway.proxy.stores.idempotency`): kept in memory per
     instance, or in Redis across instances with `state.backend: redis`."""
 
     ttl_s: float = Field(DEFAULT_TTL_S, gt=0, allow_inf_nan=False)

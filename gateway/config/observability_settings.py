@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from gateway.strict_model import StrictModel
+from gateway.config.strict_model import StrictModel
 
 DEFAULT_OTLP_HTTP_ENDPOINT = "http://127.0.0.1:4318/v1/traces"
 DEFAULT_OTLP_GRPC_ENDPOINT = "http://127.0.0.1:4317"
