@@ -22,8 +22,8 @@ from gateway.config.engine_flavours import (
 )
 from gateway.config.latency_settings import LatencyModelSettings, PrefixWaitSettings
 from gateway.config.model_settings import ServedModelSettings
+from gateway.config.scrape_settings import ScrapeSettings
 from gateway.config.strict_model import StrictModel
-from gateway.upstream.scraper import ScrapeSettings
 from router.keys import KeySettings
 from router.plugins import build_profile
 from router.presets import CUSTOM_POLICY, PolicyContext, build_policy, known_policies
