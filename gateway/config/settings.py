@@ -35,7 +35,6 @@ from gateway.config.pool_settings import (
     TimeoutSettings,
 )
 from gateway.config.strict_model import StrictModel
-from gateway.proxy.stores.idempotency import DEFAULT_LEASE_S, DEFAULT_MAX_STORED_BYTES, DEFAULT_TTL_S
 
 __all__ = [
     "AccessLogSettings",
@@ -138,19 +137,24 @@ class StateSettings(StrictModel):
     (`gateway.fleet.prefix_sharing`). false: each instance sees only its own. Ignored with memory state."""
 
 
+DEFAULT_IDEMPOTENCY_TTL_S = 600.0
+DEFAULT_IDEMPOTENCY_LEASE_S = 10.0
+DEFAULT_IDEMPOTENCY_MAX_STORED_BYTES = 1 << 20
+
+
 class IdempotencySettings(StrictModel):
     """`Idempotency-Key` on non-streaming requests (`gateway.proxy.stores.idempotency`): kept in memory per
     instance, or in Redis across instances with `state.backend: redis`."""
 
-    ttl_s: float = Field(DEFAULT_TTL_S, gt=0, allow_inf_nan=False)
+    ttl_s: float = Field(DEFAULT_IDEMPOTENCY_TTL_S, gt=0, allow_inf_nan=False)
     """Seconds (default 600) a completed response is replayed to duplicates, counted from its completion.
     Past it the entry is gone: the same key runs again as a new request, with any body (in memory the
     oldest of 10,000 entries also goes early when a new key needs room)."""
-    lease_s: float = Field(DEFAULT_LEASE_S, gt=0, allow_inf_nan=False)
+    lease_s: float = Field(DEFAULT_IDEMPOTENCY_LEASE_S, gt=0, allow_inf_nan=False)
     """Redis only. Seconds (default 10) a running leader's claim lasts unless renewed; it is renewed
     every lease / 3 while the request runs. When a gateway dies mid-request, the lease runs out and the
     next duplicate (on any instance) runs instead of waiting: at most this long after the death."""
-    max_stored_bytes: int = Field(DEFAULT_MAX_STORED_BYTES, gt=0)
+    max_stored_bytes: int = Field(DEFAULT_IDEMPOTENCY_MAX_STORED_BYTES, gt=0)
     """Bytes (default 1048576 = 1 MiB) of the largest response stored for replay: headers + body (in
     Redis as stored: headers as JSON, a non-UTF-8 body as base64). A larger response is still answered
     but not stored (logged): waiting and later duplicates run again, as after a failed leader."""

@@ -17,7 +17,7 @@ gateway instance), bounded by `max_entries` (oldest evicted first); with `state.
 `gateway.proxy.stores.idempotency_redis.RedisIdempotencyStore` gives the same semantics across instances.
 Streaming requests are not covered: a stream cannot be replayed byte-exact without buffering it all.
 `ttl_s`, `max_stored_bytes` (and the Redis store's `lease_s`) are the `idempotency:` settings
-(`gateway.config.settings.IdempotencySettings`); the defaults below are theirs.
+(`gateway.config.settings.IdempotencySettings`), and so are the defaults.
 """
 
 from __future__ import annotations
@@ -33,12 +33,10 @@ from typing import Protocol
 from core.clock import Clock
 from gateway.api.asgi_io import Message, Send
 from gateway.base.errors import BadRequest
+from gateway.config.settings import DEFAULT_IDEMPOTENCY_MAX_STORED_BYTES, DEFAULT_IDEMPOTENCY_TTL_S
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_TTL_S = 600.0
-DEFAULT_LEASE_S = 10.0
-DEFAULT_MAX_STORED_BYTES = 1 << 20
 DEFAULT_MAX_ENTRIES = 10_000
 REPLAY_HEADER = b"x-gateway-idempotent-replay"
 
@@ -90,10 +88,10 @@ class IdempotencyCache:
     def __init__(
         self,
         clock: Clock,
-        ttl_s: float = DEFAULT_TTL_S,
+        ttl_s: float = DEFAULT_IDEMPOTENCY_TTL_S,
         max_entries: int = DEFAULT_MAX_ENTRIES,
         *,
-        max_stored_bytes: int = DEFAULT_MAX_STORED_BYTES,
+        max_stored_bytes: int = DEFAULT_IDEMPOTENCY_MAX_STORED_BYTES,
     ) -> None:
         self._clock = clock
         self._ttl_s = ttl_s

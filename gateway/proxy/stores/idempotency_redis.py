@@ -49,11 +49,13 @@ import orjson
 from core.clock import Clock
 from core.shared_state import RedisBackend, RedisOperation
 from gateway.base.errors import BadRequest, StateUnavailable
-from gateway.config.settings import IdempotencySettings
+from gateway.config.settings import (
+    DEFAULT_IDEMPOTENCY_LEASE_S,
+    DEFAULT_IDEMPOTENCY_MAX_STORED_BYTES,
+    DEFAULT_IDEMPOTENCY_TTL_S,
+    IdempotencySettings,
+)
 from gateway.proxy.stores.idempotency import (
-    DEFAULT_LEASE_S,
-    DEFAULT_MAX_STORED_BYTES,
-    DEFAULT_TTL_S,
     DIFFERENT_BODY_MESSAGE,
     IdempotencyCache,
     IdempotencyStore,
@@ -152,9 +154,9 @@ class RedisIdempotencyStore:
         self,
         backend: RedisBackend,
         *,
-        ttl_s: float = DEFAULT_TTL_S,
-        lease_s: float = DEFAULT_LEASE_S,
-        max_stored_bytes: int = DEFAULT_MAX_STORED_BYTES,
+        ttl_s: float = DEFAULT_IDEMPOTENCY_TTL_S,
+        lease_s: float = DEFAULT_IDEMPOTENCY_LEASE_S,
+        max_stored_bytes: int = DEFAULT_IDEMPOTENCY_MAX_STORED_BYTES,
     ) -> None:
         self._backend = backend
         self._ttl_ms = max(1, round(ttl_s * 1000))

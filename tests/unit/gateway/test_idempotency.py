@@ -6,9 +6,8 @@ import pytest
 
 from core.clock import FakeClock
 from gateway.base.errors import BadRequest
-from gateway.config.settings import IdempotencySettings
+from gateway.config.settings import DEFAULT_IDEMPOTENCY_MAX_STORED_BYTES, IdempotencySettings
 from gateway.proxy.stores.idempotency import (
-    DEFAULT_MAX_STORED_BYTES,
     IdempotencyCache,
     StoredResponse,
     body_digest,
@@ -99,7 +98,7 @@ async def test_a_configured_size_limit_leaves_larger_responses_unstored() -> Non
 
 async def test_default_settings_keep_the_default_size_limit() -> None:
     cache = idempotency_store(None, FakeClock(), IdempotencySettings())
-    huge = StoredResponse(200, [], b"x" * (DEFAULT_MAX_STORED_BYTES + 1))
+    huge = StoredResponse(200, [], b"x" * (DEFAULT_IDEMPOTENCY_MAX_STORED_BYTES + 1))
     assert await cache.claim(KEY, body_digest(b"a")) is None
     await cache.complete(KEY, huge)
     assert await cache.claim(KEY, body_digest(b"a")) is None
