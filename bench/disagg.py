@@ -32,7 +32,7 @@ PROTOCOLS = ("vllm", "sglang")
 LINK_PRESETS = ("nvlink", "rdma", "tcp")
 _SPEC = re.compile(r"^(?:(?P<label>[^=]+)=)?\s*(?P<p>\d+):(?P<d>\d+)(?:@(?P<link>[^@\s]+))?$")
 SET_KEYS = ("replicas", "policy", "max_concurrency_per_replica")
-"""Pool keys a disaggregated pool takes per side (gateway/disagg_settings.py)."""
+"""Pool keys a disaggregated pool takes per side (gateway/config/disagg_settings.py)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ Policies (`--policies`, each started fresh, interleaved over `--runs` rounds):
 - `default`: CPython's collector as the interpreter starts it (thresholds 700, 10, 10);
 - `freeze`: `gc.collect()` then `gc.freeze()` after start-up: what start-up built (modules, settings,
   metrics, the app) leaves the collected generations, so a full collection walks only what came later;
-- `gateway`: what the runner sets (`gateway.gc_tuning.tune_collector`: the freeze and a larger
+- `gateway`: what the runner sets (`gateway.base.gc_tuning.tune_collector`: the freeze and a larger
   threshold for the youngest generation);
 - `freeze-threshold` (not run unless named): `freeze`, and the youngest generation's threshold at
   `--threshold0`, to try other thresholds.
@@ -102,7 +102,7 @@ def run_child(config: str, report: str, policy: str, threshold0: int) -> int:
     to the exit go to `report`."""
     import gateway.uvicorn_runner as runner
     from gateway.app import GatewayApp
-    from gateway.settings import load_settings
+    from gateway.config.settings import load_settings
 
     timer = CollectionTimer()
     gc.callbacks.append(timer)

@@ -195,7 +195,7 @@ class PoolAutoscaler:
         """The fraction of the pool's arrivals this gateway instance sees from now on (default 1: one
         instance).
 
-        With k instances behind a load balancer set 1/k (`gateway.instance_membership` does, from the
+        With k instances behind a load balancer set 1/k (`gateway.fleet.instance_membership` does, from the
         gateway's
         own membership), so that every instance estimates for the whole pool and
         `max(llm_gateway_desired_replicas)` is right. λ and λ_recent are divided by the share averaged

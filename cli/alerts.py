@@ -1,5 +1,5 @@
 """`llm-gateway alerts --config FILE`: print the Prometheus rules derived from the config's pools — SLO
-recording rules, multi-window burn-rate alerts and cost per goodput token (gateway/alert_rules.py) — as
+recording rules, multi-window burn-rate alerts and cost per goodput token (gateway/fleet/alert_rules.py) — as
 a Prometheus Operator `PrometheusRule` (default) or a plain rules file (`--format rules`).
 
 Warnings (an SLO bound that is not a histogram bucket edge) go to stderr. Exit codes: 0 ok, 2 an invalid
@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gateway.alert_rules import PROMETHEUS_RULE_NAME, build_rules, prometheus_rule, render, rules_file
-from gateway.settings import ConfigError, load_settings
+from gateway.config.settings import ConfigError, load_settings
+from gateway.fleet.alert_rules import PROMETHEUS_RULE_NAME, build_rules, prometheus_rule, render, rules_file
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from gateway.settings import parse_settings
+from gateway.config.settings import parse_settings
 from gateway.uvicorn_runner import serve
 
 DEMO_MODEL = "demo-model"

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from bench import cli as bench_cli
 from capacity import cli as capacity_cli
 from cli import alerts as alerts_cli
-from gateway.settings import ConfigError, Settings, load_settings
+from gateway.config.settings import ConfigError, Settings, load_settings
 from mock_engine import cli as mock_cli
 
 

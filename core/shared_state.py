@@ -4,8 +4,8 @@ This is the only module that imports `redis`. `RedisBackend` owns the client and
 scripts; every change to shared state is ONE atomic script (no read-modify-write from Python), so
 concurrent gateway instances never lose an update. The scripts live with their concern, one module
 each: `admission.redis_rate_limit` (token buckets), `admission.redis_leases` (bulkheads, replica slot
-credits), `gateway.proxy.idempotency_redis` and `gateway.instance_membership`; the composition root
-(`gateway.composition`) builds the one backend and closes it last.
+credits), `gateway.proxy.stores.idempotency_redis` and `gateway.fleet.instance_membership`; the
+composition root (`gateway.composition`) builds the one backend and closes it last.
 
 Time: scripts read the Redis server's `TIME`. Gateway instances cannot share their own clocks:
 monotonic clocks have per-process origins and wall clocks drift between hosts, so a refill or lease

@@ -1,1 +1,2 @@
-"""The HTTP gateway: API, streaming proxy, upstream registry, settings, metrics, CLI, app factory."""
+"""The HTTP gateway, one folder per layer (docs/ARCHITECTURE.md): base, config, upstream, api,
+observability, fleet, proxy, ops; at its root the app, the composition root and the runner."""

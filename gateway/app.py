@@ -4,7 +4,7 @@ The OpenAI proxy endpoints are dispatched as plain ASGI to `ProxyHandler` (no fr
 hot path); everything else (models, health, readiness, metrics, admin) is a small FastAPI app. The
 components are built and closed by the composition root (`gateway.composition.Components`); this app
 owns the lifespan around it: start-up builds them, and shutdown stops admitting (`draining`), leaves
-the gateway membership (`gateway.instance_membership`), waits up to `server.drain_timeout_s` for
+the gateway membership (`gateway.fleet.instance_membership`), waits up to `server.drain_timeout_s` for
 in-flight requests, then closes every component in reverse order.
 """
 
@@ -25,18 +25,25 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from admission.tenants import AuthenticationFailed
 from core.clock import Clock
-from gateway.api.admin import build_admin_router
 from gateway.api.asgi_io import Message, Receive, Scope, Send, header, send_response
 from gateway.api.openapi import OPENAPI_PATH, openapi_document
 from gateway.api.request_ids import request_id_of
 from gateway.api.request_parsing import Endpoint
 from gateway.api.response_calls import response_call
 from gateway.api.tenant_key import tenant_authorization
+from gateway.base.error_mapping import to_response
+from gateway.base.errors import (
+    BadRequest,
+    Draining,
+    GatewayError,
+    MethodNotAllowed,
+    RouteNotFound,
+    Unauthorized,
+)
 from gateway.composition import Components
-from gateway.error_mapping import to_response
-from gateway.errors import BadRequest, Draining, GatewayError, MethodNotAllowed, RouteNotFound, Unauthorized
+from gateway.config.settings import Settings
 from gateway.observability.ops_log import ASGIApp, OpsLog
-from gateway.settings import Settings
+from gateway.ops.admin import build_admin_router
 
 logger = logging.getLogger(__name__)
 

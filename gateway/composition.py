@@ -8,7 +8,7 @@ Built by `start()`, in this order, each registered for closing as it is built:
     state backend (Redis, or none with memory state)
     tenant gate (rate limits + bulkheads, on memory or Redis stores) · tenant directory
     slot credits (Redis only: the per-replica cap shared by every instance)
-    prefix-index sharing (Redis only: each pool's index records exchanged, `gateway.prefix_sharing`)
+    prefix-index sharing (Redis only: each pool's index records exchanged, `gateway.fleet.prefix_sharing`)
     router (decide + its metrics) · admission (a controller per pool, dispatching through the router)
     upstream session + client · control client (health checks, scrapes)
     request observer (tracer + span exporter, access log writer: `gateway.observability`)
@@ -44,26 +44,26 @@ from admission.redis_rate_limit import RedisRateLimitStore
 from admission.tenant_gate import TenantGate
 from core.clock import Clock, SystemClock
 from core.shared_state import FailureMode, RedisBackend, RedisOperation, outlasted_periods
-from gateway.autoscaling import AutoscaleSignals
-from gateway.instance_membership import GatewayMembership, RedisMembership
-from gateway.metrics import GatewayMetrics
+from gateway.base.metrics import GatewayMetrics
+from gateway.config.settings import ConfigError, Settings
+from gateway.fleet.autoscaling import AutoscaleSignals
+from gateway.fleet.instance_membership import GatewayMembership, RedisMembership
+from gateway.fleet.prefix_sharing import share_prefix_indexes
 from gateway.observability.events import ServeEvents
 from gateway.observability.observer import RequestObserver
 from gateway.observability.tracer import TracingUnavailable
-from gateway.prefix_sharing import share_prefix_indexes
 from gateway.proxy.adapter_loading import AdapterLoader
 from gateway.proxy.admit import build_admission, tenant_directory
 from gateway.proxy.containment import Containment, build_containment
-from gateway.proxy.disagg_admit import add_pair_admissions
+from gateway.proxy.disagg.admit import add_pair_admissions
 from gateway.proxy.handler import ProxyHandler
-from gateway.proxy.idempotency_redis import idempotency_store
 from gateway.proxy.preemption import Preemption
-from gateway.proxy.quarantine_redis import QuarantineSync
 from gateway.proxy.response_affinity import ResponseAffinity
-from gateway.proxy.response_state import response_state_store
 from gateway.proxy.route import Router
 from gateway.proxy.serve_path import build_serve_path
-from gateway.settings import ConfigError, Settings
+from gateway.proxy.stores.idempotency_redis import idempotency_store
+from gateway.proxy.stores.quarantine_redis import QuarantineSync
+from gateway.proxy.stores.response_state import response_state_store
 from gateway.upstream.discovery.factory import DiscoveryRunner, build_discovery
 from gateway.upstream.discovery.types import ReplicaSet
 from gateway.upstream.health import HealthChecker
@@ -323,7 +323,7 @@ class Components:
 
     def _start_membership(self, backend: RedisBackend | None, signals: AutoscaleSignals) -> None:
         """Measure k, the live gateway instances, for the autoscaling signal's traffic share
-        (`gateway.instance_membership`): with Redis state and a pool whose `autoscale.gateway_instances`
+        (`gateway.fleet.instance_membership`): with Redis state and a pool whose `autoscale.gateway_instances`
         is unset. Leaving is registered for close (before the backend closes) and done by the drain."""
         if backend is None or not signals.measures_gateway_instances:
             return

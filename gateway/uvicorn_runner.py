@@ -11,7 +11,7 @@ header deadline, body-deadline backstop, the connection limit with its 503 `conn
 the process's file limit (RLIMIT_NOFILE) is raised to its hard limit where the OS allows, and the
 connection limit is held to at most half of it. Both are logged at start.
 
-Once the app has started, the garbage collector is set for serving (`gateway.gc_tuning`: what start-up
+Once the app has started, the garbage collector is set for serving (`gateway.base.gc_tuning`: what start-up
 built is frozen, the youngest generation is collected less often).
 """
 
@@ -27,8 +27,8 @@ import uvicorn
 from core.redaction import redact
 from gateway.api.connection_guard import ConnectionGuard, guarded_protocol
 from gateway.app import GatewayApp, create_app
-from gateway.gc_tuning import tune_collector
-from gateway.settings import Settings
+from gateway.base.gc_tuning import tune_collector
+from gateway.config.settings import Settings
 
 logger = logging.getLogger("uvicorn.error")  # configured by uvicorn: these lines join its start-up log
 
@@ -55,7 +55,7 @@ class DrainingServer(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         """uvicorn's start-up (the app's lifespan, then the listeners); then the collector is set for
-        serving (`gateway.gc_tuning`), before the first request is read."""
+        serving (`gateway.base.gc_tuning`), before the first request is read."""
         await super().startup(sockets)
         if not self.should_exit:
             tune_collector()

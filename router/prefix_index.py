@@ -17,7 +17,7 @@ score (prefix + load scorers) and reports `prefix_match` (matched > 0) or `prefi
 
 Several gateway instances: each instance's index sees only its own decisions. `record` also hands each
 record (replica id, block hashes: hashes only, never text) to an optional listener, and `merge` applies
-a record learned from another instance without handing it on, so `gateway.prefix_sharing` can exchange
+a record learned from another instance without handing it on, so `gateway.fleet.prefix_sharing` can exchange
 records through Redis while this module stays pure and synchronous. A policy that routes on an index
 exposes it through `IndexedPolicy` (`policy_prefix_index`); the others have nothing to share (the ring
 pickers' witness index, `router.bounded`, is private: it reports, it does not route).

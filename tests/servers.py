@@ -14,7 +14,7 @@ import uvicorn
 
 from gateway.api.connection_guard import ConnectionGuard
 from gateway.app import GatewayApp, create_app
-from gateway.settings import parse_settings
+from gateway.config.settings import parse_settings
 from gateway.uvicorn_runner import uvicorn_config
 from mock_engine.core import DEFAULT_MAX_LORAS
 from mock_engine.faults import FaultSettings

@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import Any
 
 from gateway.api.write_deadline import WriteDeadlines
-from gateway.errors import PayloadTooLarge, RequestTimeout
+from gateway.base.errors import PayloadTooLarge, RequestTimeout
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

@@ -53,10 +53,10 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from gateway.api.asgi_io import CONNECTION_EXTENSION, Receive, Scope, Send, send_response
 from gateway.api.tcp_socket import WATCHES_WRITES, reset_on_close, tcp_progress
 from gateway.api.write_watch import WriteWatch
-from gateway.error_mapping import to_response
-from gateway.errors import ConnectionLimit, GatewayError, RequestTimeout
-from gateway.metrics import GatewayMetrics
-from gateway.settings import ServerSettings
+from gateway.base.error_mapping import to_response
+from gateway.base.errors import ConnectionLimit, GatewayError, RequestTimeout
+from gateway.base.metrics import GatewayMetrics
+from gateway.config.settings import ServerSettings
 
 BACKSTOP_GRACE_S = 1.0
 """How long after `body_timeout_s` the protocol ends a body the application did not bound itself."""

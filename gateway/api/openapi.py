@@ -3,7 +3,7 @@
 A static document, built from the code it describes so it cannot drift: the proxied paths are the
 `Endpoint` enum and the Responses API's id calls (`RESPONSE_CALLS`: `GET`/`DELETE
 /v1/responses/{response_id}`, `POST …/cancel`, `GET …/input_items`, bodiless); the error responses are
-every `ErrorCode`, each under the status its error class in `gateway.errors` answers with; the request
+every `ErrorCode`, each under the status its error class in `gateway.base.errors` answers with; the request
 headers are the names the serve path reads. Request bodies describe the fields the gateway itself reads
 (model, stream, max_tokens, the prompt fields, stream_options, user) with `additionalProperties: true`:
 everything else passes through to the engine, which validates it. The admin API (`/admin/...`) is not
@@ -22,7 +22,6 @@ from functools import cache
 from importlib import metadata
 from typing import Any
 
-from gateway import errors
 from gateway.api.openapi_bodies import (
     BODY_FIELDS,
     ERROR_BODIES,
@@ -32,8 +31,9 @@ from gateway.api.openapi_bodies import (
     TOKEN_COUNT,
 )
 from gateway.api.request_parsing import Endpoint
-from gateway.api.surface import ApiSurface
-from gateway.errors import ErrorCode, GatewayError
+from gateway.base import errors
+from gateway.base.errors import ErrorCode, GatewayError
+from gateway.base.surface import ApiSurface
 
 OPENAPI_PATH = "/openapi.json"
 STREAM_TERMINAL_CODES = (
@@ -100,7 +100,7 @@ _SUCCESS_HEADERS: list[tuple[str, Schema, str]] = [
 
 
 def error_statuses() -> dict[ErrorCode, int]:
-    """Every reason and the status its error class in `gateway.errors` answers with (`upstream_status`:
+    """Every reason and the status its error class in `gateway.base.errors` answers with (`upstream_status`:
     502 here, in fact the engine's own status). Raises when a code has no class (the contract drifted)."""
     found: dict[ErrorCode, int] = {}
     pending = list(GatewayError.__subclasses__())  # the base's own code is a default, not an answer
@@ -113,7 +113,7 @@ def error_statuses() -> dict[ErrorCode, int]:
             raise RuntimeError(f"{cls.code} is answered with two statuses: {found[cls.code]}, {cls.status}")
     missing = [code.value for code in ErrorCode if code not in found]
     if missing:
-        raise RuntimeError(f"no error class in gateway.errors answers {', '.join(missing)}")
+        raise RuntimeError(f"no error class in gateway.base.errors answers {', '.join(missing)}")
     return {code: found[code] for code in ErrorCode}
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from gateway.api.request_parsing import Endpoint
 from gateway.api.response_calls import RESPONSES_PREFIX
-from gateway.errors import ErrorCode
+from gateway.base.errors import ErrorCode
 
 Schema = dict[str, Any]
 _NOT_NULL: Schema = {"not": {"type": "null"}}

@@ -25,8 +25,8 @@ from typing import Any
 import orjson
 
 from core.tokens import estimate_tokens
-from gateway.api.surface import ApiSurface
-from gateway.errors import BadRequest
+from gateway.base.errors import BadRequest
+from gateway.base.surface import ApiSurface
 from router.keys import canonical_prompt_text
 
 
@@ -59,7 +59,7 @@ class Endpoint(StrEnum):
 
     @property
     def surface(self) -> ApiSurface:
-        """The API family: how errors are rendered and stream events read (`gateway.api.surface`)."""
+        """The API family: how errors are rendered and stream events read (`gateway.base.surface`)."""
         if self in (Endpoint.MESSAGES, Endpoint.COUNT_TOKENS):
             return ApiSurface.ANTHROPIC
         if self is Endpoint.RESPONSES:

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from gateway.observability.settings import AccessLogSettings
+from gateway.config.observability_settings import AccessLogSettings
 
 ACCESS_LOGGER = "llm_gateway.access"
 OUTCOME_SUCCESS = "success"

@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gateway.errors import GatewayError
+    from gateway.base.errors import GatewayError
     from gateway.observability.request_record import RequestRecord
     from gateway.proxy.context import RequestContext
     from gateway.proxy.failure_attribution import Charge

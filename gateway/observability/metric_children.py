@@ -1,7 +1,7 @@
 """Metric children resolved once: `Children(family)(*labels)` is `family.labels(*labels)`, looked up the
 first time and kept, so the serve path pays a dictionary read per observation instead of the label
 resolution (validation, a lock, a tuple) per request. For families whose label values are few and
-long-lived — pools, outcomes, reasons, policies, tenants; never request ids (`gateway.metrics`).
+long-lived — pools, outcomes, reasons, policies, tenants; never request ids (`gateway.base.metrics`).
 """
 
 from __future__ import annotations

@@ -18,11 +18,11 @@ from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from gateway.api.asgi_io import Scope
+from gateway.config.observability_settings import AccessLogSettings, TracingSettings
 from gateway.observability import genai
 from gateway.observability.access_log import AccessLog
 from gateway.observability.request_record import NO_RECORD, LoggedRecord, RequestRecord, client_trace_id
 from gateway.observability.request_spans import TracedRecord
-from gateway.observability.settings import AccessLogSettings, TracingSettings
 from gateway.observability.tracer import GatewayTracer, build_tracer
 
 _TRACE_HEADERS = (b"traceparent", b"tracestate")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from gateway.observability.events import ServeEventSink
 
 if TYPE_CHECKING:
-    from gateway.errors import GatewayError
+    from gateway.base.errors import GatewayError
     from gateway.observability.request_record import RequestRecord
     from gateway.proxy.context import RequestContext
     from gateway.proxy.failure_attribution import Charge

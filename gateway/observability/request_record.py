@@ -20,7 +20,7 @@ import datetime
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from gateway.errors import GatewayError, UpstreamError, UpstreamStatusError
+from gateway.base.errors import GatewayError, UpstreamError, UpstreamStatusError
 from gateway.observability.access_log import OUTCOME_SUCCESS, AccessLog
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, set_span_in_context
 
-from gateway.errors import GatewayError
+from gateway.base.errors import GatewayError
 from gateway.observability import genai
 from gateway.observability.access_log import OUTCOME_SUCCESS, AccessLog
 from gateway.observability.request_record import STALE_CONNECTION, LoggedRecord

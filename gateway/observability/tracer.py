@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import Tracer
 
-from gateway.observability.settings import (
+from gateway.config.observability_settings import (
     DEFAULT_OTLP_GRPC_ENDPOINT,
     DEFAULT_OTLP_HTTP_ENDPOINT,
     TracingSettings,

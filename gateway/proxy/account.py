@@ -23,14 +23,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.metrics import GatewayMetrics
+from gateway.base.metrics import GatewayMetrics
+from gateway.config.settings import SloSettings
 from gateway.observability.events import ServeEventSink
 from gateway.observability.metric_children import Children
 from gateway.observability.request_record import NO_RECORD, RequestRecord
 from gateway.proxy.context import RequestContext
 from gateway.proxy.failure_attribution import Charge
 from gateway.proxy.reply import Reply
-from gateway.settings import SloSettings
 from gateway.upstream.registry import Pool
 
 OUTCOME_SUCCESS = "success"

@@ -31,8 +31,8 @@ from collections.abc import Mapping
 import httpx
 
 from core.clock import Clock
-from gateway.errors import NoReplica
-from gateway.metrics import GatewayMetrics
+from gateway.base.errors import NoReplica
+from gateway.base.metrics import GatewayMetrics
 from gateway.upstream.pool import Pool
 from gateway.upstream.registry import ReplicaRegistry
 from gateway.upstream.replica import Replica

@@ -35,10 +35,10 @@ from admission.tenant_gate import TenantGate
 from admission.tenants import Tenant, TenantDirectory
 from admission.ticket import AdmissionRequest, Ticket
 from core.clock import Clock
-from gateway.errors import from_refusal
-from gateway.metrics import GatewayMetrics
+from gateway.base.errors import from_refusal
+from gateway.base.metrics import GatewayMetrics
+from gateway.config.settings import AdmissionSettings, Settings
 from gateway.proxy.route import Router
-from gateway.settings import AdmissionSettings, Settings
 from gateway.upstream.registry import Pool, ReplicaRegistry
 from gateway.upstream.slot import Slot
 from gateway.upstream.slot_credits import SlotCredits
@@ -47,7 +47,7 @@ from router.prefix_wait import QueueState, owner_wait
 from router.types import Decision, RoutingRequest
 
 if TYPE_CHECKING:
-    from gateway.proxy.disagg_admit import PairAdmission
+    from gateway.proxy.disagg.admit import PairAdmission
 
 
 class MetricsObserver:
@@ -77,7 +77,7 @@ class PoolAdmission:
     """One pool's admission: its controllers and the route-and-claim step they dispatch with.
 
     A controller (and so a queue) per model name the pool serves, created on a name's first request:
-    the pool's model, and each declared name or LoRA adapter (`gateway.model_settings`). An adapter
+    the pool's model, and each declared name or LoRA adapter (`gateway.config.model_settings`). An adapter
     may live on a few replicas only, and a controller's pump stops at the first waiter no replica
     takes (it assumes every waiter could use the same slots); one queue per name keeps requests for
     an adapter whose replicas are full from holding up the base model's on the others. The cost: the
@@ -188,7 +188,7 @@ class PoolAdmission:
 
     def decide(self, routing: RoutingRequest) -> Decision | None:
         """`claim`'s routing half: the replica it would take, nothing claimed (a disaggregated pool
-        decides on both of its sets before it claims either: `gateway.proxy.disagg_admit`)."""
+        decides on both of its sets before it claims either: `gateway.proxy.disagg.admit`)."""
         if self._max_inflight is not None and self._registry.total_inflight() >= self._max_inflight:
             return None
         if self._credits is not None:

@@ -3,8 +3,8 @@
 Failure attribution (`gateway.proxy.failure_attribution`) tells a poison request inside one request: the
 same failure on two replicas that keep serving others, with no load evidence. That needs a second try,
 which `max_attempts: 1` or a spent retry budget refuses. The containment adds the same rule across
-identical requests (one fingerprint, `gateway.proxy.quarantine.fingerprint`), with the evidence of
-`gateway.proxy.poison_evidence` (where each fingerprint failed, within `attribution.window_s`):
+identical requests (one fingerprint, `gateway.proxy.stores.quarantine.fingerprint`), with the evidence of
+`gateway.proxy.stores.poison_evidence` (where each fingerprint failed, within `attribution.window_s`):
 
 - **sighted**: a request that ends unserved leaves a sighting for each failure that was neither load
   nor on a replica that serves nobody (`RequestFailures.sighted`); a request served anywhere clears its
@@ -48,8 +48,8 @@ from dataclasses import dataclass, field, replace
 from admission.ticket import SlotRole
 from core.clock import Clock
 from core.shared_state import RedisBackend
-from gateway.errors import RequestQuarantined, UpstreamError
-from gateway.metrics import GatewayMetrics
+from gateway.base.errors import RequestQuarantined, UpstreamError
+from gateway.base.metrics import GatewayMetrics
 from gateway.proxy.context import RequestContext
 from gateway.proxy.failure_attribution import (
     Charge,
@@ -59,11 +59,11 @@ from gateway.proxy.failure_attribution import (
     RequestFailures,
     Verdict,
 )
-from gateway.proxy.poison_evidence import EvidenceStore, MemoryEvidence, Sighting
-from gateway.proxy.poison_evidence_redis import RedisEvidence
-from gateway.proxy.quarantine import MemoryQuarantine, QuarantineStore, fingerprint
-from gateway.proxy.quarantine_redis import RedisQuarantine, Synced
 from gateway.proxy.retry_policy import failure_kind
+from gateway.proxy.stores.poison_evidence import EvidenceStore, MemoryEvidence, Sighting
+from gateway.proxy.stores.poison_evidence_redis import RedisEvidence
+from gateway.proxy.stores.quarantine import MemoryQuarantine, QuarantineStore, fingerprint
+from gateway.proxy.stores.quarantine_redis import RedisQuarantine, Synced
 from gateway.upstream.registry import FailureKind, Pool
 from gateway.upstream.replica import Replica
 
@@ -238,7 +238,7 @@ def build_containment(
     """Every pool's (and prefill set's) containment — attribution always; quarantine and evidence when
     the pool's quarantine is enabled, in Redis with `backend` (memory without), a prefill set sharing its
     pool's quarantine — and the Redis stores whose mirrors the caller keeps in sync
-    (`gateway.proxy.quarantine_redis.QuarantineSync`)."""
+    (`gateway.proxy.stores.quarantine_redis.QuarantineSync`)."""
     pools = list(pools)
     built: dict[str, PoolContainment] = {}
     synced: list[Synced] = []

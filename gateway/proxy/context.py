@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from admission.tenants import Tenant
 from gateway.api.asgi_io import Scope, header
 from gateway.api.request_parsing import ParsedRequest, rewrite_body
-from gateway.api.surface import ApiSurface
+from gateway.base.surface import ApiSurface
 from gateway.observability.request_record import NO_RECORD, RequestRecord
 from gateway.proxy.slo_headers import SLO_TPOT_HEADER, SLO_TTFT_HEADER, request_slo
 from gateway.proxy.timers import IDLE_HEADER, TTFT_HEADER, RequestTimers, request_timers

@@ -26,7 +26,7 @@ Rules, per failed attempt (`FailureKind` from `gateway.proxy.retry_policy.failur
   its own total bound (kind None); and a 5xx, broken stream, silent stream or missed first token that
   *repeats with the same kind on a second replica* while both serve others, neither failure was load
   and neither replica shows load — a poison request, which the serve loop quarantines instead of
-  sending to a third replica (`gateway.proxy.quarantine`). "Shows load", per kind: missed first tokens,
+  sending to a third replica (`gateway.proxy.stores.quarantine`). "Shows load", per kind: missed first tokens,
   the replica misses half or more of its first tokens; silent streams, its engine is saturated or it
   silenced another request's stream within the window (a poison prompt silences engines that keep
   serving everyone else; its own two stalls do not count, nor those of requests already charged for
@@ -73,7 +73,7 @@ from enum import StrEnum
 from itertools import count
 
 from core.clock import Clock
-from gateway.pool_settings import AttributionSettings
+from gateway.config.pool_settings import AttributionSettings
 from gateway.proxy.load_evidence import FirstTokenOutcomes, StallLog
 from gateway.upstream.registry import FailureKind, Pool
 from gateway.upstream.replica import Replica

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
-from gateway.errors import ErrorCode, GatewayError
-from gateway.metrics import GatewayMetrics
+from gateway.base.errors import ErrorCode, GatewayError
+from gateway.base.metrics import GatewayMetrics
 from gateway.proxy.context import RequestContext
 from gateway.proxy.reply import Reply
 from gateway.upstream.model_catalog import ServedModel

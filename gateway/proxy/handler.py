@@ -15,7 +15,7 @@ endpoint served by the pool (404 `endpoint_not_served`) → the stored response'
 (429/503; a refusal may pass to the pool's fallback, `gateway.proxy.fallback`) → upstream. Each write
 to the client has a deadline too (`gateway.api.asgi_io.ClientIO`).
 
-Errors are rendered for the endpoint's API surface (`gateway.api.surface`: Anthropic-shaped on
+Errors are rendered for the endpoint's API surface (`gateway.base.surface`: Anthropic-shaped on
 `/v1/messages`). The tenant key is `Authorization: Bearer <key>`, or `x-api-key: <key>` (the Anthropic
 clients' header) when no `Authorization` is sent (`gateway.api.tenant_key`).
 """
@@ -44,11 +44,10 @@ from gateway.api.asgi_io import (
 from gateway.api.request_ids import request_id_of
 from gateway.api.request_parsing import Endpoint, ParsedRequest, parse_request, parse_response_call
 from gateway.api.response_calls import response_call
-from gateway.api.surface import ApiSurface
 from gateway.api.tenant_key import tenant_authorization
 from gateway.api.write_deadline import WriteDeadlines
-from gateway.error_mapping import to_response, to_sse_event
-from gateway.errors import (
+from gateway.base.error_mapping import to_response, to_sse_event
+from gateway.base.errors import (
     Draining,
     EndpointNotServed,
     GatewayError,
@@ -56,7 +55,9 @@ from gateway.errors import (
     ModelNotFound,
     Unauthorized,
 )
-from gateway.metrics import GatewayMetrics
+from gateway.base.metrics import GatewayMetrics
+from gateway.base.surface import ApiSurface
+from gateway.config.settings import Settings
 from gateway.observability.events import ServeEvents
 from gateway.observability.metric_children import Children
 from gateway.observability.request_record import RequestRecord
@@ -65,7 +66,11 @@ from gateway.proxy.adapter_loading import AdapterLoader
 from gateway.proxy.admit import Admission
 from gateway.proxy.context import RequestContext, build_context
 from gateway.proxy.fallback import Fallback
-from gateway.proxy.idempotency import (
+from gateway.proxy.relay import finish_body
+from gateway.proxy.reply import Reply
+from gateway.proxy.response_affinity import ResponseAffinity
+from gateway.proxy.serving import RequestServer
+from gateway.proxy.stores.idempotency import (
     IdempotencyStore,
     ResponseRecorder,
     StoredResponse,
@@ -73,12 +78,7 @@ from gateway.proxy.idempotency import (
     idempotency_scope,
     replay_headers,
 )
-from gateway.proxy.relay import finish_body
-from gateway.proxy.reply import Reply
-from gateway.proxy.response_affinity import ResponseAffinity
-from gateway.proxy.response_state import ResponseLocation
-from gateway.proxy.serving import RequestServer
-from gateway.settings import Settings
+from gateway.proxy.stores.response_state import ResponseLocation
 from gateway.upstream.model_catalog import ModelCatalog, ServedModel
 
 logger = logging.getLogger(__name__)

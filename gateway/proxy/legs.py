@@ -4,7 +4,7 @@ each pool's legs (`gateway.composition`); the skeleton (`gateway.proxy.serving`,
 is the same for every pool.
 
     aggregated      `gateway.proxy.aggregated_legs.OneReplica`: role SERVE; one leg — send, relay
-    disaggregated   `gateway.proxy.disagg_pair.PrefillDecode`: roles PREFILL and DECODE; a prefill leg,
+    disaggregated   `gateway.proxy.disagg.pair.PrefillDecode`: roles PREFILL and DECODE; a prefill leg,
                     then the decode leg relayed (vLLM `kv_transfer_params`), or both legs at once
                     (SGLang bootstrap)
 
@@ -35,7 +35,7 @@ import aiohttp
 from admission.outcomes import AdmissionRefused
 from admission.ticket import AdmissionRequest, SlotRole, Ticket
 from core.clock import Clock
-from gateway.errors import UpstreamError, UpstreamProtocolError
+from gateway.base.errors import UpstreamError, UpstreamProtocolError
 from gateway.observability.events import ServeEvents
 from gateway.proxy.admit import PoolAdmission
 from gateway.proxy.attempt import Attempt

@@ -21,13 +21,13 @@ import aiohttp
 import orjson
 
 from gateway.api.request_parsing import Endpoint
-from gateway.api.surface import ApiSurface
-from gateway.errors import (
+from gateway.base.errors import (
     UpstreamIdleTimeout,
     UpstreamProtocolError,
     UpstreamTotalTimeout,
     UpstreamTTFTTimeout,
 )
+from gateway.base.surface import ApiSurface
 from gateway.observability.request_record import NO_RECORD, RequestRecord
 from gateway.proxy.attempt import Attempt
 from gateway.proxy.context import RequestContext

@@ -20,7 +20,7 @@ from typing import Any
 
 from core.clock import Clock
 from gateway.api.asgi_io import DisconnectWatcher, Send
-from gateway.errors import GatewayError
+from gateway.base.errors import GatewayError
 from router.types import Decision
 
 

@@ -3,7 +3,7 @@
 Engines keep stored responses in memory, so a request with `previous_response_id` and every
 `/v1/responses/{id}` call must reach the replica that produced the id. The gateway remembers the replica
 of every response id it relays (`remember`, after the response: the id from the non-streamed body or the
-stream's `response.created` event) in the `ResponseState` (`gateway.proxy.response_state`; Redis when
+stream's `response.created` event) in the `ResponseState` (`gateway.proxy.stores.response_state`; Redis when
 configured, so every instance agrees), and pins such requests to it (`others`, then `pin`): routing
 may pick that one replica only (every other replica of the pool is excluded, retries included; the
 decision's branch is `pinned`), admission and timers as for any request. `remember` runs just before
@@ -33,10 +33,10 @@ from dataclasses import replace
 
 from admission.tenants import Tenant, TenantDirectory
 from gateway.api.response_calls import response_call
-from gateway.errors import ResponseNotFound, ResponseStateLost
+from gateway.base.errors import ResponseNotFound, ResponseStateLost
 from gateway.proxy.context import RequestContext
 from gateway.proxy.reply import Reply
-from gateway.proxy.response_state import ResponseLocation, ResponseState
+from gateway.proxy.stores.response_state import ResponseLocation, ResponseState
 from gateway.upstream.registry import Pool
 from router.eligibility import is_routable
 

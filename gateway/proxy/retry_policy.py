@@ -24,7 +24,7 @@ from __future__ import annotations
 import random
 
 from admission.retry_budget import RetryBudget
-from gateway.errors import (
+from gateway.base.errors import (
     UpstreamConnectError,
     UpstreamError,
     UpstreamIdleTimeout,
@@ -32,7 +32,7 @@ from gateway.errors import (
     UpstreamStatusError,
     UpstreamTTFTTimeout,
 )
-from gateway.settings import RetrySettings
+from gateway.config.settings import RetrySettings
 from gateway.upstream.registry import FailureKind
 from router.types import RoutingRequest
 

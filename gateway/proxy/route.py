@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from gateway.metrics import GatewayMetrics
+from gateway.base.metrics import GatewayMetrics
 from gateway.observability.metric_children import Children
 from gateway.upstream.registry import Pool
 from router.types import Branch, Decision, RoutingRequest

@@ -20,7 +20,7 @@ import asyncio
 
 import aiohttp
 
-from gateway.errors import (
+from gateway.base.errors import (
     UpstreamConnectError,
     UpstreamStatusError,
     UpstreamTotalTimeout,

@@ -22,8 +22,8 @@ import aiohttp
 
 from admission.retry_budget import RetryBudget
 from core.clock import Clock
-from gateway.autoscaling import AutoscaleSignals, AutoscaleSink
-from gateway.metrics import GatewayMetrics
+from gateway.base.metrics import GatewayMetrics
+from gateway.fleet.autoscaling import AutoscaleSignals, AutoscaleSink
 from gateway.observability.events import ServeEvents
 from gateway.observability.observer import RequestObserver
 from gateway.observability.record_events import RecordSink
@@ -31,8 +31,8 @@ from gateway.proxy.account import ServeMetrics
 from gateway.proxy.admit import Admission
 from gateway.proxy.aggregated_legs import OneReplica
 from gateway.proxy.containment import Containment
-from gateway.proxy.disagg_legs import BootstrapPorts
-from gateway.proxy.disagg_pair import PrefillDecode
+from gateway.proxy.disagg.legs import BootstrapPorts
+from gateway.proxy.disagg.pair import PrefillDecode
 from gateway.proxy.legs import LegRunner, Legs
 from gateway.proxy.preemption import Preemption
 from gateway.proxy.retry_policy import RetryPolicy

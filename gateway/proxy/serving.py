@@ -14,7 +14,7 @@ Each step is told once to the event port (`gateway.observability.events.ServeEve
 admitted or refused, each leg's start and end, retries, continuations, charges, served, failed. Its
 subscribers are the metrics (`gateway.proxy.account`), the request's spans and access-log line
 (`gateway.observability.record_events`, when tracing or the access log is on) and the autoscaling
-signal (`gateway.autoscaling.AutoscaleSink`: fed per set of the pool, when a pool has one).
+signal (`gateway.fleet.autoscaling.AutoscaleSink`: fed per set of the pool, when a pool has one).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Mapping
 
 from admission.ticket import AdmissionRequest
 from gateway.api.asgi_io import Scope
-from gateway.errors import GatewayError
+from gateway.base.errors import GatewayError
 from gateway.observability.events import ServeEvents
 from gateway.observability.observer import RequestObserver
 from gateway.observability.request_record import RequestRecord

@@ -7,7 +7,7 @@ content is `core.first_token`, shared with the load generator), (b) usage, and
 (c) whether it is the usage-only chunk (`choices: []`) that the gateway asked for on the client's behalf
 and must strip again.
 
-The Anthropic Messages and Responses streams (`gateway.api.surface`) are named events (`event: <type>`,
+The Anthropic Messages and Responses streams (`gateway.base.surface`) are named events (`event: <type>`,
 `data: {"type": <type>, ...}`); `inspect_named_event` reads them: content by `core.first_token`, usage
 from `message_start`/`message_delta` (Anthropic: `input_tokens`, `output_tokens`) or `response.completed`
 (Responses), normalised to the OpenAI names (`normalized_usage`); the end is `message_stop`, or
@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from core.first_token import anthropic_event_has_content, chunk_has_content, responses_event_has_content
-from gateway.api.surface import ApiSurface
+from gateway.base.surface import ApiSurface
 
 _TERMINATORS = (b"\n\n", b"\r\n\r\n")
 DONE_EVENT = b"data: [DONE]\n\n"

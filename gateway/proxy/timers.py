@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.errors import BadRequest
-from gateway.settings import TimeoutSettings
+from gateway.base.errors import BadRequest
+from gateway.config.settings import TimeoutSettings
 
 MIN_OVERRIDE_S = 0.05
 TTFT_HEADER = "x-gateway-ttft-timeout-ms"

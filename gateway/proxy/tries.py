@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from admission.ticket import SlotRole, Ticket
-from gateway.errors import (
+from gateway.base.errors import (
     UpstreamConnectError,
     UpstreamError,
     UpstreamIdleTimeout,

@@ -18,7 +18,7 @@ import httpx
 
 from core.clock import Clock
 from core.tasks import cancel_and_wait
-from gateway.settings import HealthCheckSettings
+from gateway.config.settings import HealthCheckSettings
 from gateway.upstream.registry import Pool, ReplicaRegistry
 from gateway.upstream.replica import Replica
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import aiohttp
 import httpx
 
-from gateway.settings import UpstreamClientSettings
+from gateway.config.settings import UpstreamClientSettings
 
 CONNECTION_HEADROOM = 16
 """Connections above `max_connections`: admission caps in-flight requests at `max_connections`

@@ -1,5 +1,5 @@
 """Model discovery: read each replica's `/v1/models` and learn the LoRA adapters (and declared models)
-it serves (`models.discover`; settings and routing rules in `gateway.model_settings`).
+it serves (`models.discover`; settings and routing rules in `gateway.config.model_settings`).
 
 One `ModelDiscovery` per pool, one asyncio task: every `refresh_s` it reads every current replica
 concurrently (each bounded by `timeout_s`, with the pool's engine key when it has one — vLLM's

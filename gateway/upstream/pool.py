@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from admission.retry_after import no_replica_retry_after_s
 from core.clock import Clock
-from gateway.settings import PoolSettings
+from gateway.config.settings import PoolSettings
 from gateway.upstream.breaker import BreakerPolicy, CircuitBreaker, ejection_budget
 from gateway.upstream.replica import Replica
 from gateway.upstream.replica_cost import ReplicaCost

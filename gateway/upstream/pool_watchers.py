@@ -11,7 +11,7 @@ from typing import Protocol
 import httpx
 
 from core.clock import Clock
-from gateway.metrics import GatewayMetrics
+from gateway.base.metrics import GatewayMetrics
 from gateway.upstream.engine_metrics import adapter_for
 from gateway.upstream.model_discovery import ModelDiscovery
 from gateway.upstream.pool import Pool

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.pool_settings import PoolSettings
+from gateway.config.pool_settings import PoolSettings
 
 
 def prefill_set_settings(settings: PoolSettings) -> PoolSettings:

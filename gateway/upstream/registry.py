@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterator
 from enum import StrEnum
 
 from core.clock import Clock
-from gateway.metrics import GatewayMetrics
-from gateway.settings import ConfigError, PoolSettings, Settings
+from gateway.base.metrics import GatewayMetrics
+from gateway.config.settings import ConfigError, PoolSettings, Settings
 from gateway.upstream.breaker import (
     BREAKER_STATE_VALUE,
     FailureEffect,

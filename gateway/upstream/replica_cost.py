@@ -23,7 +23,7 @@ counts, or the engine's fresh `waiting` / `running` when larger), the time since
 token; at the end, TPOT = (end − first token) / (output tokens − 1) against the mean of the batch at
 its first token and at its end, and the engine's KV use.
 
-The learned cap (`gateway.upstream.latency_settings`, rules in `gateway.upstream.tpot_limit`): each
+The learned cap (`gateway.config.latency_settings`, rules in `gateway.upstream.tpot_limit`): each
 fresh scrape (`engine_sampled`) records the requests other senders run on the engine
 (`foreign_requests`: engine running + waiting − this instance's in-flight) and, when the scrape closed
 a token-latency window, moves the cap on the engine's whole batch; without such windows each finished
@@ -45,7 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.clock import Clock, SystemClock
-from gateway.upstream.latency_settings import LatencyModelSettings
+from gateway.config.latency_settings import LatencyModelSettings
 from gateway.upstream.tpot_limit import TpotConcurrencyLimit
 from router.latency_model import LatencyEstimate, ReplicaLatencyModel
 from router.load import fresh_sample

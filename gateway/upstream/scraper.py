@@ -36,13 +36,12 @@ import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Protocol
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from core.tasks import cancel_and_wait
+from gateway.config.scrape_settings import OnStale, ScrapeSettings
 from gateway.upstream.engine_metrics import (
     EngineMetricsError,
     EngineSample,
@@ -54,42 +53,6 @@ from router.types import EngineLoad
 Clock = Callable[[], float]
 
 _log = logging.getLogger(__name__)
-
-
-class OnStale(StrEnum):
-    SATURATED = "saturated"
-    IGNORE = "ignore"
-
-
-class ScrapeSettings(BaseModel):
-    """Scraping options of one pool (`pools[].scrape`). Defaults: poll every 0.5 s, 0.4 s timeout,
-    stale after 3 × interval (1.5 s), stale replicas treated as saturated. `enabled: false` (or engine
-    `openai`) means no scraper for the pool."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    enabled: bool = True
-    interval_s: float = Field(0.5, gt=0)
-    timeout_s: float = Field(0.4, gt=0)
-    stale_after_s: float | None = Field(None, gt=0)
-    on_stale: OnStale = OnStale.SATURATED
-    saturated_waiting_requests: float = Field(64.0, ge=0)
-    path: str = Field("/metrics", pattern=r"^/")
-
-    @model_validator(mode="after")
-    def _bounds(self) -> ScrapeSettings:
-        if self.timeout_s >= self.interval_s:
-            raise ValueError(
-                f"timeout_s ({self.timeout_s}) must be shorter than interval_s ({self.interval_s})"
-            )
-        if self.stale_after_s is not None and self.stale_after_s < self.interval_s:
-            raise ValueError(f"stale_after_s ({self.stale_after_s}) must be at least interval_s")
-        return self
-
-    @property
-    def stale_bound_s(self) -> float:
-        """`stale_after_s`, or 3 × `interval_s` when unset."""
-        return self.stale_after_s if self.stale_after_s is not None else 3.0 * self.interval_s
 
 
 class ScrapeTarget(Protocol):

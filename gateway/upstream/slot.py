@@ -20,7 +20,7 @@ from collections.abc import Callable
 from prometheus_client import Gauge
 
 from core.clock import Clock
-from gateway.metrics import GatewayMetrics
+from gateway.base.metrics import GatewayMetrics
 from gateway.upstream.replica import Replica
 from router.types import Decision
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import yaml
 
-from gateway.alert_rules import RuleSet, build_rules
-from gateway.settings import load_settings
+from gateway.config.settings import load_settings
+from gateway.fleet.alert_rules import RuleSet, build_rules
 from tests.deploy.tools import REPO
 
 KUBE_DIR = REPO / "deploy" / "kubernetes"

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.alert_rules import RuleSet, build_rules, prometheus_rule, render, rules_file
-from gateway.settings import Settings, load_settings, parse_settings
+from gateway.config.settings import Settings, load_settings, parse_settings
+from gateway.fleet.alert_rules import RuleSet, build_rules, prometheus_rule, render, rules_file
 from tests.deploy.manifests import EXAMPLE_CONFIG, KUBE_DIR, example_rules, find, rendered
 from tests.deploy.tools import REPO, require_executable
 

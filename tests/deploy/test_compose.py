@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from gateway.settings import parse_settings
+from gateway.config.settings import parse_settings
 from tests.deploy.tools import REPO, require_module
 
 COMPOSE = REPO / "deploy" / "compose.yaml"

@@ -1,6 +1,6 @@
 """deploy/grafana/llm-gateway.json: valid dashboard JSON whose every PromQL expression names only
-metrics the gateway exports (gateway/metrics.py, parsed), that ALLOWED_METRICS lists (incl. planned), or
-that the recording rules generated for the example config write (gateway/alert_rules.py, shipped as
+metrics the gateway exports (gateway/base/metrics.py, parsed), that ALLOWED_METRICS lists (incl. planned), or
+that the recording rules generated for the example config write (gateway/fleet/alert_rules.py, shipped as
 deploy/kubernetes/prometheusrule.yaml)."""
 
 from __future__ import annotations
@@ -19,15 +19,15 @@ from tests.deploy.manifests import example_rules
 from tests.deploy.tools import REPO, require_executable
 
 DASHBOARD = REPO / "deploy" / "grafana" / "llm-gateway.json"
-METRICS_MODULE = REPO / "gateway" / "metrics.py"
+METRICS_MODULE = REPO / "gateway" / "base" / "metrics.py"
 
 ALLOWED_METRICS: dict[str, str] = {
     # The metrics a dashboard expression may name (name -> kind; histograms also allow _bucket/_sum/_count).
-    # The names that gateway/metrics.py defines are ALSO parsed from its source (exported_metrics below),
+    # The names that gateway/base/metrics.py defines are ALSO parsed from its source (exported_metrics below),
     # so a metric added there is allowed at once; this constant keeps the names the dashboard was built
     # on, including planned ones that other work adds, and a test checks that any of them that metrics.py
     # defines has the same kind there. Remove a planned name here only together with its panels.
-    # -- defined in gateway/metrics.py when the dashboard was written
+    # -- defined in gateway/base/metrics.py when the dashboard was written
     "llm_gateway_requests_total": "counter",
     "llm_gateway_request_duration_seconds": "histogram",
     "llm_gateway_ttft_seconds": "histogram",
@@ -65,7 +65,7 @@ HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 
 
 def exported_metrics() -> dict[str, str]:
-    """Metric name → kind from the Counter/Gauge/Histogram/Summary constructors in gateway/metrics.py."""
+    """Metric name → kind from the Counter/Gauge/Histogram/Summary constructors in gateway/base/metrics.py."""
     tree = ast.parse(METRICS_MODULE.read_text())
     constants = {
         node.targets[0].id: node.value.value
@@ -153,7 +153,9 @@ def test_allowed_names_follow_the_conventions_and_agree_with_metrics_py() -> Non
         assert name.startswith("llm_gateway_")
         assert name.endswith("_total") == (kind == "counter"), name
         if name in exported:
-            assert exported[name] == kind, f"{name} is a {exported[name]} in gateway/metrics.py, not a {kind}"
+            assert exported[name] == kind, (
+                f"{name} is a {exported[name]} in gateway/base/metrics.py, not a {kind}"
+            )
 
 
 def test_recording_rule_names_come_from_the_generator() -> None:

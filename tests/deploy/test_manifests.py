@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from gateway.settings import PoolSettings, parse_settings
-from gateway.upstream.discovery.settings import ReplicaSources
+from gateway.config.discovery_settings import ReplicaSources
+from gateway.config.settings import PoolSettings, parse_settings
 from tests.deploy.manifests import (
     KUBE_DIR,
     Doc,
@@ -98,7 +98,7 @@ def test_gateway_config_is_a_valid_config() -> None:
     parse_settings(without_discovery)  # the rest of the file, with today's settings models
     replicas_model = PoolSettings.model_fields["replicas"].annotation
     if "kubernetes" in getattr(replicas_model, "model_fields", {}):
-        parse_settings(raw)  # once gateway/settings.py uses ReplicaSources: the whole file
+        parse_settings(raw)  # once gateway/config/settings.py uses ReplicaSources: the whole file
 
 
 def test_gateway_deployment_is_highly_available_and_locked_down() -> None:

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, settings
 
 from gateway.api.request_parsing import Endpoint
 from gateway.app import create_app
-from gateway.settings import parse_settings
+from gateway.config.settings import parse_settings
 from mock_engine.faults import FaultSettings
 from mock_engine.fixed_delay import FixedDelayCore
 from mock_engine.server import MockEngineApp, MockEngineConfig

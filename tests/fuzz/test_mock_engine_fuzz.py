@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.api.request_parsing import Endpoint
-from gateway.api.surface import ApiSurface
+from gateway.base.surface import ApiSurface
 from tests.fuzz.fleet import FUZZ_SETTINGS, Fleet
 from tests.fuzz.strategies import FUZZED_ENDPOINTS, broken_bodies, object_requests, wrong_type_bodies
 

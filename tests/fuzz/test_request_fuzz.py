@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from gateway.api.openapi import OPENAPI_PATH
 from gateway.api.request_parsing import Endpoint
-from gateway.api.surface import ApiSurface
+from gateway.base.surface import ApiSurface
 from tests.fuzz.contract import UPSTREAM_STATUS, check_answer, check_error_shape
 from tests.fuzz.fleet import (
     FUZZ_SETTINGS,

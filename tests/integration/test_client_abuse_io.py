@@ -12,7 +12,7 @@ import pytest
 
 from gateway.api.asgi_io import CONNECTION_EXTENSION, ClientIO, ClientWriteTimeout, Message
 from gateway.api.write_deadline import WriteDeadlines
-from gateway.errors import PayloadTooLarge, RequestTimeout
+from gateway.base.errors import PayloadTooLarge, RequestTimeout
 
 BODY = {"type": "http.response.body", "body": b"x", "more_body": True}
 

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.settings import parse_settings
+from gateway.config.settings import parse_settings
 from mock_engine.faults import FaultSettings
 from mock_engine.fixed_delay import FixedDelayCore
 from mock_engine.server import MockEngineApp, MockEngineConfig
@@ -106,7 +106,7 @@ def test_the_anthropic_headers_reach_an_engine_that_speaks_messages_and_the_key_
 
 def test_a_missing_engine_key_variable_fails_the_start(monkeypatch, mock_engines) -> None:
     from gateway.composition import Components
-    from gateway.settings import ConfigError
+    from gateway.config.settings import ConfigError
 
     monkeypatch.delenv("TEST_ENGINE_KEY_UNSET", raising=False)
     engine = mock_engines(model=MODEL)

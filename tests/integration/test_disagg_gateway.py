@@ -19,7 +19,7 @@ import openai
 import pytest
 import yaml
 
-from gateway.settings import ConfigError, parse_settings
+from gateway.config.settings import ConfigError, parse_settings
 from gateway.upstream.registry import replica_id_for
 from mock_engine.disagg_params import Protocol, Role
 from mock_engine.faults import FaultSettings

@@ -13,8 +13,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from gateway.app import create_app
+from gateway.config.settings import parse_settings
 from gateway.observability.access_log import ACCESS_LOGGER
-from gateway.settings import parse_settings
 from mock_engine.faults import FaultSettings
 from mock_engine.fixed_delay import FixedDelayCore
 from mock_engine.server import MockEngineApp, MockEngineConfig

@@ -16,10 +16,10 @@ from redis.asyncio import Redis
 from core.clock import FakeClock
 from core.shared_state import RedisBackend, RedisOperation
 from gateway.app import GatewayApp
-from gateway.autoscaling import AutoscaleSignals
-from gateway.instance_membership import GatewayMembership, RedisMembership
-from gateway.metrics import GatewayMetrics
-from gateway.settings import parse_settings
+from gateway.base.metrics import GatewayMetrics
+from gateway.config.settings import parse_settings
+from gateway.fleet.autoscaling import AutoscaleSignals
+from gateway.fleet.instance_membership import GatewayMembership, RedisMembership
 from gateway.upstream.registry import ReplicaRegistry
 
 from .conftest import REDIS_URL, BackendFactory, TcpProxy

@@ -14,10 +14,10 @@ from redis.asyncio import Redis
 
 from core.clock import FakeClock
 from core.shared_state import FailureMode, RedisOperation
-from gateway.errors import BadRequest, StateUnavailable
-from gateway.proxy.idempotency import StoredResponse, body_digest
-from gateway.proxy.idempotency_redis import RedisIdempotencyStore, encode_response, idempotency_store
-from gateway.settings import IdempotencySettings
+from gateway.base.errors import BadRequest, StateUnavailable
+from gateway.config.settings import IdempotencySettings
+from gateway.proxy.stores.idempotency import StoredResponse, body_digest
+from gateway.proxy.stores.idempotency_redis import RedisIdempotencyStore, encode_response, idempotency_store
 from mock_engine.faults import FaultSettings
 from tests.integration.conftest import MODEL, pool
 from tests.servers import ServerThread, gateway_settings

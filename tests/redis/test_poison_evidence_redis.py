@@ -1,5 +1,5 @@
-"""Poison evidence shared through Redis (gateway.proxy.poison_evidence_redis): where a fingerprint failed
-is seen by every instance, and two gateways sharing Redis quarantine identical poison requests that
+"""Poison evidence shared through Redis (gateway.proxy.stores.poison_evidence_redis): where a fingerprint
+failed is seen by every instance, and two gateways sharing Redis quarantine identical poison requests that
 failed once on each."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 from redis.asyncio import Redis
 
 from core.clock import FakeClock
-from gateway.proxy.poison_evidence_redis import RedisEvidence
-from gateway.proxy.quarantine_redis import SYNC_INTERVAL_S
+from gateway.proxy.stores.poison_evidence_redis import RedisEvidence
+from gateway.proxy.stores.quarantine_redis import SYNC_INTERVAL_S
 from gateway.upstream.registry import FailureKind
 from mock_engine.faults import FaultSettings
 from tests.faults.test_containment import MARKER

@@ -15,8 +15,8 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.api.request_parsing import Endpoint, parse_request
-from gateway.metrics import GatewayMetrics
-from gateway.prefix_sharing import PrefixIndexSharing, SharingMetrics
+from gateway.base.metrics import GatewayMetrics
+from gateway.fleet.prefix_sharing import PrefixIndexSharing, SharingMetrics
 from router.keys import build_routing_request
 from router.prefix_index import PrefixIndex, policy_prefix_index
 from tests.servers import ServerThread, gateway_settings, wait_until
@@ -82,7 +82,7 @@ async def test_a_new_instance_replays_the_retained_records_and_a_late_one_catche
 async def test_the_stream_is_capped(
     make_backend: BackendFactory, raw_redis: Redis, key_prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("gateway.prefix_sharing.STREAM_MAX_BATCHES", 10)
+    monkeypatch.setattr("gateway.fleet.prefix_sharing.STREAM_MAX_BATCHES", 10)
     one = PrefixIndex()
     a = sharing(make_backend(), "a", one)
     for n in range(300):

@@ -6,7 +6,7 @@ import pytest
 from redis.asyncio import Redis
 
 from core.clock import FakeClock
-from gateway.proxy.quarantine_redis import RedisQuarantine
+from gateway.proxy.stores.quarantine_redis import RedisQuarantine
 from tests.redis.conftest import CLOSED_PORT_URL, BackendFactory
 
 pytestmark = pytest.mark.redis

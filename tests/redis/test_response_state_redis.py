@@ -14,8 +14,8 @@ from redis.asyncio import Redis
 
 from core.clock import FakeClock
 from core.shared_state import FailureMode
-from gateway.errors import StateUnavailable
-from gateway.proxy.response_state import MemoryResponseState, RedisResponseState, ResponseLocation
+from gateway.base.errors import StateUnavailable
+from gateway.proxy.stores.response_state import MemoryResponseState, RedisResponseState, ResponseLocation
 from tests.servers import ServerThread, free_port, gateway_settings
 
 from .conftest import REDIS_URL, BackendFactory

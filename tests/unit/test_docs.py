@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gateway.settings import parse_settings
+from gateway.config.settings import parse_settings
 from router.presets import CUSTOM_POLICY, PRESETS
 
 REPO = Path(__file__).resolve().parents[2]

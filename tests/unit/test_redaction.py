@@ -10,8 +10,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from core.redaction import REDACTED, redact
 from core.shared_state import RedisBackend, RedisOperation, make_redis_client
-from gateway.errors import BadRequest, UpstreamConnectError
-from gateway.settings import ConfigError, parse_settings
+from gateway.base.errors import BadRequest, UpstreamConnectError
+from gateway.config.settings import ConfigError, parse_settings
 from gateway.uvicorn_runner import log_shared_state
 
 SECRET = "hunter2-s3cret"

@@ -6,11 +6,11 @@ is how the registry applies it. Sources: `StaticDiscovery`, `DnsDiscovery`,
 `KubernetesEndpointSliceDiscovery`; `build_discovery` picks one from a pool's `replicas` settings.
 """
 
+from gateway.config.discovery_settings import DnsReplicas, KubernetesReplicas, ReplicaSources
 from gateway.upstream.discovery.dns import DnsDiscovery, GetaddrinfoResolver, Resolver
 from gateway.upstream.discovery.factory import DiscoveryRunner, StaticDiscovery, build_discovery
 from gateway.upstream.discovery.kubernetes import KubernetesEndpointSliceDiscovery
 from gateway.upstream.discovery.membership import MembershipPlan, plan_membership
-from gateway.upstream.discovery.settings import DnsReplicas, KubernetesReplicas, ReplicaSources
 from gateway.upstream.discovery.types import DiscoverySource, OnChange, ReplicaSet, ReplicaState
 
 __all__ = [

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from core.clock import Clock, SystemClock
-from gateway.upstream.discovery.settings import DnsReplicas
+from gateway.config.discovery_settings import DnsReplicas
 from gateway.upstream.discovery.types import Emitter, OnChange, ReplicaSet, ReplicaState, format_url
 
 logger = logging.getLogger(__name__)

@@ -6,9 +6,9 @@ import asyncio
 import logging
 from collections.abc import Mapping
 
+from gateway.config.discovery_settings import ReplicaSources
 from gateway.upstream.discovery.dns import DnsDiscovery, Resolver
 from gateway.upstream.discovery.kubernetes import KubernetesEndpointSliceDiscovery
-from gateway.upstream.discovery.settings import ReplicaSources
 from gateway.upstream.discovery.types import DiscoverySource, Emitter, OnChange, ReplicaSet
 
 logger = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from gateway.upstream.discovery.settings import KubernetesReplicas
+from gateway.config.discovery_settings import KubernetesReplicas
 
 
 class KubeConfigError(ValueError):

@@ -30,9 +30,9 @@ from typing import Any
 import httpx
 
 from core.clock import Clock, SystemClock
+from gateway.config.discovery_settings import KubernetesReplicas
 from gateway.upstream.discovery.endpointslices import SliceStates, merge_slices, slice_states
 from gateway.upstream.discovery.k8s_auth import ApiAccess, namespace_for, resolve_access
-from gateway.upstream.discovery.settings import KubernetesReplicas
 from gateway.upstream.discovery.types import Emitter, OnChange, ReplicaSet
 
 logger = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from bench.disagg import DisaggSpec, disaggregate, parse_disagg
 from bench.fleet import EngineOptions, Fleet, GatewayOptions, gateway_config
 from bench.report import row
 from bench.summary import RunResult
-from gateway.settings import parse_settings
+from gateway.config.settings import parse_settings
 
 URLS = [f"http://127.0.0.1:{9001 + i}" for i in range(4)]
 

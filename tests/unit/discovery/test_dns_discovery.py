@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import pytest
 
 from core.clock import FakeClock
+from gateway.config.discovery_settings import DnsReplicas
 from gateway.upstream.discovery.dns import DnsDiscovery, GetaddrinfoResolver
-from gateway.upstream.discovery.settings import DnsReplicas
 from gateway.upstream.discovery.types import ReplicaSet
 from tests.unit.discovery.conftest import Collector
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gateway.config.discovery_settings import KubernetesReplicas
 from gateway.upstream.discovery.k8s_auth import (
     KubeConfigError,
     in_cluster_access,
@@ -15,7 +16,6 @@ from gateway.upstream.discovery.k8s_auth import (
     namespace_for,
     resolve_access,
 )
-from gateway.upstream.discovery.settings import KubernetesReplicas
 
 
 def _settings(tmp_path: Path, tls_dir: Path, **extra: object) -> KubernetesReplicas:

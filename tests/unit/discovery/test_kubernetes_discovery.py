@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from gateway.config.discovery_settings import KubernetesReplicas
 from gateway.upstream.discovery.k8s_auth import ApiAccess
 from gateway.upstream.discovery.kubernetes import KubernetesEndpointSliceDiscovery
-from gateway.upstream.discovery.settings import KubernetesReplicas
 from gateway.upstream.discovery.types import ReplicaSet
 from tests.unit.discovery.conftest import Collector, StartDiscovery, eventually
 from tests.unit.discovery.fake_apiserver import FakeApiServer, endpoint, endpoint_slice

@@ -238,7 +238,7 @@ def test_registry_is_keyed_by_flavour_and_openai_is_not_scraped() -> None:
 def test_every_configurable_engine_flavour_is_known() -> None:
     from typing import get_args
 
-    from gateway.settings import EngineFlavour
+    from gateway.config.settings import EngineFlavour
 
     assert set(get_args(EngineFlavour)) == set(known_flavours())
 

@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from gateway.upstream.scraper import OnStale, ScrapeSettings
+from gateway.config.scrape_settings import OnStale, ScrapeSettings
 
 
 def test_settings_defaults() -> None:

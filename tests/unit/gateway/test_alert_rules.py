@@ -1,4 +1,4 @@
-"""gateway/alert_rules*.py without promtool (tests/deploy/test_alert_rules.py runs the rules): what the
+"""gateway/fleet/alert_rules*.py without promtool (tests/deploy/test_alert_rules.py runs the rules): what the
 generator derives from the settings — windows, selectors, excluded outcomes, bucket edges and their
 warnings, cost figures — and the settings it refuses."""
 
@@ -8,7 +8,11 @@ from typing import Any
 
 import pytest
 
-from gateway.alert_rules import (
+from gateway.base.errors import ErrorCode
+from gateway.base.metrics import GatewayMetrics
+from gateway.config.pool_settings import DEFAULT_AVAILABILITY_EXCLUDED_OUTCOMES, BurnRateAlert
+from gateway.config.settings import ConfigError, Settings, parse_settings
+from gateway.fleet.alert_rules import (
     RuleSet,
     alert_name,
     bucket_edge,
@@ -16,11 +20,7 @@ from gateway.alert_rules import (
     build_rules,
     prometheus_rule,
 )
-from gateway.alert_rules_promql import duration, number, selector
-from gateway.errors import ErrorCode
-from gateway.metrics import GatewayMetrics
-from gateway.pool_settings import DEFAULT_AVAILABILITY_EXCLUDED_OUTCOMES, BurnRateAlert
-from gateway.settings import ConfigError, Settings, parse_settings
+from gateway.fleet.alert_rules_promql import duration, number, selector
 
 MODEL = "m"
 

@@ -10,11 +10,11 @@ from core.clock import FakeClock
 from core.first_token import anthropic_event_has_content, responses_event_has_content
 from gateway.api.request_parsing import Endpoint, parse_request, rewrite_body
 from gateway.api.response_calls import response_call
-from gateway.api.surface import ApiSurface
-from gateway.error_mapping import to_response, to_sse_event
-from gateway.errors import BadRequest, NoReplica, UpstreamIdleTimeout
-from gateway.proxy.response_state import MemoryResponseState, ResponseLocation
+from gateway.base.error_mapping import to_response, to_sse_event
+from gateway.base.errors import BadRequest, NoReplica, UpstreamIdleTimeout
+from gateway.base.surface import ApiSurface
 from gateway.proxy.sse import inspect_named_event, merged_usage, normalized_usage
+from gateway.proxy.stores.response_state import MemoryResponseState, ResponseLocation
 
 
 def _event(name: str, **data: object) -> bytes:

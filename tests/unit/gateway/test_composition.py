@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.composition import Components
-from gateway.settings import parse_settings
+from gateway.config.settings import parse_settings
 from gateway.upstream.health import HealthChecker
 from tests.servers import free_port
 

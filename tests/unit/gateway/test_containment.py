@@ -15,11 +15,11 @@ import pytest
 from admission.ticket import SlotRole
 from core.clock import FakeClock
 from gateway.api.request_parsing import Endpoint, ParsedRequest, parse_request
-from gateway.errors import RequestQuarantined, UpstreamError, UpstreamStatusError, UpstreamTTFTTimeout
-from gateway.metrics import GatewayMetrics
+from gateway.base.errors import RequestQuarantined, UpstreamError, UpstreamStatusError, UpstreamTTFTTimeout
+from gateway.base.metrics import GatewayMetrics
+from gateway.config.settings import parse_settings
 from gateway.proxy.containment import Containment, build_containment
 from gateway.proxy.failure_attribution import FailureCause, RequestFailures
-from gateway.settings import parse_settings
 from gateway.upstream.registry import Pool, ReplicaRegistry
 from gateway.upstream.replica import Replica
 from router.types import EngineLoad, RoutingRequest
@@ -214,7 +214,7 @@ def test_missed_first_tokens_on_saturated_engines_are_load_not_evidence() -> Non
 def test_a_stream_silent_where_other_streams_go_silent_too_is_not_quarantined() -> None:
     """Both replicas silenced other prompts' streams in the window (load, engine metrics off): two
     identical requests silenced on them are not a poison request."""
-    from gateway.errors import UpstreamIdleTimeout
+    from gateway.base.errors import UpstreamIdleTimeout
 
     fleet = Fleet()
     fleet.serving(fleet.a, fleet.b)

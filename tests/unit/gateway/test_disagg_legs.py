@@ -6,9 +6,9 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from gateway.errors import UpstreamProtocolError
-from gateway.proxy.disagg_decision import PairDecision
-from gateway.proxy.disagg_legs import kv_transfer_params, sglang_body, vllm_decode_body, vllm_prefill_body
+from gateway.base.errors import UpstreamProtocolError
+from gateway.proxy.disagg.decision import PairDecision
+from gateway.proxy.disagg.legs import kv_transfer_params, sglang_body, vllm_decode_body, vllm_prefill_body
 from router.types import Decision
 
 BASE = {

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from core.clock import FakeClock
-from gateway.api.admin import _replica_status
-from gateway.metrics import GatewayMetrics
-from gateway.settings import parse_settings
+from gateway.base.metrics import GatewayMetrics
+from gateway.config.settings import parse_settings
+from gateway.ops.admin import _replica_status
 from gateway.upstream.breaker import BreakerState
 from gateway.upstream.registry import FailureKind, Pool, ReplicaRegistry
 from gateway.upstream.replica import Replica

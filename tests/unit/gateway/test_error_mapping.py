@@ -3,8 +3,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from gateway.error_mapping import to_response, to_sse_event
-from gateway.errors import (
+from gateway.base.error_mapping import to_response, to_sse_event
+from gateway.base.errors import (
     BadRequest,
     Draining,
     NoReplica,

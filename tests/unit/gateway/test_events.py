@@ -11,16 +11,16 @@ from typing import Any, cast
 import pytest
 
 from core.clock import FakeClock
-from gateway.autoscaling import AutoscaleSink
+from gateway.base.metrics import GatewayMetrics
 from gateway.composition import Components
-from gateway.metrics import GatewayMetrics
+from gateway.config.settings import PoolSettings, parse_settings
+from gateway.fleet.autoscaling import AutoscaleSink
 from gateway.observability.events import ServeEvents, ServeEventSink
 from gateway.observability.record_events import RecordSink
 from gateway.proxy.account import ServeMetrics
 from gateway.proxy.context import RequestContext
 from gateway.proxy.failure_attribution import Charge, FailureCause
 from gateway.proxy.reply import Reply
-from gateway.settings import PoolSettings, parse_settings
 from gateway.upstream.registry import FailureKind, Pool, ReplicaRegistry
 from router.types import Branch, Decision
 from tests.servers import free_port

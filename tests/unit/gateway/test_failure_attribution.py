@@ -7,11 +7,11 @@ import random
 import pytest
 
 from core.clock import FakeClock
-from gateway.errors import UpstreamIdleTimeout, UpstreamProtocolError
-from gateway.metrics import GatewayMetrics
+from gateway.base.errors import UpstreamIdleTimeout, UpstreamProtocolError
+from gateway.base.metrics import GatewayMetrics
+from gateway.config.settings import parse_settings
 from gateway.proxy.failure_attribution import FailureCause, PoolAttribution
 from gateway.proxy.retry_policy import failure_kind
-from gateway.settings import parse_settings
 from gateway.upstream.registry import FailureKind, Pool, ReplicaRegistry
 from gateway.upstream.replica import Replica
 from router.types import EngineLoad

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from core.clock import FakeClock
-from gateway.errors import GatewayError, NoReplica, QueueFull, QueueTimeout, RateLimited
-from gateway.metrics import GatewayMetrics
+from gateway.base.errors import GatewayError, NoReplica, QueueFull, QueueTimeout, RateLimited
+from gateway.base.metrics import GatewayMetrics
+from gateway.config.settings import parse_settings
 from gateway.proxy.context import RequestContext
 from gateway.proxy.fallback import Fallback
 from gateway.proxy.reply import Reply
-from gateway.settings import parse_settings
 from gateway.upstream.model_catalog import ModelCatalog, ServedModel
 from gateway.upstream.registry import ReplicaRegistry
 

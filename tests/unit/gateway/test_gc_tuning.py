@@ -1,4 +1,4 @@
-"""The collector of a serving process (`gateway.gc_tuning`): frozen after start-up with a larger young
+"""The collector of a serving process (`gateway.base.gc_tuning`): frozen after start-up with a larger young
 threshold, set by the runner once the app's lifespan has started and only then."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 import uvicorn
 
 import gateway.uvicorn_runner as runner
-from gateway.gc_tuning import YOUNG_THRESHOLD, tune_collector
+from gateway.base.gc_tuning import YOUNG_THRESHOLD, tune_collector
 
 
 @pytest.fixture

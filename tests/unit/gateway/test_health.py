@@ -7,8 +7,8 @@ import random
 import httpx
 
 from core.clock import FakeClock
-from gateway.metrics import GatewayMetrics
-from gateway.settings import parse_settings
+from gateway.base.metrics import GatewayMetrics
+from gateway.config.settings import parse_settings
 from gateway.upstream.health import HealthChecker
 from gateway.upstream.registry import ReplicaRegistry
 from tests.servers import free_port

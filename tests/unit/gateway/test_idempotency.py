@@ -5,16 +5,15 @@ import asyncio
 import pytest
 
 from core.clock import FakeClock
-from gateway.errors import BadRequest
-from gateway.proxy.idempotency import (
-    DEFAULT_MAX_STORED_BYTES,
+from gateway.base.errors import BadRequest
+from gateway.config.settings import DEFAULT_IDEMPOTENCY_MAX_STORED_BYTES, IdempotencySettings
+from gateway.proxy.stores.idempotency import (
     IdempotencyCache,
     StoredResponse,
     body_digest,
     stored_size_bytes,
 )
-from gateway.proxy.idempotency_redis import idempotency_store
-from gateway.settings import IdempotencySettings
+from gateway.proxy.stores.idempotency_redis import idempotency_store
 
 KEY = ("m", "client", "k1")
 OK = StoredResponse(200, [(b"content-type", b"application/json")], b"{}")
@@ -99,7 +98,7 @@ async def test_a_configured_size_limit_leaves_larger_responses_unstored() -> Non
 
 async def test_default_settings_keep_the_default_size_limit() -> None:
     cache = idempotency_store(None, FakeClock(), IdempotencySettings())
-    huge = StoredResponse(200, [], b"x" * (DEFAULT_MAX_STORED_BYTES + 1))
+    huge = StoredResponse(200, [], b"x" * (DEFAULT_IDEMPOTENCY_MAX_STORED_BYTES + 1))
     assert await cache.claim(KEY, body_digest(b"a")) is None
     await cache.complete(KEY, huge)
     assert await cache.claim(KEY, body_digest(b"a")) is None

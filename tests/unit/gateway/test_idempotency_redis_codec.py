@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from core.clock import FakeClock
 from core.shared_state import FailureMode, RedisBackend, make_redis_client
-from gateway.error_mapping import to_response
-from gateway.errors import StateUnavailable
-from gateway.proxy.idempotency import IdempotencyCache, StoredResponse
-from gateway.proxy.idempotency_redis import (
+from gateway.base.error_mapping import to_response
+from gateway.base.errors import StateUnavailable
+from gateway.config.settings import IdempotencySettings
+from gateway.proxy.stores.idempotency import IdempotencyCache, StoredResponse
+from gateway.proxy.stores.idempotency_redis import (
     RedisIdempotencyStore,
     decode_response,
     encode_response,
     idempotency_store,
 )
-from gateway.settings import IdempotencySettings
 
 HEADERS = [(b"content-type", b"application/json"), (b"x-gateway-replica", b"r\xe9plica-1")]
 

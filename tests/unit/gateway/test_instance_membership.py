@@ -11,16 +11,16 @@ from typing import Any
 import pytest
 
 from core.clock import FakeClock
-from gateway.autoscaling import AutoscaleSignals
-from gateway.instance_membership import (
+from gateway.base.metrics import GatewayMetrics
+from gateway.config.settings import ConfigError, parse_settings
+from gateway.fleet.autoscaling import AutoscaleSignals
+from gateway.fleet.instance_membership import (
     HEARTBEATS_PER_TTL,
     GatewayMembership,
     InstanceCount,
     new_instance_id,
     traffic_share,
 )
-from gateway.metrics import GatewayMetrics
-from gateway.settings import ConfigError, parse_settings
 from gateway.upstream.registry import ReplicaRegistry
 
 
@@ -124,7 +124,7 @@ class TestGatewayMembership:
     ) -> None:
         store = FakeStore([3, None, None, None, 3, None])
         membership, counts = self._membership(store)
-        with caplog.at_level(logging.WARNING, logger="gateway.instance_membership"):
+        with caplog.at_level(logging.WARNING, logger="gateway.fleet.instance_membership"):
             assert [await membership.heartbeat() for _ in range(6)] == [3] * 6
         assert counts == [3]
         warnings = [r.getMessage() for r in caplog.records if "keeping 3 gateway instance" in r.getMessage()]

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from core.clock import FakeClock
-from gateway.metrics import GatewayMetrics
-from gateway.settings import ConfigError, parse_settings
+from gateway.base.metrics import GatewayMetrics
+from gateway.config.settings import ConfigError, parse_settings
 from gateway.upstream.model_catalog import ModelCatalog
 from gateway.upstream.model_discovery import served_models
 from gateway.upstream.registry import ReplicaRegistry

@@ -11,13 +11,13 @@ import pytest
 import yaml
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from gateway.config.observability_settings import AccessLogSettings, TracingSettings
+from gateway.config.settings import ConfigError, parse_settings
 from gateway.observability.access_log import AccessLog
 from gateway.observability.observer import RequestObserver
 from gateway.observability.request_record import NO_RECORD, LoggedRecord, client_trace_id
 from gateway.observability.request_spans import TracedRecord
-from gateway.observability.settings import AccessLogSettings, TracingSettings
 from gateway.observability.tracer import TracingUnavailable, build_tracer
-from gateway.settings import ConfigError, parse_settings
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 

@@ -23,10 +23,9 @@ from gateway.api.openapi import (
 )
 from gateway.api.request_parsing import Endpoint, parse_request
 from gateway.api.response_calls import response_call
-from gateway.api.surface import ApiSurface
 from gateway.app import _proxy_route
-from gateway.error_mapping import REJECT_REASON_HEADER, to_response
-from gateway.errors import (
+from gateway.base.error_mapping import REJECT_REASON_HEADER, to_response
+from gateway.base.errors import (
     BadRequest,
     ErrorCode,
     GatewayError,
@@ -35,6 +34,7 @@ from gateway.errors import (
     Unavailable,
     UpstreamStatusError,
 )
+from gateway.base.surface import ApiSurface
 from tests.servers import ServerThread, gateway_settings
 
 DOC = openapi_document()
@@ -216,7 +216,7 @@ def _instances() -> list[GatewayError]:
     while pending:
         cls = pending.pop()
         pending.extend(cls.__subclasses__())
-        if "code" not in vars(cls) or cls is UpstreamStatusError or cls.__module__ != "gateway.errors":
+        if "code" not in vars(cls) or cls is UpstreamStatusError or cls.__module__ != "gateway.base.errors":
             continue
         if cls is MethodNotAllowed:
             out.append(MethodNotAllowed("no", allow=("POST",)))

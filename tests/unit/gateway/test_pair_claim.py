@@ -9,11 +9,11 @@ from admission.tenant_gate import TenantGate
 from admission.tenants import Tenant
 from admission.ticket import AdmissionRequest, SlotRole
 from core.clock import FakeClock
-from gateway.metrics import GatewayMetrics
+from gateway.base.metrics import GatewayMetrics
+from gateway.config.settings import parse_settings
 from gateway.proxy.admit import build_admission
-from gateway.proxy.disagg_admit import PairAdmission, add_pair_admissions
+from gateway.proxy.disagg.admit import PairAdmission, add_pair_admissions
 from gateway.proxy.route import Router
-from gateway.settings import parse_settings
 from gateway.upstream.registry import ReplicaRegistry
 from gateway.upstream.slot import Slot
 from router.keys import build_routing_request

@@ -8,10 +8,10 @@ import random
 import pytest
 
 from core.clock import FakeClock
-from gateway.metrics import GatewayMetrics
+from gateway.base.metrics import GatewayMetrics
+from gateway.config.settings import parse_settings
 from gateway.proxy.attempt import Attempt
 from gateway.proxy.preemption import Preemption
-from gateway.settings import parse_settings
 from gateway.upstream.discovery.types import ReplicaSet
 from gateway.upstream.registry import ReplicaRegistry
 from router.types import Branch, Decision

@@ -15,8 +15,8 @@ from typing import Any, cast
 import pytest
 
 from core.shared_state import RedisBackend, RedisOperation
-from gateway.metrics import GatewayMetrics
-from gateway.prefix_sharing import (
+from gateway.base.metrics import GatewayMetrics
+from gateway.fleet.prefix_sharing import (
     MAX_RECORDS_PER_BATCH,
     IndexRecord,
     PrefixIndexSharing,
@@ -191,7 +191,7 @@ async def test_redis_down_routes_on_the_own_index_logs_once_and_resumes(caplog: 
     a, b = Instance(stream, "a"), Instance(stream, "b")
     assert a.up() == 1
     stream.down = True
-    with caplog.at_level(logging.WARNING, logger="gateway.prefix_sharing"):
+    with caplog.at_level(logging.WARNING, logger="gateway.fleet.prefix_sharing"):
         for n in range(3):
             a.index.record("r0", (n + 1,))
             await a.sharing.sync()
@@ -200,7 +200,7 @@ async def test_redis_down_routes_on_the_own_index_logs_once_and_resumes(caplog: 
     assert caplog.text.count("prefix index sharing stopped") == 1
     stream.down = False
     a.index.record("r1", (42,))
-    with caplog.at_level(logging.WARNING, logger="gateway.prefix_sharing"):
+    with caplog.at_level(logging.WARNING, logger="gateway.fleet.prefix_sharing"):
         await a.sharing.sync()
         await b.sharing.sync()
     assert a.up() == 1 and "resumed" in caplog.text

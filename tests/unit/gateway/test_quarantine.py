@@ -1,4 +1,4 @@
-"""Quarantine fingerprints and the memory store (gateway.proxy.quarantine)."""
+"""Quarantine fingerprints and the memory store (gateway.proxy.stores.quarantine)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import orjson
 
 from core.clock import FakeClock
 from gateway.api.request_parsing import Endpoint, parse_request
-from gateway.proxy.quarantine import MemoryQuarantine, fingerprint
+from gateway.proxy.stores.quarantine import MemoryQuarantine, fingerprint
 
 
 def chat(**fields: object) -> bytes:
@@ -48,7 +48,7 @@ async def test_memory_quarantine_expires_and_keeps_at_most_max_entries() -> None
 async def test_a_failing_sync_is_counted_and_the_loop_goes_on() -> None:
     import asyncio
 
-    from gateway.proxy.quarantine_redis import QuarantineSync
+    from gateway.proxy.stores.quarantine_redis import QuarantineSync
 
     class Broken:
         calls = 0

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from admission.outcomes import AdmissionRefused, RejectReason
-from gateway.error_mapping import REJECT_REASON_HEADER, to_response
-from gateway.errors import ErrorCode, from_refusal
+from gateway.base.error_mapping import REJECT_REASON_HEADER, to_response
+from gateway.base.errors import ErrorCode, from_refusal
 
 
 @pytest.mark.parametrize("reason", list(RejectReason))

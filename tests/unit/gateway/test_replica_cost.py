@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from core.clock import FakeClock
-from gateway.metrics import GatewayMetrics
-from gateway.settings import parse_settings
+from gateway.base.metrics import GatewayMetrics
+from gateway.config.latency_settings import LatencyModelSettings
+from gateway.config.settings import parse_settings
 from gateway.upstream.engine_metrics.sample import EngineSample
-from gateway.upstream.latency_settings import LatencyModelSettings
 from gateway.upstream.registry import ReplicaRegistry
 from gateway.upstream.replica import Replica
 from gateway.upstream.replica_cost import ReplicaCost

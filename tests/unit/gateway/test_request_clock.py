@@ -7,10 +7,10 @@ import random
 from typing import Any, cast
 
 from core.clock import FakeClock
-from gateway.metrics import GatewayMetrics
+from gateway.base.metrics import GatewayMetrics
+from gateway.config.settings import parse_settings
 from gateway.proxy.attempt import Attempt
 from gateway.proxy.reply import Reply
-from gateway.settings import parse_settings
 from gateway.upstream.registry import ReplicaRegistry
 from router.types import Branch, Decision
 

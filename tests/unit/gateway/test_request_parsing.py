@@ -4,7 +4,7 @@ import orjson
 import pytest
 
 from gateway.api.request_parsing import Endpoint, parse_request, rewrite_body
-from gateway.errors import BadRequest
+from gateway.base.errors import BadRequest
 
 
 def _chat(**extra: object) -> bytes:

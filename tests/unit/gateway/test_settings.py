@@ -11,7 +11,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from gateway.settings import ConfigError, IdempotencySettings, Settings, load_settings, parse_settings
+from gateway.config.settings import ConfigError, IdempotencySettings, Settings, load_settings, parse_settings
 from router.presets import PolicyContext, build_policy
 from router.types import EngineLoad, ReplicaView, RoutingRequest
 

@@ -10,11 +10,11 @@ from typing import Any, cast
 import pytest
 
 from core.clock import FakeClock
-from gateway.metrics import GatewayMetrics
-from gateway.pool_settings import KNOWN_OUTCOMES
+from gateway.base.metrics import GatewayMetrics
+from gateway.config.pool_settings import KNOWN_OUTCOMES
+from gateway.config.settings import PoolSettings
 from gateway.proxy.account import OUTCOME_CLIENT_DISCONNECT, OUTCOME_SUCCESS, ServeMetrics
 from gateway.proxy.reply import Reply
-from gateway.settings import PoolSettings
 from gateway.upstream.registry import Pool
 
 MODEL = "m"

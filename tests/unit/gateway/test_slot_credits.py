@@ -16,10 +16,10 @@ from admission.tenant_gate import TenantGate
 from admission.tenants import Tenant
 from admission.ticket import AdmissionRequest, Ticket
 from core.clock import FakeClock
-from gateway.metrics import GatewayMetrics
+from gateway.base.metrics import GatewayMetrics
+from gateway.config.settings import parse_settings
 from gateway.proxy.admit import build_admission
 from gateway.proxy.route import Router
-from gateway.settings import parse_settings
 from gateway.upstream.registry import Pool, ReplicaRegistry
 from gateway.upstream.slot import Slot
 from gateway.upstream.slot_credit_ledger import PRESENCE_PREFIX, CreditMode, StateHealth, slot_resource_id

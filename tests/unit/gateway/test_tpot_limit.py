@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from core.clock import FakeClock
-from gateway.upstream.latency_settings import LatencyModelSettings
+from gateway.config.latency_settings import LatencyModelSettings
 from gateway.upstream.replica_cost import AFFINITY_SHARE_WEIGHT, ReplicaCost
 from gateway.upstream.tpot_limit import WINDOW_GAIN, WINDOW_HEADROOM, WINDOW_SMOOTHING, TpotConcurrencyLimit
 

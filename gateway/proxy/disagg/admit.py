@@ -1,0 +1,137 @@
+"""Admission for a disaggregated pool: one queue, two slots — a prefill replica and a decode replica.
+
+A request of a disaggregated pool is dispatched when BOTH sets have a replica under its cap: routing
+decides on the prefill set (its policy, e.g. prefix cache) and on the decode set (e.g. least load),
+nothing claimed or recorded, and only when both chose does it claim both (`PoolAdmission.decide` /
+`take`), so a full decode set never churns prefill slots (claim, fail, release, wake the queue, again)
+and the prefill set's prefix index records a request only once it is sent (`router.profile`: a
+request waiting for decode room would otherwise find its own unsent prefill there, read as cached).
+The two slots travel as one `SlotSet` to the ticket, which holds them by role from the start
+(`SlotRole.PREFILL`, `DECODE`); each is released on its own when its leg is done, the ticket releases
+what is left. `no_replica` (503) when either set has no eligible replica at
+all. Queue classes, waits and early refusal are the pool's, as for an aggregated pool
+(`build_admission`).
+
+Not wired yet: with Redis slot credits, a request waiting here does not ask the credits' refiller for
+more (the sets' own `PoolAdmission` queues, which do, stay empty); the connection limit is checked per
+set, so a pair may take the last connection and one more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from admission.config import AdmissionConfig
+from admission.controller import AdmissionController
+from admission.outcomes import AdmissionRefused, RejectReason
+from admission.slo_wait import slo_bounded_classes
+from admission.tenant_gate import TenantGate
+from admission.ticket import AdmissionRequest, SlotRole, SlotSet, Ticket
+from core.clock import Clock
+from gateway.base.errors import from_refusal
+from gateway.base.metrics import GatewayMetrics
+from gateway.config.settings import Settings
+from gateway.proxy.admit import Admission, MetricsObserver, PoolAdmission, admission_config
+from gateway.upstream.registry import ReplicaRegistry
+from gateway.upstream.slot import Slot
+from router.types import RoutingRequest
+
+
+class PairAdmission:
+    """One disaggregated pool's admission (module docstring)."""
+
+    def __init__(
+        self,
+        decode: PoolAdmission,
+        prefill: PoolAdmission,
+        gate: TenantGate,
+        *,
+        clock: Clock,
+        config: AdmissionConfig,
+        metrics: GatewayMetrics,
+    ) -> None:
+        self.decode = decode
+        self.prefill = prefill
+        self.model = decode.pool.model
+        self.controller: AdmissionController[Slot] = AdmissionController(
+            self.try_dispatch,
+            gate,
+            clock=clock,
+            config=config,
+            observer=MetricsObserver(metrics, self.model),
+            full_by_own_caps=decode.full_by_own_caps,
+        )
+
+    async def admit(self, request: AdmissionRequest) -> Ticket[Slot]:
+        """A ticket holding the PREFILL and DECODE slots, or the refusal as the gateway error answering
+        it."""
+        try:
+            return await self.controller.admit(request)
+        except AdmissionRefused as refused:
+            raise from_refusal(refused) from None
+
+    def queue_depth(self) -> int:
+        return len(self.controller)
+
+    def claim_pair(self, routing: RoutingRequest) -> SlotSet[Slot] | None:
+        """Both slots, or none (module docstring)."""
+        prefill = self.prefill.decide(routing)
+        if prefill is None:
+            return None
+        decode = self.decode.decide(routing)
+        if decode is None:
+            return None
+        return SlotSet(
+            {
+                SlotRole.PREFILL: self.prefill.take(prefill, routing),
+                SlotRole.DECODE: self.decode.take(decode, routing),
+            }
+        )
+
+    def try_dispatch(self, request: AdmissionRequest) -> SlotSet[Slot] | None:
+        """Admission's hook: the pair now, None to wait, `no_replica` when a set has nothing up."""
+        assert request.routing is not None
+        pair = self.claim_pair(request.routing)
+        if pair is None:
+            for side in (self.prefill, self.decode):
+                if not side.pool.has_eligible_replica():
+                    raise self.no_replica(side)
+        return pair
+
+    def no_replica(self, side: PoolAdmission) -> AdmissionRefused:
+        """`no_replica` (503) naming the set with nothing eligible, with its soonest Retry-After."""
+        role = "prefill" if side is self.prefill else "decode"
+        return AdmissionRefused(
+            RejectReason.NO_REPLICA,
+            side.pool.retry_after_s(),
+            f"no eligible {role} replica for model {self.model!r} (all down, draining or circuit-open)",
+        )
+
+
+def add_pair_admissions(
+    admission: Admission,
+    settings: Settings,
+    *,
+    registry: ReplicaRegistry,
+    gate: TenantGate,
+    clock: Clock,
+    metrics: GatewayMetrics,
+) -> None:
+    """A `PairAdmission` for every disaggregated pool, over the `PoolAdmission`s of its two sets, woken
+    by every slot release like the others."""
+    config = admission_config(settings.admission)
+    for pool in registry.pools.values():
+        if pool.prefill is None:
+            continue
+        slo = pool.settings.slo
+        classes = slo_bounded_classes(config.classes, slo.ttft_s, slo.queue_wait_ratio, slo.bound_classes)
+        pair = PairAdmission(
+            admission.pool(pool.model),
+            admission.pool(pool.prefill.model),
+            gate,
+            clock=clock,
+            config=replace(config, classes=classes),
+            metrics=metrics,
+        )
+        registry.add_release_listener(pair.controller.on_release)
+        admission.add_pair(pool.model, pair)
