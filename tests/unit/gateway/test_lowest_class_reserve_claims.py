@@ -9,10 +9,10 @@ from admission.tenant_gate import TenantGate
 from admission.tenants import Tenant
 from admission.ticket import AdmissionRequest
 from core.clock import FakeClock
-from gateway.metrics import GatewayMetrics
+from gateway.base.metrics import GatewayMetrics
+from gateway.config.settings import parse_settings
 from gateway.proxy.admit import PoolAdmission, build_admission
 from gateway.proxy.route import Router
-from gateway.settings import parse_settings
 from gateway.upstream.registry import ReplicaRegistry
 from gateway.upstream.replica import Replica
 from router.keys import build_routing_request
