@@ -24,12 +24,12 @@ so a dropped prefill decision still advances a round-robin prefill set.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from router.eligibility import eligible_replicas
 from router.lora import lora_slots
-from router.types import Branch, Decision, ReplicaView, RoutingRequest
+from router.types import Branch, Decision, ReplicaView, RouteDetail, RoutingRequest
 
 if TYPE_CHECKING:
     from router.prefix_index import PrefixIndex
@@ -53,16 +53,12 @@ class Scorer(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Pick:
-    """A picker's answer: index into the candidate list, the branch, and optional detail."""
+    """A picker's answer: index into the candidate list, the branch, and the picker's own account
+    (`router.types.RouteDetail`: only the keys it knows)."""
 
     index: int
     branch: Branch
-    hops: int = 0
-    matched_prefix_blocks: int | None = None
-    predicted_ttft_s: float | None = None
-    predicted_tpot_s: float | None = None
-    shared_prefix_blocks: int | None = None
-    common_prefix_blocks: int | None = None
+    detail: RouteDetail = field(default_factory=RouteDetail)
 
 
 class Picker(Protocol):
@@ -146,13 +142,8 @@ class Profile:
             replica_id=candidates[pick.index].replica_id,
             policy=self.name,
             branch=pick.branch,
-            hops=pick.hops,
-            matched_prefix_blocks=pick.matched_prefix_blocks,
             candidates=len(candidates),
-            predicted_ttft_s=pick.predicted_ttft_s,
-            predicted_tpot_s=pick.predicted_tpot_s,
-            shared_prefix_blocks=pick.shared_prefix_blocks,
-            common_prefix_blocks=pick.common_prefix_blocks,
+            detail=pick.detail,
         )
         if commit:
             self.commit(request, decision)

@@ -67,9 +67,12 @@ def test_bad_options_raise_naming_the_option(name: str, options: dict[str, objec
 
 
 def test_header_value_renders_policy_branch_hops_and_prefix_blocks() -> None:
-    plain = Decision(replica_id="r0", policy="prefix-affinity", branch=Branch.SPILLOVER, hops=2)
+    plain = Decision(replica_id="r0", policy="prefix-affinity", branch=Branch.SPILLOVER, detail={"hops": 2})
     matched = Decision(
-        replica_id="r0", policy="prefix-index", branch=Branch.PREFIX_MATCH, matched_prefix_blocks=12
+        replica_id="r0",
+        policy="prefix-index",
+        branch=Branch.PREFIX_MATCH,
+        detail={"matched_prefix_blocks": 12},
     )
     assert plain.header_value() == "policy=prefix-affinity; branch=spillover; hops=2"
     assert matched.header_value() == "policy=prefix-index; branch=prefix_match; hops=0; prefix_blocks=12"
