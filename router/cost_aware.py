@@ -8,6 +8,11 @@ and read the token-aware load of `router.load`: for candidate i,
     queued_i  = prefill_tokens_inflight_i + (prompt − matched_i · block tokens)   its own prefill included
     running_i = decoding requests (or the engine's fresh `running`, when larger)
 
+Both are composite pickers: the τ budget (with the count bound) and the TPOT filter narrow the
+candidates inside the picker, over every candidate the profile hands it, not as profile filters
+(`router.filters` says why: as filters they would change the replica, branch, hops and `candidates`
+of some decisions).
+
 **`sticky-prefix`** (picker type): candidates in preference order — most matched blocks first, ties in
 the order of the pool's consistent-hash ring walked from the request's prefix key (so the spill target
 of a prefix is always the same next replica, which warms up too) — and the first that admits it

@@ -1,16 +1,22 @@
 """A routing policy as a profile: filters → weighted scorers → one picker.
 
-    eligible = healthy_filter(replicas)            (always first; the one definition of eligible)
+    eligible = lora_slots(eligible_replicas(replicas))  (always first: the one definition of eligible,
+                                                         router.eligibility; then router.lora, soft)
     for f in filters:  eligible = f(request, eligible)        (in order; stops early when empty)
     score_i  = Σ_k weight_k · scorer_k(request, eligible)_i   (each scorer returns values in [0, 1])
     decision = picker(request, eligible, scores, pool=replicas)
 
 Weights default to 1.0 and must be ≥ 0; with no scorers every score is 0 and the picker decides alone.
-`Decision.candidates` counts the candidates after the filters. A behaviour is a new filter, scorer or
-picker plus configuration, never an `if` in the orchestrator: `router.plugins` registers the types by
-name (with their options and defaults) and builds a profile from a spec, `router.presets` spells the
-named policies as such specs. `Profile.decide` returns `None` only when no replica is eligible (or a
-filter left none); the gateway turns that into `503 no_replica`.
+A *composite* picker runs a narrowing stage of its own inside, over every candidate it is given (the
+CHWBL bound, the imbalance guard, the τ budget, the TPOT filter): `router.filters` says why those are
+not filters. The decision's generic fields — replica, policy, branch and `candidates` (how many the
+filters left) — are the profile's; what the picker says of its choice (hops, prefix blocks, predicted
+latencies) is `Decision.detail` (`router.types.RouteDetail`).
+
+A behaviour is a new filter, scorer or picker plus configuration, never an `if` in the orchestrator:
+`router.plugins` registers the types by name (with their options and defaults) and builds a profile
+from a spec, `router.presets` spells the named policies as such specs. `Profile.decide` returns `None`
+only when no replica is eligible (or a filter left none); the gateway turns that into `503 no_replica`.
 
 Deciding and recording are two steps. A picker that remembers where requests went (a prefix index:
 `Recorder`) records a decision when it is committed — by default at once (`decide(commit=True)`), or
