@@ -155,7 +155,8 @@ class RouteDetail(TypedDict, total=False):
     once the decision is made.
 
     - `hops`: preferences passed over before the one taken — ring members walked past the key's owner
-      (`bounded-ring`, `ring`), or candidates passed in `sticky-prefix`'s preference order;
+      (`bounded-ring`, `ring`), or candidates passed in `sticky-prefix`'s preference order (also
+      `predicted-latency`'s while its models are cold); the header shows 0 when it is absent;
     - `matched_prefix_blocks`: leading blocks of the request the chosen replica is believed to hold
       (every picker that keeps a prefix index: `router.prefix_index.IndexedPicker`);
     - `shared_prefix_blocks` / `common_prefix_blocks`: the longest and the shortest match of the
@@ -163,7 +164,7 @@ class RouteDetail(TypedDict, total=False):
       are held by some replicas and not others: what the choice of replica wins or loses, whatever this
       decision did (`gateway.upstream.replica_cost`'s affinity share);
     - `predicted_ttft_s` / `predicted_tpot_s`: the chosen replica's predicted latencies
-      (`predicted-latency` with a warm model; a TPOT model still cold predicts none).
+      (`predicted-latency` once a candidate's TTFT model is warm; TPOT only once one's TPOT model is).
     """
 
     hops: int
