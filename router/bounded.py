@@ -167,9 +167,9 @@ class BoundedRingPicker(IndexedPicker):
             index = position.get(replica_id)
             if index is not None and self._admits(replicas[index], limit):
                 branch = self._branches.hit if hops == 0 else self._branches.moved
-                return Pick(index=index, branch=branch, hops=hops)
+                return Pick(index, branch, {"hops": hops})
             hops += 1
-        return Pick(index=best_score_index(scores, self._rng), branch=Branch.ALL_OVER_BOUND, hops=hops)
+        return Pick(best_score_index(scores, self._rng), Branch.ALL_OVER_BOUND, {"hops": hops})
 
     def _least_load(self, replicas: list[ReplicaView], scores: list[float], limit: int) -> Pick:
         """No key: the best load score among the candidates under the bound (all over → least load)."""

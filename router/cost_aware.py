@@ -8,6 +8,11 @@ and read the token-aware load of `router.load`: for candidate i,
     queued_i  = prefill_tokens_inflight_i + (prompt − matched_i · block tokens)   its own prefill included
     running_i = decoding requests (or the engine's fresh `running`, when larger)
 
+Both are composite pickers: the τ budget (with the count bound) and the TPOT filter narrow the
+candidates inside the picker, over every candidate the profile hands it, not as profile filters
+(`router.filters` says why: as filters they would change the replica, branch, hops and `candidates`
+of some decisions).
+
 **`sticky-prefix`** (picker type): candidates in preference order — most matched blocks first, ties in
 the order of the pool's consistent-hash ring walked from the request's prefix key (so the spill target
 of a prefix is always the same next replica, which warms up too) — and the first that admits it
@@ -68,7 +73,7 @@ from router.prefix_index import IndexedPicker, PrefixIndex
 from router.profile import Pick
 from router.ring import DEFAULT_VIRTUAL_NODES_PER_REPLICA, RingCache
 from router.scorers import kv_usage
-from router.types import Branch, ReplicaView, RoutingRequest
+from router.types import Branch, ReplicaView, RouteDetail, RoutingRequest
 
 DEFAULT_PREFILL_BUDGET_TOKENS = 8192
 DEFAULT_TTFT_PENALTY_S = 0.5
@@ -143,7 +148,7 @@ class StickyPrefixPicker(IndexedPicker):
             if under_bound and queued[index] <= self._budget.tokens_for(replica):
                 first = Branch.STICKY if blocks[index] else Branch.PREFIX_MISS
                 branch = Branch.SPILLOVER if hops else first
-                return Pick(index=index, branch=branch, hops=hops)
+                return Pick(index, branch, {"hops": hops})
         return self._least_queued(queued, Branch.ALL_OVER_BOUND)
 
     def _preference(
@@ -179,7 +184,7 @@ class PredictedLatencyPicker(IndexedPicker):
         estimates = _with_pool_prior([replica.latency for replica in replicas])
         if estimates is None:
             cold = self._fallback.choose(request, replicas, scores, pool, matched)
-            return Pick(index=cold.index, branch=Branch.COLD_MODEL, hops=cold.hops)
+            return Pick(cold.index, Branch.COLD_MODEL, cold.detail)
         held = [matched[replica.replica_id] for replica in replicas]
         ttft: list[float] = []
         tpot: list[float | None] = []
@@ -201,12 +206,11 @@ class PredictedLatencyPicker(IndexedPicker):
         branch = Branch.SLO_MET if met else Branch.SLO_BEST_EFFORT
         if not meets[best] and any(meets[i] for i in allowed):  # a holder over TPOT beat one within it
             branch = Branch.SLO_PREFIX_OVER_TPOT
-        return Pick(
-            index=best,
-            branch=branch,
-            predicted_ttft_s=ttft[best],
-            predicted_tpot_s=tpot[best],
-        )
+        detail: RouteDetail = {"predicted_ttft_s": ttft[best]}
+        predicted_tpot = tpot[best]
+        if predicted_tpot is not None:
+            detail["predicted_tpot_s"] = predicted_tpot
+        return Pick(best, branch, detail)
 
 
 def _with_pool_prior(estimates: list[LatencyEstimate | None]) -> list[LatencyEstimate] | None:

@@ -10,11 +10,22 @@
                      keep only the least loaded (every candidate tied at the minimum); else keep all
                      options: imbalance_abs_requests (16, ≥ 0), imbalance_rel_ratio (1.5, ≥ 1)
 
-Why the presets keep the bound and the guard inside their pickers (`bounded-ring`, `prefix-index`)
-instead of running these filters: a filter changes what the scorers normalise over and what the
-picker's fallback and tie-break choose among, and `Decision.candidates` would count the filtered set.
+Composite pickers. Four pickers run a stage that narrows like a filter inside themselves, over every
+candidate the profile hands them: `bounded-ring` (this load bound, then the ring walk), `prefix-index`
+(this imbalance guard, then the best score), `sticky-prefix` (the τ budget and a count bound, tested in
+preference order) and `predicted-latency` (the TPOT filter, on the predictions its TTFT choice reads;
+`router.cost_aware`). None is a profile filter, because a filter runs before the scorers and the
+picker and hands them fewer candidates, which changes decisions:
+- the scorers normalise over, and the picker's fallback and tie-break choose among, the filtered set;
+- `Decision.candidates` counts the filtered set (every preset reports the eligible candidates);
+- a stage tested in the picker's own order is part of its answer: `sticky-prefix`'s hops count the
+  preferences passed over τ and its branch is `spillover` when the first one was, its fallbacks take
+  the least queued of all candidates, and its count bound's limit is computed over all of them;
+- `predicted-latency`'s filter shares its predictions with the choice (a cold model borrows the mean
+  of every warm candidate's), spares the holders of more of the prefix than the least-matching
+  candidate, and its branch says whether a candidate within TPOT was passed over.
 `filters: [load-bound]` + picker `ring` agrees with `bounded-ring` on every request with a key (the
-same replica, branch and hops), but not always on requests without one. The filters are for custom
+same replica, branch and hops), but not always on requests without one. These filters are for custom
 profiles (e.g. the bound in front of `max-score` or `power-of-two`).
 """
 

@@ -26,21 +26,25 @@ Types (defaults in parentheses; the first value of a choice is its default):
                        ratio_floor (0, ≥ 0; ratio: 1 − x / max(max x, floor))
       running          decoding sequences (gateway count, or the engine's fresh running when larger):
                        normalise (min-max | ratio)
-    pickers (router.pickers, router.bounded, router.prefix_index)
+    pickers (router.pickers, router.bounded, router.prefix_index, router.cost_aware); "composite: a → b"
+    names the narrowing stage a composite picker runs inside, over every candidate (router.filters)
       round-robin      cycles in replica-id order; no options
       max-score        best combined score, seeded tie-break (branch least_load); no options
       power-of-two     the less loaded of two random candidates; no options
       ring             consistent hashing, the first candidate clockwise from the key: key (prefix |
                        session), virtual_nodes_per_replica (160); keeps a private prefix index as a
                        witness of where blocks went (reported, not routed on: router.bounded)
-      bounded-ring     CHWBL, the ring with the load bound inside: the options of ring and load-bound
-      prefix-index     best score with the imbalance guard inside, records where prefixes went: the options
+      bounded-ring     CHWBL, composite: load bound → ring walk; the options of ring and load-bound
+      prefix-index     composite: imbalance guard → best score; records where prefixes went: the options
                        of imbalance-guard, index_capacity_blocks (16384, ≥ 1)
-      sticky-prefix    sticky until saturated (router.cost_aware): prefill_budget_tokens (none, ≥ 1),
-                       prefill_tokens_per_s (none, > 0), ttft_penalty_s (0.5, > 0), load_factor
-                       (1.5, ≥ 1; null: no count bound), index_capacity_blocks, virtual_nodes_per_replica
-      predicted-latency  the SLO-aware pick on the learned latency models, sticky-prefix while they are
-                       cold: the options of sticky-prefix
+      sticky-prefix    sticky until saturated (router.cost_aware), composite: preference order → τ budget
+                       and count bound → the first that passes, else the least queued:
+                       prefill_budget_tokens (none, ≥ 1), prefill_tokens_per_s (none, > 0), ttft_penalty_s
+                       (0.5, > 0), load_factor (1.5, ≥ 1; null: no count bound), index_capacity_blocks,
+                       virtual_nodes_per_replica
+      predicted-latency  the SLO-aware pick on the learned latency models, composite: predictions → TPOT
+                       filter (prefix holders spared) → least predicted TTFT; sticky-prefix while the
+                       models are cold: the options of sticky-prefix
 
 A profile owns at most one prefix index: picker `prefix-index` creates it and scorer `prefix-match` reads
 the same one; the profile exposes it as `prefix_index` (shared across instances by the gateway). Only

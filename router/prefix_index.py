@@ -28,7 +28,7 @@ from __future__ import annotations
 import random
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from router.load import request_load
@@ -179,10 +179,12 @@ class IndexMembership:
 
 class IndexedPicker:
     """A picker that keeps a prefix index: follows the pool's membership, chooses (`choose`), records
-    the request's blocks on the chosen replica once the decision is committed (`record`), and reports
-    what the index says of the request — `matched_prefix_blocks` on the chosen replica (when `choose`
-    did not), and how unevenly the pool holds its prefix (`shared_prefix_blocks` /
-    `common_prefix_blocks`: the longest and the shortest match over the whole pool, chosen or not).
+    the request's blocks on the chosen replica once the decision is committed (`record`), and adds to
+    the pick's detail (`router.types.RouteDetail`) what the index says of the request —
+    `matched_prefix_blocks` on the chosen replica (when `choose` did not), and how unevenly the pool
+    holds its prefix (`shared_prefix_blocks` / `common_prefix_blocks`: the longest and the shortest
+    match over the whole pool, chosen or not). `choose` returns a pick with a detail of its own (a new
+    mapping, shared with nothing), which this completes in place.
     The learned cap's affinity gate reads the last two (`gateway.upstream.replica_cost`); a picker
     that says nothing reads as "no affinity" and is capped, which on a prefix-affine workload spills
     queued requests to replicas without their prefix.
@@ -217,16 +219,12 @@ class IndexedPicker:
         held = matched_by_replica.values() or [0]
         shared, common = max(held), min(held)
         pick = self.choose(request, replicas, scores, pool, matched_by_replica)
-        chosen = replicas[pick.index].replica_id
-        matched = pick.matched_prefix_blocks
-        if matched is None:
-            matched = matched_by_replica[chosen] * stride
-        return replace(
-            pick,
-            matched_prefix_blocks=matched,
-            shared_prefix_blocks=shared * stride,
-            common_prefix_blocks=common * stride,
-        )
+        detail = pick.detail
+        if "matched_prefix_blocks" not in detail:
+            detail["matched_prefix_blocks"] = matched_by_replica[replicas[pick.index].replica_id] * stride
+        detail["shared_prefix_blocks"] = shared * stride
+        detail["common_prefix_blocks"] = common * stride
+        return pick
 
     def record(self, request: RoutingRequest, replica_id: str) -> None:
         """Record the request's blocks (strided when strided) on `replica_id`: the decision was taken

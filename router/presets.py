@@ -36,7 +36,8 @@ TTFT p95 are the prefix misses, and a miss's TTFT is its own prefill plus the pr
 ahead of it; counting requests alone sends it to a replica that holds as many requests but thousands
 more tokens to prefill. With long shared prefixes it lowers TTFT p95 at the same goodput
 (docs/BENCHMARKS.md, "Routing").
-The bound and the imbalance guard stay inside the presets' pickers; `router.filters` says why.
+No preset runs a profile filter: the CHWBL bound, the imbalance guard, the τ budget and the TPOT filter
+run inside their (composite) pickers; `router.filters` says why.
 """
 
 from __future__ import annotations

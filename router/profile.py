@@ -1,16 +1,22 @@
 """A routing policy as a profile: filters → weighted scorers → one picker.
 
-    eligible = healthy_filter(replicas)            (always first; the one definition of eligible)
+    eligible = lora_slots(eligible_replicas(replicas))  (always first: the one definition of eligible,
+                                                         router.eligibility; then router.lora, soft)
     for f in filters:  eligible = f(request, eligible)        (in order; stops early when empty)
     score_i  = Σ_k weight_k · scorer_k(request, eligible)_i   (each scorer returns values in [0, 1])
     decision = picker(request, eligible, scores, pool=replicas)
 
 Weights default to 1.0 and must be ≥ 0; with no scorers every score is 0 and the picker decides alone.
-`Decision.candidates` counts the candidates after the filters. A behaviour is a new filter, scorer or
-picker plus configuration, never an `if` in the orchestrator: `router.plugins` registers the types by
-name (with their options and defaults) and builds a profile from a spec, `router.presets` spells the
-named policies as such specs. `Profile.decide` returns `None` only when no replica is eligible (or a
-filter left none); the gateway turns that into `503 no_replica`.
+A *composite* picker runs a narrowing stage of its own inside, over every candidate it is given (the
+CHWBL bound, the imbalance guard, the τ budget, the TPOT filter): `router.filters` says why those are
+not filters. The decision's generic fields — replica, policy, branch and `candidates` (how many the
+filters left) — are the profile's; what the picker says of its choice (hops, prefix blocks, predicted
+latencies) is `Decision.detail` (`router.types.RouteDetail`).
+
+A behaviour is a new filter, scorer or picker plus configuration, never an `if` in the orchestrator:
+`router.plugins` registers the types by name (with their options and defaults) and builds a profile
+from a spec, `router.presets` spells the named policies as such specs. `Profile.decide` returns `None`
+only when no replica is eligible (or a filter left none); the gateway turns that into `503 no_replica`.
 
 Deciding and recording are two steps. A picker that remembers where requests went (a prefix index:
 `Recorder`) records a decision when it is committed — by default at once (`decide(commit=True)`), or
@@ -24,12 +30,12 @@ so a dropped prefill decision still advances a round-robin prefill set.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from router.eligibility import eligible_replicas
 from router.lora import lora_slots
-from router.types import Branch, Decision, ReplicaView, RoutingRequest
+from router.types import Branch, Decision, ReplicaView, RouteDetail, RoutingRequest
 
 if TYPE_CHECKING:
     from router.prefix_index import PrefixIndex
@@ -53,16 +59,12 @@ class Scorer(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Pick:
-    """A picker's answer: index into the candidate list, the branch, and optional detail."""
+    """A picker's answer: index into the candidate list, the branch, and the picker's own account
+    (`router.types.RouteDetail`: only the keys it knows)."""
 
     index: int
     branch: Branch
-    hops: int = 0
-    matched_prefix_blocks: int | None = None
-    predicted_ttft_s: float | None = None
-    predicted_tpot_s: float | None = None
-    shared_prefix_blocks: int | None = None
-    common_prefix_blocks: int | None = None
+    detail: RouteDetail = field(default_factory=RouteDetail)
 
 
 class Picker(Protocol):
@@ -146,13 +148,8 @@ class Profile:
             replica_id=candidates[pick.index].replica_id,
             policy=self.name,
             branch=pick.branch,
-            hops=pick.hops,
-            matched_prefix_blocks=pick.matched_prefix_blocks,
             candidates=len(candidates),
-            predicted_ttft_s=pick.predicted_ttft_s,
-            predicted_tpot_s=pick.predicted_tpot_s,
-            shared_prefix_blocks=pick.shared_prefix_blocks,
-            common_prefix_blocks=pick.common_prefix_blocks,
+            detail=pick.detail,
         )
         if commit:
             self.commit(request, decision)

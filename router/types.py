@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TypedDict
 
 from core.tokens import CHARS_PER_TOKEN
 from router.latency_model import LatencyEstimate
@@ -152,33 +153,59 @@ class RoutingRequest:
         return max(0, self.estimated_prompt_tokens - cached)
 
 
+class RouteDetail(TypedDict, total=False):
+    """What a picker says of its choice beyond the generic fields of `Decision`: each key is set only by
+    the pickers that know it (absent: the policy does not say). A new mapping per decision, not changed
+    once the decision is made.
+
+    - `hops`: preferences passed over before the one taken — ring members walked past the key's owner
+      (`bounded-ring`, `ring`), or candidates passed in `sticky-prefix`'s preference order (also
+      `predicted-latency`'s while its models are cold); the header shows 0 when it is absent;
+    - `matched_prefix_blocks`: leading blocks of the request the chosen replica is believed to hold
+      (every picker that keeps a prefix index: `router.prefix_index.IndexedPicker`);
+    - `shared_prefix_blocks` / `common_prefix_blocks`: the longest and the shortest match of the
+      request's prefix over the whole pool, chosen or not (the same pickers). The blocks between the two
+      are held by some replicas and not others: what the choice of replica wins or loses, whatever this
+      decision did (`gateway.upstream.replica_cost`'s affinity share);
+    - `predicted_ttft_s` / `predicted_tpot_s`: the chosen replica's predicted latencies
+      (`predicted-latency` once a candidate's TTFT model is warm; TPOT only once one's TPOT model is).
+    """
+
+    hops: int
+    matched_prefix_blocks: int
+    shared_prefix_blocks: int
+    common_prefix_blocks: int
+    predicted_ttft_s: float
+    predicted_tpot_s: float
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """The chosen replica and the reason. `hops` counts ring steps walked past the key's owner."""
+    """The chosen replica and the reason: the generic fields every policy fills, and its `detail`.
+
+    `candidates` counts the candidates the picker chose among (after eligibility and the profile's
+    filters). `detail` is the picker's own account (`RouteDetail`); it is left out of the hash.
+    """
 
     replica_id: str
     policy: str
     branch: Branch
-    hops: int = 0
-    matched_prefix_blocks: int | None = None
     candidates: int = 0
-    predicted_ttft_s: float | None = None
-    predicted_tpot_s: float | None = None
-    shared_prefix_blocks: int | None = None
-    """The longest match of the request's prefix on any replica of the pool, chosen or not, and
-    `common_prefix_blocks` the shortest (None: the policy does not say). The blocks between the two are
-    held by some replicas and not others: what the choice of replica wins or loses, whatever this
-    decision did (`gateway.upstream.replica_cost`'s affinity share)."""
-    common_prefix_blocks: int | None = None
+    detail: RouteDetail = field(default_factory=RouteDetail, hash=False)
 
     def header_value(self) -> str:
         """Render for the `x-gateway-route` header: `policy=…; branch=…; hops=…[; prefix_blocks=…]
-        [; predicted_ttft_ms=…][; predicted_tpot_ms=…]`."""
-        value = f"policy={self.policy}; branch={self.branch}; hops={self.hops}"
-        if self.matched_prefix_blocks is not None:
-            value += f"; prefix_blocks={self.matched_prefix_blocks}"
-        if self.predicted_ttft_s is not None:
-            value += f"; predicted_ttft_ms={self.predicted_ttft_s * 1000:.0f}"
-        if self.predicted_tpot_s is not None:
-            value += f"; predicted_tpot_ms={self.predicted_tpot_s * 1000:.1f}"
+        [; predicted_ttft_ms=…][; predicted_tpot_ms=…]` (hops 0 when the picker reports none; the
+        bracketed parts only when the detail holds them)."""
+        detail = self.detail
+        value = f"policy={self.policy}; branch={self.branch}; hops={detail.get('hops', 0)}"
+        matched = detail.get("matched_prefix_blocks")
+        if matched is not None:
+            value += f"; prefix_blocks={matched}"
+        ttft = detail.get("predicted_ttft_s")
+        if ttft is not None:
+            value += f"; predicted_ttft_ms={ttft * 1000:.0f}"
+        tpot = detail.get("predicted_tpot_s")
+        if tpot is not None:
+            value += f"; predicted_tpot_ms={tpot * 1000:.1f}"
         return value

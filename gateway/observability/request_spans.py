@@ -152,11 +152,12 @@ class TracedRecord(LoggedRecord):
             span.set_attribute(genai.ROUTE_POLICY, decision.policy)
             span.set_attribute(genai.ROUTE_BRANCH, str(decision.branch))
             span.set_attribute(genai.REPLICA, decision.replica_id)
-            span.set_attribute(genai.ROUTE_HOPS, decision.hops)
+            span.set_attribute(genai.ROUTE_HOPS, decision.detail.get("hops", 0))
             span.set_attribute(genai.ROUTE_CANDIDATES, decision.candidates)
             span.set_attribute(genai.ATTEMPT, number)
-            if decision.matched_prefix_blocks is not None:
-                span.set_attribute(genai.ROUTE_PREFIX_BLOCKS, decision.matched_prefix_blocks)
+            matched = decision.detail.get("matched_prefix_blocks")
+            if matched is not None:
+                span.set_attribute(genai.ROUTE_PREFIX_BLOCKS, matched)
         span.end()
 
     def upstream_headers(self, headers: Mapping[str, str]) -> Mapping[str, str]:

@@ -203,8 +203,9 @@ class PoolAdmission:
         here (the policy's prefix index records the request), never for a decision not taken."""
         replica = self.pool.replicas[decision.replica_id]
         self._router.commit(self.pool, routing, decision)
-        uncached = routing.uncached_tokens(decision.matched_prefix_blocks)
-        shared, common = decision.shared_prefix_blocks, decision.common_prefix_blocks
+        detail = decision.detail
+        uncached = routing.uncached_tokens(detail.get("matched_prefix_blocks"))
+        shared, common = detail.get("shared_prefix_blocks"), detail.get("common_prefix_blocks")
         affinity = None
         if shared is not None and common is not None:  # tokens some replicas hold and others do not
             affinity = routing.uncached_tokens(common) - routing.uncached_tokens(shared)

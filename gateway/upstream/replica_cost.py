@@ -5,8 +5,9 @@ Counted by the slots (`gateway.upstream.slot`), read by routing through the repl
 - `prefill_tokens_inflight`: Σ uncached prompt tokens of the requests dispatched here that have not
   produced their first token. A request's uncached tokens are its estimated prompt tokens minus the
   prefix blocks the router expected the replica to hold (`RoutingRequest.uncached_tokens` of the
-  decision's `matched_prefix_blocks`; the whole prompt when the policy keeps no prefix index — round
-  robin, least-load, power-of-two; the ring pickers keep one as a witness, `router.bounded`). A
+  decision's `detail["matched_prefix_blocks"]`; the whole prompt when the policy keeps no prefix
+  index — round robin, least-load, power-of-two; the ring pickers keep one as a witness,
+  `router.bounded`). A
   non-streamed request shows no first token: its tokens stay counted until it ends.
 - `decoding_requests`: requests past their first token, still running.
 - `last_token_s`: when the proxy last relayed a streamed token from the replica (any request;

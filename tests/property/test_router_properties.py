@@ -109,8 +109,8 @@ def test_spillover_walks_the_ring_and_never_jumps(data: st.DataObject, load_fact
     limit = bound.limit(request, eligible)
     admitted = {r.replica_id for r in eligible if bound.admits(r, limit)}
     order = list(HashRing(r.replica_id for r in snapshot).walk(request.prefix_key))
-    assert order[decision.hops] == decision.replica_id
-    assert not admitted.intersection(order[: decision.hops])
+    assert order[decision.detail.get("hops", 0)] == decision.replica_id
+    assert not admitted.intersection(order[: decision.detail.get("hops", 0)])
 
 
 @PROPERTY_SETTINGS

@@ -24,7 +24,7 @@ class PairDecision(Decision):
             **own,
             prefill_replica_id=prefill.replica_id,
             prefill_policy=prefill.policy,
-            prefill_prefix_blocks=prefill.matched_prefix_blocks,
+            prefill_prefix_blocks=prefill.detail.get("matched_prefix_blocks"),
         )
 
     def header_value(self) -> str:

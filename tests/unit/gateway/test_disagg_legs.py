@@ -62,7 +62,7 @@ def test_sglang_legs_carry_the_three_bootstrap_fields() -> None:
 
 
 def test_the_route_header_names_both_replicas() -> None:
-    prefill = Decision("p:1", "prefix-index", "prefix_match", matched_prefix_blocks=4)
+    prefill = Decision("p:1", "prefix-index", "prefix_match", detail={"matched_prefix_blocks": 4})
     decode = Decision("d:2", "least-load", "least_load")
     pair = PairDecision.of(prefill, decode)
     assert pair.replica_id == "d:2"

@@ -69,7 +69,7 @@ def test_a_pair_refused_for_decode_room_records_nothing_in_the_prefill_index() -
     second = pair.claim_pair(routing)
     assert second is not None
     prefill_id = second.roles[SlotRole.PREFILL].replica.replica_id
-    assert second.roles[SlotRole.PREFILL].decision.matched_prefix_blocks == 0, (
+    assert second.roles[SlotRole.PREFILL].decision.detail.get("matched_prefix_blocks") == 0, (
         "its prefill is not counted as cached"
     )
     assert index.matched_blocks(prefill_id, routing.prefix_hashes) == len(routing.prefix_hashes)
@@ -92,7 +92,9 @@ def test_a_claimed_pair_is_recorded_once_where_its_prefill_went() -> None:
     assert (
         again.roles[SlotRole.PREFILL].replica.replica_id == first.roles[SlotRole.PREFILL].replica.replica_id
     )
-    assert again.roles[SlotRole.PREFILL].decision.matched_prefix_blocks == len(routing.prefix_hashes)
+    assert again.roles[SlotRole.PREFILL].decision.detail.get("matched_prefix_blocks") == len(
+        routing.prefix_hashes
+    )
     assert records == [first.roles[SlotRole.PREFILL].replica.replica_id] * 2
     again.release()
 

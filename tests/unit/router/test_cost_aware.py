@@ -63,7 +63,11 @@ def test_sticky_prefix_holds_the_warm_replica_until_its_prefill_queue_passes_tau
     saturated = fleet(**{warm: {"prefill_tokens_inflight": 4000}})  # + its own 1 uncached token
     spilled = decided(sticky.decide(shared(8192, "q3"), saturated))
     order = [r for r in ring_order(request.prefix_key or 0) if r != warm]
-    assert (spilled.replica_id, spilled.branch, spilled.hops) == (order[0], Branch.SPILLOVER, 1)
+    assert (spilled.replica_id, spilled.branch, spilled.detail.get("hops", 0)) == (
+        order[0],
+        Branch.SPILLOVER,
+        1,
+    )
 
 
 def test_sticky_prefix_spills_past_the_count_bound_unless_it_is_off() -> None:
@@ -117,13 +121,13 @@ MODEL = LatencyEstimate(ttft=(0.02, 0.0625, 0.0, 0.0, 0.0, 0.0), tpot=(0.01, 0.0
 def test_predicted_latency_is_cold_until_a_model_is_warm_then_cold_replicas_borrow_the_mean() -> None:
     chooser = policy("predicted-latency")
     cold = decided(chooser.decide(shared(4096, "q"), fleet()))
-    assert cold.branch is Branch.COLD_MODEL and cold.predicted_ttft_s is None
+    assert cold.branch is Branch.COLD_MODEL and cold.detail.get("predicted_ttft_s") is None
     # r0 is warm and busy; the others are cold and predicted with r0's coefficients: an idle one wins.
     replicas = fleet(r0={"latency": MODEL, "prefill_tokens_inflight": 50_000})
     request = RoutingRequest(model="m", estimated_prompt_tokens=1000)
     decision = decided(policy("predicted-latency").decide(request, replicas))
     assert decision.replica_id != "r0" and decision.branch is Branch.SLO_MET
-    assert decision.predicted_ttft_s == pytest.approx(0.02 + 0.0625)
+    assert decision.detail.get("predicted_ttft_s") == pytest.approx(0.02 + 0.0625)
 
 
 def test_predicted_latency_takes_the_lowest_predicted_ttft_with_the_prefix_benefit() -> None:
@@ -137,8 +141,8 @@ def test_predicted_latency_takes_the_lowest_predicted_ttft_with_the_prefix_benef
     request = shared(16_384, "second", slo_ttft_s=2.0, slo_tpot_s=0.05)
     decision = decided(chooser.decide(request, fleet(**loads)))
     assert decision.replica_id == warm and decision.branch is Branch.SLO_MET
-    uncached = request.uncached_tokens(decision.matched_prefix_blocks)
-    assert decision.predicted_ttft_s == pytest.approx(0.02 + 0.0625 * (2000 + uncached) / 1000)
+    uncached = request.uncached_tokens(decision.detail.get("matched_prefix_blocks"))
+    assert decision.detail.get("predicted_ttft_s") == pytest.approx(0.02 + 0.0625 * (2000 + uncached) / 1000)
     assert "predicted_ttft_ms=" in decision.header_value()
     # With 40,000 tokens queued there, a cold replica is predicted faster: it moves.
     loads[warm] = {"latency": MODEL, "prefill_tokens_inflight": 40_000}
@@ -157,9 +161,11 @@ def test_predicted_latency_prices_the_request_own_prefill_apart_from_the_tokens_
     loads[first.replica_id] = {"latency": split, "prefill_tokens_inflight": 3000}
     request = shared(16_384, "second")
     decision = decided(chooser.decide(request, fleet(**loads)))
-    own = request.uncached_tokens(decision.matched_prefix_blocks)
+    own = request.uncached_tokens(decision.detail.get("matched_prefix_blocks"))
     assert decision.replica_id == first.replica_id and own < 100
-    assert decision.predicted_ttft_s == pytest.approx(0.02 + 0.03 * (3000 + own) / 1000 + 0.06 * own / 1000)
+    assert decision.detail.get("predicted_ttft_s") == pytest.approx(
+        0.02 + 0.03 * (3000 + own) / 1000 + 0.06 * own / 1000
+    )
 
 
 def test_predicted_latency_reads_the_phase_of_the_step_in_flight() -> None:
@@ -171,7 +177,7 @@ def test_predicted_latency_reads_the_phase_of_the_step_in_flight() -> None:
     request = RoutingRequest(model="m", estimated_prompt_tokens=100)
     decision = decided(policy("predicted-latency").decide(request, fleet(**loads)))
     assert decision.replica_id == "r2"
-    assert decision.predicted_ttft_s == pytest.approx(0.05 + 0.0625 * 0.1 - 0.008)
+    assert decision.detail.get("predicted_ttft_s") == pytest.approx(0.05 + 0.0625 * 0.1 - 0.008)
 
 
 def test_predicted_latency_skips_replicas_predicted_to_miss_tpot() -> None:
@@ -181,7 +187,7 @@ def test_predicted_latency_skips_replicas_predicted_to_miss_tpot() -> None:
     request = RoutingRequest(model="m", estimated_prompt_tokens=100, slo_tpot_s=0.05, slo_ttft_s=None)
     decision = decided(chooser.decide(request, fleet(**loads)))
     assert decision.replica_id == "r1"  # slower TTFT, but the only one predicted within TPOT
-    assert decision.branch is Branch.SLO_MET and decision.predicted_tpot_s == pytest.approx(
+    assert decision.branch is Branch.SLO_MET and decision.detail.get("predicted_tpot_s") == pytest.approx(
         0.01 + 0.0004 * 51
     )
 
@@ -198,7 +204,7 @@ def test_predicted_latency_keeps_a_replica_holding_the_prefix_even_over_tpot() -
     request = shared(16_384, "second", slo_tpot_s=0.05)
     decision = decided(chooser.decide(request, fleet(**loads)))
     assert decision.replica_id == warm and decision.branch is Branch.SLO_PREFIX_OVER_TPOT
-    assert decision.predicted_tpot_s == pytest.approx(0.01 + 0.0004 * 201)
+    assert decision.detail.get("predicted_tpot_s") == pytest.approx(0.01 + 0.0004 * 201)
 
 
 def test_a_prefix_every_candidate_holds_spares_none_from_the_tpot_filter() -> None:
@@ -221,8 +227,8 @@ def test_predicted_latency_reports_best_effort_when_no_replica_meets_the_slo() -
     loads = {rid: {"latency": MODEL, "prefill_tokens_inflight": 100_000} for rid in IDS}
     request = RoutingRequest(model="m", estimated_prompt_tokens=100, slo_ttft_s=1.0)
     decision = decided(chooser.decide(request, fleet(**loads)))
-    assert decision.branch is Branch.SLO_BEST_EFFORT and decision.predicted_ttft_s is not None
-    assert decision.predicted_ttft_s > 1.0
+    assert decision.branch is Branch.SLO_BEST_EFFORT and decision.detail.get("predicted_ttft_s") is not None
+    assert decision.detail.get("predicted_ttft_s") > 1.0
 
 
 def test_cost_aware_options_are_validated() -> None:
@@ -246,7 +252,15 @@ def test_indexed_pickers_say_how_unevenly_the_pool_holds_the_prefix(name: str) -
     request = shared(8192, "q1")
     blocks = len(request.prefix_hashes)
     first = decided(chooser.decide(request, fleet()))
-    assert (first.shared_prefix_blocks, first.common_prefix_blocks) == (0, 0)  # nobody held it
+    assert (first.detail.get("shared_prefix_blocks"), first.detail.get("common_prefix_blocks")) == (
+        0,
+        0,
+    )  # nobody held it
     second = decided(chooser.decide(shared(8192, "q2"), fleet()))
-    assert second.shared_prefix_blocks == second.matched_prefix_blocks  # it went where the prefix is
-    assert 0 < (second.shared_prefix_blocks or 0) <= blocks and second.common_prefix_blocks == 0
+    assert second.detail.get("shared_prefix_blocks") == second.detail.get(
+        "matched_prefix_blocks"
+    )  # it went where the prefix is
+    assert (
+        0 < (second.detail.get("shared_prefix_blocks") or 0) <= blocks
+        and second.detail.get("common_prefix_blocks") == 0
+    )

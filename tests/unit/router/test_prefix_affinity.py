@@ -24,32 +24,52 @@ def decide(**per_replica: Mapping[str, object]) -> Decision:
 
 def test_idle_fleet_sends_the_key_to_its_owner() -> None:
     decision = decide()
-    assert (decision.replica_id, decision.branch, decision.hops) == (ORDER[0], Branch.RING_HIT, 0)
+    assert (decision.replica_id, decision.branch, decision.detail.get("hops", 0)) == (
+        ORDER[0],
+        Branch.RING_HIT,
+        0,
+    )
     assert decision.header_value() == "policy=prefix-affinity; branch=ring_hit; hops=0; prefix_blocks=0"
 
 
 def test_owner_over_bound_spills_to_the_next_replica_clockwise() -> None:
     # total 10, n 4: bound = ceil(1.25 * 11 / 4) = 4 -> owner (10) is over, next (0) is under
     decision = decide(**{ORDER[0]: {"inflight_requests": 10}})
-    assert (decision.replica_id, decision.branch, decision.hops) == (ORDER[1], Branch.SPILLOVER, 1)
+    assert (decision.replica_id, decision.branch, decision.detail.get("hops", 0)) == (
+        ORDER[1],
+        Branch.SPILLOVER,
+        1,
+    )
 
 
 def test_spillover_walks_the_ring_instead_of_jumping_to_the_least_loaded() -> None:
     # total 12: bound = ceil(1.25 * 13 / 4) = 5; the next replica (2) is under it although others hold 0
     decision = decide(**{ORDER[0]: {"inflight_requests": 10}, ORDER[1]: {"inflight_requests": 2}})
-    assert (decision.replica_id, decision.branch, decision.hops) == (ORDER[1], Branch.SPILLOVER, 1)
+    assert (decision.replica_id, decision.branch, decision.detail.get("hops", 0)) == (
+        ORDER[1],
+        Branch.SPILLOVER,
+        1,
+    )
 
 
 def test_hops_count_every_replica_passed() -> None:
     # total 20: bound = ceil(1.25 * 21 / 4) = 7 -> both first replicas are over
     decision = decide(**{ORDER[0]: {"inflight_requests": 10}, ORDER[1]: {"inflight_requests": 10}})
-    assert (decision.replica_id, decision.branch, decision.hops) == (ORDER[2], Branch.SPILLOVER, 2)
+    assert (decision.replica_id, decision.branch, decision.detail.get("hops", 0)) == (
+        ORDER[2],
+        Branch.SPILLOVER,
+        2,
+    )
 
 
 def test_ineligible_owner_moves_the_key_to_the_next_replica() -> None:
     for state in ({"healthy": False}, {"draining": True}, {"breaker_open": True}):
         decision = decide(**{ORDER[0]: state})
-        assert (decision.replica_id, decision.branch, decision.hops) == (ORDER[1], Branch.SPILLOVER, 1)
+        assert (decision.replica_id, decision.branch, decision.detail.get("hops", 0)) == (
+            ORDER[1],
+            Branch.SPILLOVER,
+            1,
+        )
 
 
 def test_retry_excludes_the_failed_owner() -> None:
@@ -147,14 +167,20 @@ def test_the_ring_says_how_unevenly_the_pool_holds_the_prefix(name: str) -> None
     ring = policy(name)
     shared = "s" * 4096
     first = decided(ring.decide(build_routing_request("m", shared + "q1", session_key="t"), fleet()))
-    assert (first.matched_prefix_blocks, first.shared_prefix_blocks, first.common_prefix_blocks) == (0, 0, 0)
+    assert (
+        first.detail.get("matched_prefix_blocks"),
+        first.detail.get("shared_prefix_blocks"),
+        first.detail.get("common_prefix_blocks"),
+    ) == (0, 0, 0)
     second = decided(ring.decide(build_routing_request("m", shared + "q2", session_key="t"), fleet()))
     assert second.replica_id == first.replica_id
-    assert second.shared_prefix_blocks == second.matched_prefix_blocks == 4096 // 64
-    assert second.common_prefix_blocks == 0, "only the owner holds it"
+    assert (
+        second.detail.get("shared_prefix_blocks") == second.detail.get("matched_prefix_blocks") == 4096 // 64
+    )
+    assert second.detail.get("common_prefix_blocks") == 0, "only the owner holds it"
     assert f"prefix_blocks={4096 // 64}" in second.header_value()
     unique = decided(ring.decide(build_routing_request("m", "u" * 4096, session_key="t"), fleet()))
-    assert (unique.shared_prefix_blocks, unique.common_prefix_blocks) == (0, 0)
+    assert (unique.detail.get("shared_prefix_blocks"), unique.detail.get("common_prefix_blocks")) == (0, 0)
 
 
 def test_a_prefix_every_replica_holds_is_no_affinity() -> None:
@@ -166,7 +192,7 @@ def test_a_prefix_every_replica_holds_is_no_affinity() -> None:
     ring.decide(build_routing_request("m", prompt + "a"), fleet(two, r1={"healthy": False}))
     ring.decide(build_routing_request("m", prompt + "b"), fleet(two, r0={"healthy": False}))
     both = decided(ring.decide(build_routing_request("m", prompt + "c"), fleet(two)))
-    assert both.shared_prefix_blocks == both.common_prefix_blocks == 1024 // 64
+    assert both.detail.get("shared_prefix_blocks") == both.detail.get("common_prefix_blocks") == 1024 // 64
 
 
 def test_the_witness_counts_in_strides_of_sixteen_blocks() -> None:
@@ -176,11 +202,14 @@ def test_the_witness_counts_in_strides_of_sixteen_blocks() -> None:
     forty_blocks = "s" * (64 * 40)
     ring.decide(build_routing_request("m", forty_blocks + "a"), fleet())
     again = decided(ring.decide(build_routing_request("m", forty_blocks + "b"), fleet()))
-    assert again.matched_prefix_blocks == again.shared_prefix_blocks == 32
+    assert again.detail.get("matched_prefix_blocks") == again.detail.get("shared_prefix_blocks") == 32
     short = "t" * (64 * 15)
     ring.decide(build_routing_request("m", short), fleet())
     repeated = decided(ring.decide(build_routing_request("m", short), fleet()))
-    assert (repeated.matched_prefix_blocks, repeated.shared_prefix_blocks) == (0, 0)
+    assert (repeated.detail.get("matched_prefix_blocks"), repeated.detail.get("shared_prefix_blocks")) == (
+        0,
+        0,
+    )
 
 
 def test_the_stride_is_in_characters_whatever_the_block_size() -> None:
@@ -192,7 +221,9 @@ def test_the_stride_is_in_characters_whatever_the_block_size() -> None:
     first = decided(ring.decide(build_routing_request("m", prefix + "a", keys), fleet()))
     again = decided(ring.decide(build_routing_request("m", prefix + "b", keys), fleet()))
     assert again.replica_id == first.replica_id
-    assert again.shared_prefix_blocks == again.matched_prefix_blocks == 16  # 8 strides of 2 blocks
+    assert (
+        again.detail.get("shared_prefix_blocks") == again.detail.get("matched_prefix_blocks") == 16
+    )  # 8 strides of 2 blocks
 
 
 def test_a_stride_below_one_is_refused() -> None:

@@ -85,10 +85,10 @@ class TestPolicy:
         first = decided(index_policy.decide(chat("Bonjour"), fleet()))
         busier = fleet(**{first.replica_id: {"inflight_requests": 1}})
         second = decided(index_policy.decide(chat("Bonjour"), busier))
-        assert (first.branch, first.matched_prefix_blocks) == (Branch.PREFIX_MISS, 0)
+        assert (first.branch, first.detail.get("matched_prefix_blocks")) == (Branch.PREFIX_MISS, 0)
         assert (second.branch, second.replica_id) == (Branch.PREFIX_MATCH, first.replica_id)
-        assert second.matched_prefix_blocks == len(chat("Bonjour").prefix_hashes)
-        assert second.header_value().endswith(f"; prefix_blocks={second.matched_prefix_blocks}")
+        assert second.detail.get("matched_prefix_blocks") == len(chat("Bonjour").prefix_hashes)
+        assert second.header_value().endswith(f"; prefix_blocks={second.detail.get('matched_prefix_blocks')}")
 
     @pytest.mark.parametrize("name", ["prefix-index", "sticky-prefix", "predicted-latency"])
     def test_an_uncommitted_decision_records_nothing_until_committed(self, name: str) -> None:
@@ -98,11 +98,14 @@ class TestPolicy:
         request = chat("Bonjour " * 200)
         dropped = decided(index_policy.decide(request, fleet(), commit=False))
         again = decided(index_policy.decide(request, fleet(), commit=False))
-        assert (dropped.matched_prefix_blocks, again.matched_prefix_blocks) == (0, 0)
+        assert (dropped.detail.get("matched_prefix_blocks"), again.detail.get("matched_prefix_blocks")) == (
+            0,
+            0,
+        )
         index_policy.commit(request, again)
         after = decided(index_policy.decide(request, fleet()))
         assert after.replica_id == again.replica_id
-        assert (after.matched_prefix_blocks or 0) > 0
+        assert (after.detail.get("matched_prefix_blocks") or 0) > 0
 
     def test_shared_system_prompt_follows_its_replica(self) -> None:
         index_policy = policy("prefix-index")
@@ -110,7 +113,11 @@ class TestPolicy:
         second = decided(index_policy.decide(chat("two, a different question"), fleet()))
         assert second.replica_id == first.replica_id
         assert second.branch is Branch.PREFIX_MATCH
-        assert 0 < (second.matched_prefix_blocks or 0) < len(chat("two, a different question").prefix_hashes)
+        assert (
+            0
+            < (second.detail.get("matched_prefix_blocks") or 0)
+            < len(chat("two, a different question").prefix_hashes)
+        )
 
     def test_multi_turn_conversation_follows_the_growing_prompt(self) -> None:
         index_policy = policy("prefix-index")
@@ -122,7 +129,9 @@ class TestPolicy:
         second = decided(index_policy.decide(turn_two, fleet()))
         assert (second.replica_id, second.branch) == (first.replica_id, Branch.PREFIX_MATCH)
         # every full block of turn one matches; its partial last block is not a prefix of turn two
-        assert second.matched_prefix_blocks == len(turn_one.prompt_text) // SMALL.block_size_chars
+        assert (
+            second.detail.get("matched_prefix_blocks") == len(turn_one.prompt_text) // SMALL.block_size_chars
+        )
 
     def test_imbalance_routes_by_load_even_against_a_match(self) -> None:
         index_policy = policy("prefix-index")
@@ -133,7 +142,7 @@ class TestPolicy:
         guarded = decided(index_policy.decide(chat("Bonjour"), fleet(**loads)))
         assert guarded.branch is Branch.IMBALANCE
         assert guarded.replica_id == ("r3" if first.replica_id != "r3" else "r2")
-        assert guarded.matched_prefix_blocks == 0
+        assert guarded.detail.get("matched_prefix_blocks") == 0
 
     def test_engine_waiting_counts_towards_imbalance(self) -> None:
         waiting = {"engine": EngineLoad(waiting=30)}
@@ -153,19 +162,25 @@ class TestPolicy:
         goes, yet held by some replicas (shared) and not by all (common 0)."""
         index_policy = policy("prefix-index")
         first = decided(index_policy.decide(chat("Bonjour"), fleet()))
-        assert (first.shared_prefix_blocks, first.common_prefix_blocks) == (0, 0)
+        assert (first.detail.get("shared_prefix_blocks"), first.detail.get("common_prefix_blocks")) == (0, 0)
         spilled = decided(
             index_policy.decide(chat("Bonjour"), fleet(**{first.replica_id: {"healthy": False}}))
         )
         blocks = len(chat("Bonjour").prefix_hashes)
-        assert spilled.matched_prefix_blocks == 0
-        assert (spilled.shared_prefix_blocks, spilled.common_prefix_blocks) == (blocks, 0)
+        assert spilled.detail.get("matched_prefix_blocks") == 0
+        assert (spilled.detail.get("shared_prefix_blocks"), spilled.detail.get("common_prefix_blocks")) == (
+            blocks,
+            0,
+        )
         two = ("r0", "r1")
         index_policy = policy("prefix-index")
         index_policy.decide(chat("Bonjour"), fleet(two, r1={"healthy": False}))  # r0 holds it
         index_policy.decide(chat("Bonjour"), fleet(two, r0={"healthy": False}))  # and r1
         both = decided(index_policy.decide(chat("Bonjour"), fleet(two)))
-        assert (both.shared_prefix_blocks, both.common_prefix_blocks) == (blocks, blocks)
+        assert (both.detail.get("shared_prefix_blocks"), both.detail.get("common_prefix_blocks")) == (
+            blocks,
+            blocks,
+        )
 
     def test_a_match_on_a_dead_replica_is_ignored(self) -> None:
         index_policy = policy("prefix-index")
@@ -180,8 +195,8 @@ class TestPolicy:
         others = tuple(rid for rid in IDS if rid != first.replica_id)
         decided(index_policy.decide(chat("unrelated"), fleet(others)))
         back = decided(index_policy.decide(chat("Bonjour"), [replica(first.replica_id)]))
-        assert (back.branch, back.matched_prefix_blocks) == (Branch.PREFIX_MISS, 0)
+        assert (back.branch, back.detail.get("matched_prefix_blocks")) == (Branch.PREFIX_MISS, 0)
 
     def test_request_without_blocks_is_a_miss(self) -> None:
         decision = decided(policy("prefix-index").decide(RoutingRequest(model="m"), fleet()))
-        assert (decision.branch, decision.matched_prefix_blocks) == (Branch.PREFIX_MISS, 0)
+        assert (decision.branch, decision.detail.get("matched_prefix_blocks")) == (Branch.PREFIX_MISS, 0)

@@ -1,12 +1,14 @@
-"""The preset registry: names, option validation, decisions' header rendering."""
+"""The preset registry: names, option validation, decisions' header rendering, the documented pipelines."""
 
 from __future__ import annotations
 
 import random
+import re
+from pathlib import Path
 
 import pytest
 
-from router.presets import PolicyContext, build_policy, known_policies
+from router.presets import PolicyContext, build_policy, known_policies, preset_spec
 from router.types import Branch, Decision, ReplicaView, RoutingRequest
 from tests.unit.router.snapshots import decided, decisions, fleet, policy
 
@@ -67,9 +69,12 @@ def test_bad_options_raise_naming_the_option(name: str, options: dict[str, objec
 
 
 def test_header_value_renders_policy_branch_hops_and_prefix_blocks() -> None:
-    plain = Decision(replica_id="r0", policy="prefix-affinity", branch=Branch.SPILLOVER, hops=2)
+    plain = Decision(replica_id="r0", policy="prefix-affinity", branch=Branch.SPILLOVER, detail={"hops": 2})
     matched = Decision(
-        replica_id="r0", policy="prefix-index", branch=Branch.PREFIX_MATCH, matched_prefix_blocks=12
+        replica_id="r0",
+        policy="prefix-index",
+        branch=Branch.PREFIX_MATCH,
+        detail={"matched_prefix_blocks": 12},
     )
     assert plain.header_value() == "policy=prefix-affinity; branch=spillover; hops=2"
     assert matched.header_value() == "policy=prefix-index; branch=prefix_match; hops=0; prefix_blocks=12"
@@ -124,3 +129,31 @@ def test_a_prefill_floor_leaves_a_miss_heavy_queue_to_the_plain_ratio() -> None:
     views = _miss_heavy_fleet()
     floored = policy("prefix-index", prefill_floor_tokens=2048)
     assert decided(floored.decide(_unmatched(), views)).replica_id == "r2"
+
+
+def _documented_pipelines() -> dict[str, tuple[list[str], list[str], str]]:
+    """ROUTING.md's "What each policy runs" table: policy → (filter types, scorer types, picker type)."""
+    page = Path(__file__).resolve().parents[3].joinpath("docs", "ROUTING.md").read_text()
+    table = page.split("## What each policy runs", 1)[1].split("| policy |", 1)[1].split("\n\n", 1)[0]
+    rows = {}
+    for line in table.splitlines()[2:]:
+        policy_cell, filters, scorers, picker = line.split("|")[1:5]
+        rows[policy_cell.strip(" `")] = (
+            re.findall(r"`([a-z-]+)`", filters),
+            re.findall(r"`([a-z-]+)`", scorers),
+            picker.strip(" `"),
+        )
+    return rows
+
+
+def test_routing_md_lists_each_preset_s_filters_scorers_and_picker() -> None:
+    documented = _documented_pipelines()
+    assert sorted(documented) == ALL
+    for name in ALL:
+        spec = preset_spec(name)
+        types = (
+            [entry["type"] for entry in spec.get("filters", [])],
+            [entry["type"] for entry in spec.get("scorers", [])],
+            spec["picker"]["type"],
+        )
+        assert documented[name] == types, name

@@ -20,7 +20,9 @@ def decide(**per_replica: Mapping[str, object]) -> Decision:
 def test_session_sticks_to_its_owner_across_requests() -> None:
     session_policy = policy("session-affinity")
     decisions = [decided(session_policy.decide(session_request(), fleet())) for _ in range(5)]
-    assert {(d.replica_id, d.branch, d.hops) for d in decisions} == {(ORDER[0], Branch.SESSION_HIT, 0)}
+    assert {(d.replica_id, d.branch, d.detail.get("hops", 0)) for d in decisions} == {
+        (ORDER[0], Branch.SESSION_HIT, 0)
+    }
     assert decisions[0].policy == "session-affinity"
 
 
@@ -33,7 +35,11 @@ def test_different_sessions_spread_over_the_fleet() -> None:
 @pytest.mark.parametrize("state", [{"healthy": False}, {"draining": True}, {"breaker_open": True}])
 def test_ineligible_owner_breaks_the_session(state: dict[str, object]) -> None:
     decision = decide(**{ORDER[0]: state})
-    assert (decision.replica_id, decision.branch, decision.hops) == (ORDER[1], Branch.SESSION_BREAK, 1)
+    assert (decision.replica_id, decision.branch, decision.detail.get("hops", 0)) == (
+        ORDER[1],
+        Branch.SESSION_BREAK,
+        1,
+    )
 
 
 def test_excluded_owner_breaks_the_session_on_retry() -> None:
@@ -44,7 +50,11 @@ def test_excluded_owner_breaks_the_session_on_retry() -> None:
 
 def test_owner_over_bound_breaks_the_session() -> None:
     decision = decide(**{ORDER[0]: {"inflight_requests": 10}})
-    assert (decision.replica_id, decision.branch, decision.hops) == (ORDER[1], Branch.SESSION_BREAK, 1)
+    assert (decision.replica_id, decision.branch, decision.detail.get("hops", 0)) == (
+        ORDER[1],
+        Branch.SESSION_BREAK,
+        1,
+    )
 
 
 def test_session_returns_to_its_owner_once_it_recovers() -> None:
