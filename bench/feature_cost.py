@@ -71,11 +71,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 @contextlib.asynccontextmanager
-async def otlp_sink(port: int) -> AsyncIterator[None]:
-    """An HTTP server on `port` that answers every POST with 200 and an empty body."""
+async def otlp_sink(port: int, received: dict[str, int]) -> AsyncIterator[None]:
+    """An HTTP server on `port` that answers every POST with 200 and an empty body, counting the POSTs
+    and their bytes into `received`."""
 
     async def accept(request: web.Request) -> web.Response:
-        await request.read()
+        received["posts"] += 1
+        received["bytes"] += len(await request.read())
         return web.Response(status=200, content_type="application/x-protobuf")
 
     app = web.Application()
@@ -91,7 +93,8 @@ async def otlp_sink(port: int) -> AsyncIterator[None]:
 
 async def measure(targets: list[Target], args: argparse.Namespace, sink_port: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    async with otlp_sink(sink_port):
+    received = {"posts": 0, "bytes": 0}
+    async with otlp_sink(sink_port, received):
         for kind in args.kinds:
             stream = kind == "streamed"
             tokens = args.stream_tokens if stream else args.max_tokens
@@ -104,6 +107,7 @@ async def measure(targets: list[Target], args: argparse.Namespace, sink_port: in
                 concurrency=args.concurrency,
                 warmup=args.warmup,
             )
+    print(f"OTLP sink: {received['posts']} exports, {received['bytes']} bytes", file=sys.stderr)
     return out
 
 

@@ -9,8 +9,10 @@ longest matching prefix decides). Modules no rule names (the standard library's 
 …; pydantic; the clock) are transparent: their time is their caller's. Modules mapped *weakly* (the
 aiohttp client, yarl, multidict: used by the upstream send and by the relay alike) decide only when no
 frame above them maps to a stage: the relay reading a body through aiohttp is relay, aiohttp's own
-connection callbacks from the event loop are the upstream client. A stack no rule matches is `other`
-(the event loop itself, start-up code, whatever no stage owns).
+connection callbacks from the event loop are the upstream client. A stack whose innermost frame is the
+event loop's entry (`LOOP_LEAVES`) is time in the loop's C code and the kernel (uvloop shows no Python
+frame there): its own stage. A stack no rule matches is `other` (start-up code, whatever no stage
+owns).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 
+LOOP = "event loop & socket I/O (C)"
 SERVER = "server & ASGI layers"
 HANDLER = "handler & parsing"
 SERVE_LOOP = "serve loop (tries, legs, containment)"
@@ -33,6 +36,7 @@ BACKGROUND = "background loops"
 OTHER = "other"
 
 STAGES = (
+    LOOP,
     SERVER,
     HANDLER,
     SERVE_LOOP,
@@ -164,10 +168,25 @@ def frame_module(frame: str) -> str:
     return module_of(match.group("path")) if match else ""
 
 
+LOOP_LEAVES = ("asyncio/runners.py", "selectors.py", "asyncio/base_events.py:BaseEventLoop._run_once")
+"""A stack whose innermost Python frame is the loop's own (uvloop's `run_until_complete` entered from
+asyncio's runner, or asyncio's `_run_once`/`select`) is time in the event loop's C code and the kernel:
+socket reads and writes, polling, timers, scheduling callbacks."""
+
+
+def _is_loop_leaf(frame: str) -> bool:
+    module = frame_module(frame)
+    function = frame.partition(" (")[0]
+    return module in LOOP_LEAVES or f"{module}:{function}" in LOOP_LEAVES
+
+
 def stage_of(frames: Iterable[str]) -> str:
     """The stage of one stack (frames outermost first)."""
+    stack = list(frames)
+    if stack and _is_loop_leaf(stack[-1]):
+        return LOOP
     weak: str | None = None
-    for frame in reversed(list(frames)):
+    for frame in reversed(stack):
         rule = rule_of(frame_module(frame))
         if rule is None:
             continue

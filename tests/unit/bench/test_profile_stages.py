@@ -13,6 +13,7 @@ from bench.profile_stages import (
     BACKGROUND,
     HANDLER,
     LOGGING,
+    LOOP,
     METRICS,
     OTHER,
     RELAY,
@@ -107,6 +108,22 @@ def test_the_aiohttp_client_counts_for_its_caller_else_for_the_upstream_send() -
     assert stage_of(sent) == SEND
     loop_callback = [ROOT, f("aiohttp/client_proto.py", "ResponseHandler.data_received")]
     assert stage_of(loop_callback) == SEND
+
+
+def test_the_event_loops_own_time_is_its_stage() -> None:
+    """uvloop runs C below asyncio's runner: a sample whose innermost Python frame is the runner (under
+    uvicorn's entry) is loop and socket time, not the server's."""
+    entry = [
+        f("uvicorn/main.py", "run"),
+        f("uvicorn/_compat.py", "asyncio_run"),
+        "Runner.run (asyncio/runners.py:118)",
+    ]
+    assert stage_of(entry) == LOOP
+    assert (
+        stage_of([*entry[:-1], f("asyncio/base_events.py", "BaseEventLoop._run_once"), f("selectors.py")])
+        == LOOP
+    )
+    assert stage_of([*entry, f("uvicorn/protocols/http/httptools_impl.py")]) == SERVER
 
 
 def test_a_stack_nothing_maps_is_other() -> None:
