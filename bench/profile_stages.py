@@ -11,15 +11,22 @@ aiohttp client, yarl, multidict: used by the upstream send and by the relay alik
 frame above them maps to a stage: the relay reading a body through aiohttp is relay, aiohttp's own
 connection callbacks from the event loop are the upstream client. A stack whose innermost frame is the
 event loop's entry (`LOOP_LEAVES`) is time in the loop's C code and the kernel (uvloop shows no Python
-frame there): its own stage. A stack no rule matches is `other` (start-up code, whatever no stage
-owns).
+frame there): its own stage; and the frames that run the loop (uvicorn's `run`, asyncio's runner) are
+left out of every other stack, so a callback the loop calls directly (aiohttp's `data_received`) is
+judged by its own frames. A stack no rule matches is `other` (start-up code, whatever no stage owns).
+
+`python -m bench.profile_stages FILE.folded …` prints the shares of collapsed-stack files (those
+`bench overhead --profile-gateway` keeps), so a changed mapping can be applied to a profile already
+taken.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 from collections import Counter
 from collections.abc import Iterable
+from pathlib import Path
 
 LOOP = "event loop & socket I/O (C)"
 SERVER = "server & ASGI layers"
@@ -185,6 +192,9 @@ def stage_of(frames: Iterable[str]) -> str:
     stack = list(frames)
     if stack and _is_loop_leaf(stack[-1]):
         return LOOP
+    entries = [i for i, frame in enumerate(stack) if _is_loop_leaf(frame)]
+    if entries:  # what runs the loop (uvicorn's run, asyncio's runner) is no stage of what the loop runs
+        stack = stack[entries[-1] + 1 :]
     weak: str | None = None
     for frame in reversed(stack):
         rule = rule_of(frame_module(frame))
@@ -213,3 +223,18 @@ def shares(counts: Counter[str]) -> dict[str, float]:
     """Each stage's share of the samples, in `STAGES` order (0 for a stage with none)."""
     total = sum(counts.values())
     return {stage: (counts[stage] / total if total else 0.0) for stage in STAGES}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m bench.profile_stages FILE.folded …`: each file's shares per stage, one column each."""
+    paths = [Path(p) for p in (sys.argv[1:] if argv is None else argv)]
+    columns = [shares(parse_folded(path.read_text())) for path in paths]
+    print("| stage | " + " | ".join(f"{path.parent.name}/{path.name}" for path in paths) + " |")
+    print("|---|" + "---|" * len(paths))
+    for stage in STAGES:
+        print(f"| {stage} | " + " | ".join(f"{c[stage] * 100:.1f} %" for c in columns) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

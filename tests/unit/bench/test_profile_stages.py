@@ -124,6 +124,9 @@ def test_the_event_loops_own_time_is_its_stage() -> None:
         == LOOP
     )
     assert stage_of([*entry, f("uvicorn/protocols/http/httptools_impl.py")]) == SERVER
+    callback = f("aiohttp/client_proto.py", "ResponseHandler.data_received")
+    assert stage_of([*entry, callback]) == SEND, "uvicorn's run, below the loop, is not the server stage"
+    assert stage_of([*entry, f("gateway/proxy/relay.py"), callback]) == RELAY
 
 
 def test_a_stack_nothing_maps_is_other() -> None:
