@@ -14,7 +14,8 @@ Phases:
    rounds, each round one request per path in rotating order; added = path percentile − direct
    percentile. Each server's CPU time (/proc/<pid>/stat utime + stime, and schedstat) over the phase ÷
    its requests.
-2. max req/s: closed loop at `--throughput-concurrency`, one unmeasured block per path, then
+2. max req/s: closed loop at `--throughput-concurrency` (sent by `--throughput-client`: `lean`, an
+   aiohttp client cheap enough to saturate the servers, by default), one unmeasured block per path, then
    `--throughput-blocks` rounds of one block of `--throughput-block-s` per path (order rotating),
    non-streamed; req/s ratio path ÷ direct, each server's CPU per request and the added latency under
    load. The same for streams (`--stream-throughput-blocks`): CPU per stream under load.
@@ -44,9 +45,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.arrivals import ClosedLoop
-from bench.client import BenchClient, ClientOptions
+from bench.client import BenchClient, Client, ClientOptions
 from bench.cpu_per_request import reference_proxy
 from bench.fleet import EngineOptions, Fleet, GatewayOptions, Pinning, pin_self
+from bench.lean_client import LeanClient
 from bench.overhead_report import render_overhead, write_overhead
 from bench.proc import CpuReading
 from bench.report import environment, output_dir
@@ -71,6 +73,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--throughput-blocks", type=int, default=3, help="blocks per path")
     parser.add_argument(
         "--stream-throughput-blocks", type=int, default=3, help="streamed blocks per path (0: none)"
+    )
+    parser.add_argument(
+        "--throughput-client",
+        choices=("lean", "httpx"),
+        default="lean",
+        help="client of the closed-loop blocks (lean: aiohttp, cheap enough to saturate; default lean)",
     )
     parser.add_argument("--no-reference", action="store_true", help="no reference proxy path")
     parser.add_argument(
@@ -158,7 +166,7 @@ def _fixed(url: str) -> Callable[[RequestSpec], str]:
 
 
 async def throughput_blocks(
-    client: BenchClient,
+    client: Client,
     urls: dict[str, str],
     spec: RequestSpec,
     args: argparse.Namespace,
@@ -246,6 +254,9 @@ async def measure(
     gateway, and the reference proxy unless `--no-reference`)."""
     nonstream = BenchClient(ClientOptions(model=FAST_MODEL, stream=False, timeout_s=30.0))
     stream = BenchClient(ClientOptions(model=FAST_MODEL, stream=True, timeout_s=30.0))
+    loaded: dict[bool, Client] = {False: nonstream, True: stream}
+    if args.throughput_client == "lean":
+        loaded = {s: LeanClient(ClientOptions(model=FAST_MODEL, stream=s, timeout_s=30.0)) for s in loaded}
     ping = RequestSpec(messages=(("user", "ping"),), max_tokens=args.max_tokens)
     chunks = RequestSpec(messages=(("user", "ping"),), max_tokens=args.stream_tokens)
     result: dict[str, Any] = {}
@@ -265,21 +276,21 @@ async def measure(
         )
         say("overhead: max req/s …")
         if args.throughput_blocks > 0:
-            result["throughput"] = await throughput_blocks(nonstream, fast, ping, args, pids=servers)
+            result["throughput"] = await throughput_blocks(loaded[False], fast, ping, args, pids=servers)
         if args.stream_throughput_blocks > 0:
             say("overhead: streams under load …")
             result["stream_throughput"] = await throughput_blocks(
-                stream, fast, chunks, args, pids=servers, blocks=args.stream_throughput_blocks
+                loaded[True], fast, chunks, args, pids=servers, blocks=args.stream_throughput_blocks
             )
         if args.profile_gateway:
             say("overhead: profiling the gateway …")
-            kinds = {"non-streamed": (nonstream, ping), "streamed": (stream, chunks)}
+            kinds = {"non-streamed": (loaded[False], ping), "streamed": (loaded[True], chunks)}
             result["profile"] = await profile_blocks(
                 Path(args.profile_gateway), servers["gateway"], fast["gateway"], kinds, args
             )
     finally:
-        await nonstream.aclose()
-        await stream.aclose()
+        for client in {nonstream, stream, *loaded.values()}:
+            await client.aclose()
     if args.stream_levels:
         levels = await stream_levels(args, paced, pids)
         result["streams"] = [level.to_json() for level in levels]

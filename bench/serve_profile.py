@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.arrivals import ClosedLoop
-from bench.client import BenchClient
+from bench.client import Client
 from bench.profile_stages import STAGES, parse_folded, shares
 from bench.runner import LoadPlan, run_load
 from bench.workload import RequestSpec
@@ -82,7 +82,7 @@ async def profile_blocks(
     out: Path,
     pid: int,
     url: str,
-    kinds: dict[str, tuple[BenchClient, RequestSpec]],
+    kinds: dict[str, tuple[Client, RequestSpec]],
     args: argparse.Namespace,
 ) -> dict[str, Any]:
     """For each kind (name → client and request), one closed-loop block of `args.profile_s` at
@@ -93,7 +93,7 @@ async def profile_blocks(
     for kind, (client, spec) in kinds.items():
         folded = out.with_name(f"{out.name}.{kind}.folded")
 
-        async def load(client: BenchClient = client, spec: RequestSpec = spec) -> None:
+        async def load(client: Client = client, spec: RequestSpec = spec) -> None:
             await run_load(plan, itertools.repeat(spec), client, lambda _spec: url)
 
         counts = parse_folded(await sampled(pid, folded, load))

@@ -11,9 +11,12 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
+from bench.client import ClientOptions
 from bench.cpu_per_request import Block, chat_bodies, closed_loop, ratio, render, summarize
 from bench.fleet import free_port
+from bench.lean_client import LeanClient
 from bench.reference_proxy import make_app
+from bench.workload import RequestSpec
 from tests.servers import ServerThread
 
 MODEL = "test-model"
@@ -95,3 +98,26 @@ def test_blocks_sum_into_per_server_figures() -> None:
     assert summary["reference"]["rps"] == pytest.approx(2000.0)
     assert ratio(summary, "gateway", "reference") == pytest.approx(600 / 110)
     assert "| gateway | 600 | 600 [500, 700] | 590 | 1000 | 5.45 |" in render(summary)
+
+
+async def test_the_lean_client_records_ok_samples_through_the_proxy(proxy: str) -> None:
+    spec = RequestSpec(messages=(("user", "ping"),), max_tokens=4)
+    for stream in (False, True):
+        client = LeanClient(ClientOptions(model=MODEL, stream=stream, timeout_s=10))
+        try:
+            samples = [await client.send(proxy, spec, i, 0.0, 0.0) for i in range(3)]
+        finally:
+            await client.aclose()
+        assert all(s.ok and s.status == 200 and s.e2e_s > 0 for s in samples)
+        assert all((s.ttft_s is None) == stream for s in samples)
+    client = LeanClient(ClientOptions(model=MODEL, stream=False, timeout_s=10))
+    dead_end = TestServer(make_app(f"http://127.0.0.1:{free_port()}"))
+    await dead_end.start_server()
+    try:
+        refused = await client.send(str(dead_end.make_url("")).rstrip("/"), spec, 0, 0.0, 0.0)
+        unreachable = await client.send(f"http://127.0.0.1:{free_port()}", spec, 1, 0.0, 0.0)
+    finally:
+        await client.aclose()
+        await dead_end.close()
+    assert (refused.ok, refused.status) == (False, 502)
+    assert (unreachable.ok, unreachable.status, unreachable.error) == (False, 0, "ClientConnectorError")
