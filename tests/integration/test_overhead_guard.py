@@ -12,12 +12,13 @@ machine stretches the wall time but not the CPU per request. The ratio is total 
 (`STREAM_TOKENS`-token streams) separately.
 
 The regression guard: the test fails when the ratio exceeds `GUARD_NONSTREAM` (non-streamed) or
-`GUARD_STREAM` (streamed). Each bound is 1.6 × the median ratio of three runs of this test on the 2-core
-development host when the guard was set (main at 1ca8bd5: issue 30's leak fix in, none of its hot-path
-work; the runs are in docs/bench-log/2026-12-05-serve-path-profile.md), rounded to 0.1: the margin is
-for the noise of a busy 2-core CI host, so a change that makes the serve path markedly dearer fails
-here. It is not the target: issue 30's goal is 1.0× (the gateway as cheap as the bare proxy); lower the
-bounds as the serve path gets leaner. The whole test is bounded to 60 s (a few times what it takes).
+`GUARD_STREAM` (streamed). Each bound is 1.6 × the median ratio of seven runs of this test on the
+2-core development host, busy and quiet, when the guard was set (main at 1ca8bd5: issue 30's leak fix
+in, none of its hot-path work; the runs are in docs/bench-log/2026-12-05-serve-path-profile.md),
+rounded to 0.1: the margin is for the noise of a busy 2-core CI host, so a change that makes the serve
+path markedly dearer fails here. It is not the target: issue 30's goal is 1.0× (the gateway as cheap
+as the bare proxy); lower the bounds as the serve path gets leaner. The whole test is bounded to 60 s
+(a few times what it takes).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from bench.fleet import EngineOptions, Fleet
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 
 MODEL = "guard-model"
-GUARD_NONSTREAM = 4.4
+GUARD_NONSTREAM = 5.0
 """Gateway ÷ reference CPU per non-streamed request may not exceed this."""
 GUARD_STREAM = 4.1
 """Gateway ÷ reference CPU per streamed request may not exceed this."""
