@@ -1,17 +1,29 @@
 """`bench overhead`: what the gateway adds. The same client sends the same request to the same engine,
-directly and through the gateway, interleaved, so both paths see the same machine noise.
+directly, through the gateway and through the reference proxy (bench/reference_proxy.py: aiohttp server
+and client on uvloop, the body passed through, nothing else), interleaved, so every path sees the same
+machine noise, and every CPU figure of the gateway has the reference's beside it from the same run
+(`--no-reference`: direct and gateway only).
 
 Processes: a zero-delay mock engine (latency and throughput), a paced one (`--stream-token-delay-ms`,
-for long-lived streams) and the gateway with one pool for each. With `--pin` (or `--pin-gateway CPU
---pin-others CPU`) the gateway runs on one core and the client and engines on the other.
+for long-lived streams), the gateway with one pool for each and the reference proxy in front of the
+zero-delay engine. With `--pin` (or `--pin-gateway CPU --pin-others CPU`) the gateway and the reference
+proxy run on one core and the client and engines on the other.
 
 Phases:
-1. latency at concurrency 1, non-streamed then streamed (`--stream-tokens` chunks): `--requests` pairs,
-   each pair direct + gateway in alternating order; added = gateway percentile − direct percentile.
-   The gateway's CPU time (/proc/<pid>/stat utime + stime, and schedstat) over the phase ÷ its requests.
-2. max req/s: closed loop at `--throughput-concurrency`, alternating direct and gateway blocks of
-   `--throughput-block-s` (`--throughput-blocks` each), non-streamed; ratio gateway ÷ direct.
-3. concurrent streams: at each of `--stream-levels`, N streams at once, direct then gateway, sent by
+1. latency at concurrency 1, non-streamed then streamed (`--stream-tokens` chunks): `--requests`
+   rounds, each round one request per path in rotating order; added = path percentile − direct
+   percentile. Each server's CPU time (/proc/<pid>/stat utime + stime, and schedstat) over the phase ÷
+   its requests.
+2. max req/s: closed loop at `--throughput-concurrency` (sent by `--throughput-client`: `lean`, an
+   aiohttp client cheap enough to saturate the servers, by default), one unmeasured block per path, then
+   `--throughput-blocks` rounds of one block of `--throughput-block-s` per path (order rotating),
+   non-streamed; req/s ratio path ÷ direct, each server's CPU per request and the added latency under
+   load. The same for streams (`--stream-throughput-blocks`): CPU per stream under load.
+3. with `--profile-gateway FILE`: one more closed-loop block of `--profile-s` through the gateway,
+   non-streamed then streamed, each sampled by py-spy (bench/serve_profile.py): the share of the
+   gateway's samples per serve-path stage (bench/profile_stages.py) is written to FILE (markdown) and
+   the report, the collapsed stacks beside FILE. The measured phases are not sampled.
+4. concurrent streams: at each of `--stream-levels`, N streams at once, direct then gateway, sent by
    `--stream-client` (`raw`, a bare-asyncio SSE client, by default: with hundreds of streams on one
    core httpx's pool bookkeeping, not the gateway, would set the limit); the
    largest N sustained without stalls (no failure, no gap over `--stall-ms`) and frames/s, with the CPU
@@ -22,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import os
 import sys
@@ -32,13 +45,16 @@ from pathlib import Path
 from typing import Any
 
 from bench.arrivals import ClosedLoop
-from bench.client import BenchClient, ClientOptions
+from bench.client import BenchClient, Client, ClientOptions
+from bench.cpu_per_request import reference_proxy
 from bench.fleet import EngineOptions, Fleet, GatewayOptions, Pinning, pin_self
+from bench.lean_client import LeanClient
 from bench.overhead_report import render_overhead, write_overhead
 from bench.proc import CpuReading
 from bench.report import environment, output_dir
 from bench.runner import LoadPlan, run_load
 from bench.sample import Sample
+from bench.serve_profile import profile_blocks
 from bench.stats import Distribution
 from bench.streams import StreamLevel, httpx_sender, raw_sender, stream_level
 from bench.workload import RequestSpec
@@ -52,9 +68,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=int, default=50, help="unmeasured pairs first")
     parser.add_argument("--max-tokens", type=int, default=8, help="non-streamed output tokens")
     parser.add_argument("--stream-tokens", type=int, default=32, help="tokens per stream (~33 chunks)")
-    parser.add_argument("--throughput-concurrency", type=int, default=32)
+    parser.add_argument("--throughput-concurrency", type=int, default=64)
     parser.add_argument("--throughput-block-s", type=float, default=2.0)
-    parser.add_argument("--throughput-blocks", type=int, default=2, help="blocks per path")
+    parser.add_argument("--throughput-blocks", type=int, default=3, help="blocks per path")
+    parser.add_argument(
+        "--stream-throughput-blocks", type=int, default=3, help="streamed blocks per path (0: none)"
+    )
+    parser.add_argument(
+        "--throughput-client",
+        choices=("lean", "httpx"),
+        default="lean",
+        help="client of the closed-loop blocks (lean: aiohttp, cheap enough to saturate; default lean)",
+    )
+    parser.add_argument("--no-reference", action="store_true", help="no reference proxy path")
+    parser.add_argument(
+        "--profile-gateway",
+        default=None,
+        metavar="FILE",
+        help="sample the gateway with py-spy under load; the per-stage breakdown to FILE",
+    )
+    parser.add_argument("--profile-s", type=float, default=10.0, help="profiled block length")
     parser.add_argument("--stream-levels", type=int, nargs="*", default=[64, 128, 256, 512])
     parser.add_argument("--stream-token-delay-ms", type=float, default=50.0)
     parser.add_argument("--stall-ms", type=float, default=1000.0)
@@ -77,32 +110,55 @@ def _dist_ms(samples: list[Sample], attr: str) -> dict[str, float] | None:
     return None if dist is None else {"p50": dist.p50 * 1e3, "p99": dist.p99 * 1e3, "mean": dist.mean * 1e3}
 
 
+def _added(via: dict[str, float] | None, direct: dict[str, float] | None) -> dict[str, float] | None:
+    return {k: via[k] - direct[k] for k in ("p50", "p99", "mean")} if via and direct else None
+
+
+def _latencies(got: dict[str, list[Sample]]) -> dict[str, Any]:
+    """Per metric: each path's distribution, and each server's added percentiles over direct."""
+    result: dict[str, Any] = {}
+    for attr in ("e2e_s", "ttft_s"):
+        entry: dict[str, Any] = {path: _dist_ms(samples, attr) for path, samples in got.items()}
+        entry["added"] = _added(entry.get("gateway"), entry.get("direct"))
+        if "reference" in got:
+            entry["added_reference"] = _added(entry.get("reference"), entry.get("direct"))
+        result[attr.removesuffix("_s") + "_ms"] = entry
+    return result
+
+
+def _rotated(paths: list[str], n: int) -> list[str]:
+    shift = n % len(paths)
+    return [*paths[shift:], *paths[:shift]]
+
+
 async def latency_pairs(
-    client: BenchClient, urls: dict[str, str], spec: RequestSpec, *, requests: int, warmup: int, pid: int
+    client: BenchClient,
+    urls: dict[str, str],
+    spec: RequestSpec,
+    *,
+    requests: int,
+    warmup: int,
+    pids: dict[str, int],
 ) -> dict[str, Any]:
-    """Sequential pairs (order alternating), gateway CPU over the measured pairs."""
-    got: dict[str, list[Sample]] = {"direct": [], "gateway": []}
+    """Sequential rounds, one request per path (order rotating); each server's CPU over the measured
+    rounds (`pids`: server name → pid)."""
+    paths = list(urls)
+    got: dict[str, list[Sample]] = {path: [] for path in paths}
     start = time.perf_counter()
-    reading = CpuReading.of(pid)
+    readings = {name: CpuReading.of(pid) for name, pid in pids.items()}
     for i in range(warmup + requests):
         if i == warmup:
-            reading = CpuReading.of(pid)
-        for path in ("direct", "gateway") if i % 2 == 0 else ("gateway", "direct"):
+            readings = {name: CpuReading.of(pid) for name, pid in pids.items()}
+        for path in _rotated(paths, i):
             sample = await client.send(urls[path], spec, i, 0.0, start)
             if not sample.ok:
                 raise RuntimeError(f"{path} request failed: {sample.outcome} (status {sample.status})")
             if i >= warmup:
                 got[path].append(sample)
-    cpu = reading.per_request_us(CpuReading.of(pid), requests)
-    result: dict[str, Any] = {"requests": requests, "gateway_cpu_us_per_request": cpu}
-    for attr in ("e2e_s", "ttft_s"):
-        name = attr.removesuffix("_s") + "_ms"
-        direct, via = _dist_ms(got["direct"], attr), _dist_ms(got["gateway"], attr)
-        added = None
-        if direct and via:
-            added = {k: via[k] - direct[k] for k in ("p50", "p99", "mean")}
-        result[name] = {"direct": direct, "gateway": via, "added": added}
-    return result
+    result: dict[str, Any] = {"requests": requests}
+    for name, pid in pids.items():
+        result[f"{name}_cpu_us_per_request"] = readings[name].per_request_us(CpuReading.of(pid), requests)
+    return result | _latencies(got)
 
 
 def _fixed(url: str) -> Callable[[RequestSpec], str]:
@@ -110,33 +166,43 @@ def _fixed(url: str) -> Callable[[RequestSpec], str]:
 
 
 async def throughput_blocks(
-    client: BenchClient, urls: dict[str, str], spec: RequestSpec, args: argparse.Namespace, pid: int
+    client: Client,
+    urls: dict[str, str],
+    spec: RequestSpec,
+    args: argparse.Namespace,
+    *,
+    pids: dict[str, int],
+    blocks: int | None = None,
 ) -> dict[str, Any]:
-    """Alternating closed-loop blocks; req/s per path, gateway CPU per request under load."""
-    rates: dict[str, list[float]] = {"direct": [], "gateway": []}
-    cpu: list[dict[str, float | None]] = []
+    """One unmeasured block per path, then `blocks` rounds of one closed-loop block per path (order
+    rotating); req/s per path, each server's CPU per request and the added latency under load."""
+    paths = list(urls)
+    rates: dict[str, list[float]] = {path: [] for path in paths}
+    cpu: dict[str, list[dict[str, float | None]]] = {name: [] for name in pids}
+    got: dict[str, list[Sample]] = {path: [] for path in paths}
     plan = LoadPlan(ClosedLoop(args.throughput_concurrency), duration_s=args.throughput_block_s)
-    order = ["gateway", "direct"] + ["direct", "gateway"] * args.throughput_blocks  # first two warm up
+    rounds = args.throughput_blocks if blocks is None else blocks
+    order = paths + [path for n in range(rounds) for path in _rotated(paths, n)]
     for n, path in enumerate(order):
-        url = urls[path]
-        before = CpuReading.of(pid)
-        record = await run_load(plan, itertools.repeat(spec), client, _fixed(url))
+        before = {name: CpuReading.of(pid) for name, pid in pids.items()}
+        record = await run_load(plan, itertools.repeat(spec), client, _fixed(urls[path]))
         ok = [s for s in record.samples if s.ok]
-        if n < 2:
+        if n < len(paths):
             continue
         rates[path].append(len(ok) / record.wall_s)
-        if path == "gateway":
-            cpu.append(before.per_request_us(CpuReading.of(pid), len(ok)))
-    direct = sum(rates["direct"]) / len(rates["direct"])
-    via = sum(rates["gateway"]) / len(rates["gateway"])
-    return {
-        "concurrency": args.throughput_concurrency,
-        "direct_rps": direct,
-        "gateway_rps": via,
-        "ratio": via / direct if direct else None,
-        "blocks": rates,
-        "gateway_cpu_us_per_request": cpu,
-    }
+        got[path] += ok
+        if path in pids:
+            cpu[path].append(before[path].per_request_us(CpuReading.of(pids[path]), len(ok)))
+    mean = {path: sum(rates[path]) / len(rates[path]) for path in paths}
+    result: dict[str, Any] = {"concurrency": args.throughput_concurrency, "blocks": rates}
+    for path in paths:
+        result[f"{path}_rps"] = mean[path]
+        if path != "direct":
+            key = "ratio" if path == "gateway" else f"{path}_ratio"
+            result[key] = mean[path] / mean["direct"] if mean["direct"] else None
+    for name in pids:
+        result[f"{name}_cpu_us_per_request"] = cpu[name]
+    return result | _latencies(got)
 
 
 async def stream_levels(
@@ -178,11 +244,19 @@ async def stream_levels(
 
 
 async def measure(
-    args: argparse.Namespace, fast: dict[str, str], paced: dict[str, str], pids: dict[str, int]
+    args: argparse.Namespace,
+    fast: dict[str, str],
+    paced: dict[str, str],
+    pids: dict[str, int],
+    servers: dict[str, int],
 ) -> dict[str, Any]:
-    pid = pids["gateway"]
+    """The phases; `fast`: path → URL over the zero-delay engine; `servers`: server name → pid (the
+    gateway, and the reference proxy unless `--no-reference`)."""
     nonstream = BenchClient(ClientOptions(model=FAST_MODEL, stream=False, timeout_s=30.0))
     stream = BenchClient(ClientOptions(model=FAST_MODEL, stream=True, timeout_s=30.0))
+    loaded: dict[bool, Client] = {False: nonstream, True: stream}
+    if args.throughput_client == "lean":
+        loaded = {s: LeanClient(ClientOptions(model=FAST_MODEL, stream=s, timeout_s=30.0)) for s in loaded}
     ping = RequestSpec(messages=(("user", "ping"),), max_tokens=args.max_tokens)
     chunks = RequestSpec(messages=(("user", "ping"),), max_tokens=args.stream_tokens)
     result: dict[str, Any] = {}
@@ -194,18 +268,29 @@ async def measure(
 
         say("overhead: latency, non-streamed …")
         result["latency"] = await latency_pairs(
-            nonstream, fast, ping, requests=args.requests, warmup=args.warmup, pid=pid
+            nonstream, fast, ping, requests=args.requests, warmup=args.warmup, pids=servers
         )
         say("overhead: latency, streamed …")
         result["stream_latency"] = await latency_pairs(
-            stream, fast, chunks, requests=args.requests, warmup=args.warmup, pid=pid
+            stream, fast, chunks, requests=args.requests, warmup=args.warmup, pids=servers
         )
         say("overhead: max req/s …")
         if args.throughput_blocks > 0:
-            result["throughput"] = await throughput_blocks(nonstream, fast, ping, args, pid)
+            result["throughput"] = await throughput_blocks(loaded[False], fast, ping, args, pids=servers)
+        if args.stream_throughput_blocks > 0:
+            say("overhead: streams under load …")
+            result["stream_throughput"] = await throughput_blocks(
+                loaded[True], fast, chunks, args, pids=servers, blocks=args.stream_throughput_blocks
+            )
+        if args.profile_gateway:
+            say("overhead: profiling the gateway …")
+            kinds = {"non-streamed": (loaded[False], ping), "streamed": (loaded[True], chunks)}
+            result["profile"] = await profile_blocks(
+                Path(args.profile_gateway), servers["gateway"], fast["gateway"], kinds, args
+            )
     finally:
-        await nonstream.aclose()
-        await stream.aclose()
+        for client in {nonstream, stream, *loaded.values()}:
+            await client.aclose()
     if args.stream_levels:
         levels = await stream_levels(args, paced, pids)
         result["streams"] = [level.to_json() for level in levels]
@@ -221,15 +306,24 @@ def run(args: argparse.Namespace) -> int:
         STREAM_MODEL, first_token_delay_ms=0, token_delay_ms=args.stream_token_delay_ms
     )
     fast_engine = EngineOptions(FAST_MODEL, first_token_delay_ms=0, token_delay_ms=0)
-    with Fleet(1, paced_engine, gateway=None, pinning=pinning, log_dir=out / "logs-paced") as paced:
+    with contextlib.ExitStack() as stack:
+        paced = stack.enter_context(
+            Fleet(1, paced_engine, gateway=None, pinning=pinning, log_dir=out / "logs-paced")
+        )
         extra = ({"model": STREAM_MODEL, "engine": "vllm", "replicas": {"static": paced.engine_urls}},)
         gateway = GatewayOptions(config_path=args.gateway_config, extra_pools=extra)
-        with Fleet(1, fast_engine, gateway, pinning=pinning, log_dir=out / "logs") as fleet:
-            assert fleet.gateway_url is not None and fleet.gateway_pid is not None
-            fast = {"direct": fleet.engine_urls[0], "gateway": fleet.gateway_url}
-            slow = {"direct": paced.engine_urls[0], "gateway": fleet.gateway_url}
-            pids = {"gateway": fleet.gateway_pid, "engine": paced.engine_pids[0], "client": os.getpid()}
-            result = asyncio.run(measure(args, fast, slow, pids))
+        fleet = stack.enter_context(Fleet(1, fast_engine, gateway, pinning=pinning, log_dir=out / "logs"))
+        assert fleet.gateway_url is not None and fleet.gateway_pid is not None
+        fast = {"direct": fleet.engine_urls[0], "gateway": fleet.gateway_url}
+        servers = {"gateway": fleet.gateway_pid}
+        if not args.no_reference:
+            ref = stack.enter_context(
+                reference_proxy(fleet.engine_urls[0], out / "logs", cpu=pinning.gateway_cpu)
+            )
+            fast["reference"], servers["reference"] = ref.url, ref.pid
+        slow = {"direct": paced.engine_urls[0], "gateway": fleet.gateway_url}
+        pids = {"gateway": fleet.gateway_pid, "engine": paced.engine_pids[0], "client": os.getpid()}
+        result = asyncio.run(measure(args, fast, slow, pids, servers))
     meta = {
         "argv": sys.argv[1:],
         "pinning": {"gateway_cpu": pinning.gateway_cpu, "others_cpu": pinning.others_cpu},

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.serve_profile import render_profile
 from bench.streams import StreamLevel
 
 # (figure, how to read it from the result, target text, target test)
@@ -81,6 +82,71 @@ CHECKS: tuple[Check, ...] = (
 )
 
 
+def _mean_cpu_of(phase: str, server: str) -> Callable[[dict[str, Any]], float | None]:
+    def read(result: dict[str, Any]) -> float | None:
+        readings = (result.get(phase) or {}).get(f"{server}_cpu_us_per_request", [])
+        values = [float(r["schedstat_us"]) for r in readings if r.get("schedstat_us") is not None]
+        return sum(values) / len(values) if values else None
+
+    return read
+
+
+def _rps_ratio(phase: str, server: str) -> Callable[[dict[str, Any]], float | None]:
+    return _get(phase, "ratio" if server == "gateway" else f"{server}_ratio")
+
+
+def _added(phase: str, metric: str, server: str, pct: str) -> Callable[[dict[str, Any]], float | None]:
+    return _get(phase, metric, "added" if server == "gateway" else f"added_{server}", pct)
+
+
+# (figure, reader of one server's value, target of gateway ÷ reference)
+Versus = tuple[str, Callable[[str], Callable[[dict[str, Any]], float | None]], str]
+
+VERSUS: tuple[Versus, ...] = (
+    ("CPU µs per non-streamed request, closed loop", lambda s: _mean_cpu_of("throughput", s), "≤ 1.0"),
+    ("CPU µs per stream, closed loop", lambda s: _mean_cpu_of("stream_throughput", s), "≤ 1.0"),
+    (
+        "CPU µs per non-streamed request, c=1",
+        lambda s: _get("latency", f"{s}_cpu_us_per_request", "stat_us"),
+        "–",
+    ),
+    ("CPU µs per stream, c=1", lambda s: _get("stream_latency", f"{s}_cpu_us_per_request", "stat_us"), "–"),
+    ("added latency p50, c=1 (ms)", lambda s: _added("latency", "e2e_ms", s, "p50"), "–"),
+    ("added latency p99, c=1 (ms)", lambda s: _added("latency", "e2e_ms", s, "p99"), "–"),
+    ("added TTFT p50, c=1 (ms)", lambda s: _added("stream_latency", "ttft_ms", s, "p50"), "–"),
+    ("added latency p50, closed loop (ms)", lambda s: _added("throughput", "e2e_ms", s, "p50"), "–"),
+    ("added latency p99, closed loop (ms)", lambda s: _added("throughput", "e2e_ms", s, "p99"), "–"),
+    (
+        "added stream e2e p50, closed loop (ms)",
+        lambda s: _added("stream_throughput", "e2e_ms", s, "p50"),
+        "–",
+    ),
+    ("max req/s × direct", lambda s: _rps_ratio("throughput", s), "–"),
+)
+
+
+def render_versus(meta: dict[str, Any], result: dict[str, Any]) -> list[str]:
+    """The gateway beside the reference proxy, same run: each figure and gateway ÷ reference (empty
+    without a reference path)."""
+    if "reference_cpu_us_per_request" not in (result.get("latency") or {}):
+        return []
+    params = meta.get("params", {})
+    lines = [
+        "",
+        f"Gateway and the reference proxy (bench/reference_proxy.py), same run; closed loop at "
+        f"concurrency {params.get('throughput_concurrency')}, streams of {params.get('stream_tokens')} "
+        "tokens; closed-loop CPU from schedstat (mean of the blocks), c=1 CPU from /proc stat.",
+        "",
+        "| figure | gateway | reference | gateway ÷ reference | target |",
+        "|---|---|---|---|---|",
+    ]
+    for name, reader, target in VERSUS:
+        via, ref = reader("gateway")(result), reader("reference")(result)
+        times = via / ref if via is not None and ref else None
+        lines.append(f"| {name} | {_fmt(via)} | {_fmt(ref)} | {_fmt(times)} | {target} |")
+    return lines
+
+
 def _fmt(value: float | None) -> str:
     if value is None:
         return "–"
@@ -96,10 +162,18 @@ def render_overhead(meta: dict[str, Any], result: dict[str, Any]) -> str:
         value = read(result)
         met = "–" if target == "–" or value is None else ("yes" if test(value) else "no")
         lines.append(f"| {name} | {_fmt(value)} | {target} | {met} |")
+    lines += render_versus(meta, result)
     lines += ["", "| phase | path | p50 ms | p99 ms | mean ms |", "|---|---|---|---|---|"]
-    for phase, metric in (("latency", "e2e_ms"), ("stream_latency", "ttft_ms"), ("stream_latency", "e2e_ms")):
-        entry = result.get(phase, {}).get(metric, {})
-        for path in ("direct", "gateway", "added"):
+    phases = (
+        ("latency", "e2e_ms"),
+        ("stream_latency", "ttft_ms"),
+        ("stream_latency", "e2e_ms"),
+        ("throughput", "e2e_ms"),
+        ("stream_throughput", "e2e_ms"),
+    )
+    for phase, metric in phases:
+        entry = (result.get(phase) or {}).get(metric, {})
+        for path in ("direct", "gateway", "reference", "added", "added_reference"):
             dist = entry.get(path)
             if dist:
                 label = f"{phase} {metric.removesuffix('_ms')}"
@@ -144,6 +218,8 @@ def render_overhead(meta: dict[str, Any], result: dict[str, Any]) -> str:
                 or "–",
             )
             lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    if result.get("profile"):
+        lines += ["", render_profile(result["profile"], meta.get("argv", []))]
     return "\n".join(lines) + "\n"
 
 

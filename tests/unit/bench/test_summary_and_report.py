@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from bench.overhead_report import render_overhead
+from bench.profile_stages import HANDLER, STAGES
 from bench.report import markdown_table, render_markdown, write_report
 from bench.sample import Sample
 from bench.stats import Slo
@@ -177,3 +178,51 @@ def test_outcomes_show_the_gateway_side_rejection_latency_when_scraped() -> None
     text = render_markdown("t", {"params": {}}, [run])
     assert "gateway-side × 1: p50/p99 0.75/1.98 ms, 100.0% within 5 ms" in text
     assert "gateway-side" not in render_markdown("t", {"params": {}}, [result()])
+
+
+def test_overhead_report_sets_the_gateway_beside_the_reference_proxy() -> None:
+    def dist(p50: float, p99: float) -> dict[str, float]:
+        return {"p50": p50, "p99": p99, "mean": p50}
+
+    def cpu(us: float) -> dict[str, float]:
+        return {"stat_us": us, "schedstat_us": us}
+
+    result = {
+        "latency": {
+            "e2e_ms": {"added": dist(0.5, 1.0), "added_reference": dist(0.25, 0.5)},
+            "gateway_cpu_us_per_request": cpu(600.0),
+            "reference_cpu_us_per_request": cpu(120.0),
+        },
+        "throughput": {
+            "ratio": 0.2,
+            "reference_ratio": 0.8,
+            "gateway_cpu_us_per_request": [cpu(500.0), cpu(700.0)],
+            "reference_cpu_us_per_request": [cpu(100.0), cpu(100.0)],
+            "e2e_ms": {"direct": dist(1.0, 2.0), "gateway": dist(9.0, 90.0), "added": dist(8.0, 88.0)},
+        },
+        "stream_throughput": {
+            "gateway_cpu_us_per_request": [cpu(900.0)],
+            "reference_cpu_us_per_request": [cpu(300.0)],
+        },
+        "profile": {
+            "concurrency": 64,
+            "seconds": 5.0,
+            "non-streamed": {"samples": 10, "shares": {s: (1.0 if s == HANDLER else 0.0) for s in STAGES}},
+        },
+    }
+    meta = {"argv": ["overhead", "--pin"], "params": {"throughput_concurrency": 64, "stream_tokens": 32}}
+    text = render_overhead(meta, result)
+    assert "| CPU µs per non-streamed request, closed loop | 600 | 100 | 6.000 | ≤ 1.0 |" in text
+    assert "| CPU µs per stream, closed loop | 900 | 300 | 3.000 | ≤ 1.0 |" in text
+    assert "| CPU µs per non-streamed request, c=1 | 600 | 120 | 5.000 | – |" in text
+    assert "| added latency p99, c=1 (ms) | 1.000 | 0.500 | 2.000 | – |" in text
+    assert "| max req/s × direct | 0.200 | 0.800 | 0.250 | – |" in text
+    assert "| CPU µs per stream, c=1 | – | – | – | – |" in text  # not measured: no figure
+    assert "| throughput e2e | added | 8.000 | 88 | 8.000 |" in text
+    assert f"| {HANDLER} | 100.0 % |" in text
+    assert "Command: `llm-gateway bench overhead --pin`" in text
+
+
+def test_overhead_report_without_a_reference_has_no_comparison() -> None:
+    result = {"latency": {"gateway_cpu_us_per_request": {"stat_us": 1.0, "schedstat_us": 1.0}}}
+    assert "gateway ÷ reference" not in render_overhead({"params": {}}, result)
