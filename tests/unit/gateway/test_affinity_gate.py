@@ -3,20 +3,14 @@ the pool's prefix spread reaches each replica's affinity share."""
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 
 import pytest
 
-from admission.tenant_gate import TenantGate
-from core.clock import FakeClock
-from gateway.base.metrics import GatewayMetrics
 from gateway.config.settings import parse_settings
-from gateway.proxy.admit import build_admission
-from gateway.proxy.route import Router
-from gateway.upstream.registry import ReplicaRegistry
 from gateway.upstream.replica import Replica
 from router.keys import build_routing_request
+from tests.unit.gateway.in_memory_admission import pool_admission as pool_admission_of
 
 MODEL = "m"
 URLS = [f"http://10.0.0.{n}:8000" for n in range(1, 5)]
@@ -28,17 +22,7 @@ def pool_admission(policy: str) -> tuple[Callable[[str], str], dict[str, Replica
     """`send(prompt)`: claim and release a slot through the pool's admission, answer the replica id;
     and the pool's replicas by id."""
     settings = parse_settings({"pools": [{"model": MODEL, "replicas": {"static": URLS}, "policy": policy}]})
-    clock = FakeClock(0.0)
-    metrics = GatewayMetrics()
-    registry = ReplicaRegistry(settings, metrics, clock, random.Random(1))
-    admission = build_admission(
-        settings,
-        registry=registry,
-        router=Router(metrics),
-        gate=TenantGate.in_memory(clock),
-        clock=clock,
-        metrics=metrics,
-    ).pool(MODEL)
+    admission, registry = pool_admission_of(settings, MODEL)
 
     def send(prompt: str) -> str:
         slot = admission.claim(build_routing_request(MODEL, prompt, session_key="thread-1"))

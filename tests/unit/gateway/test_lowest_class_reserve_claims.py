@@ -3,19 +3,13 @@ the classes above once they have demand, and fills it all when they have none.""
 
 from __future__ import annotations
 
-import random
-
-from admission.tenant_gate import TenantGate
 from admission.tenants import Tenant
 from admission.ticket import AdmissionRequest
-from core.clock import FakeClock
-from gateway.base.metrics import GatewayMetrics
 from gateway.config.settings import parse_settings
-from gateway.proxy.admit import PoolAdmission, build_admission
-from gateway.proxy.route import Router
-from gateway.upstream.registry import ReplicaRegistry
+from gateway.proxy.admit import PoolAdmission
 from gateway.upstream.replica import Replica
 from router.keys import build_routing_request
+from tests.unit.gateway.in_memory_admission import pool_admission
 
 MODEL = "m"
 TENANT = Tenant("t")
@@ -31,17 +25,7 @@ def one_replica_pool(reserve: float = 0.1) -> tuple[PoolAdmission, Replica]:
             "admission": {"lowest_class_reserve": reserve},
         }
     )
-    clock = FakeClock(0.0)
-    metrics = GatewayMetrics()
-    registry = ReplicaRegistry(settings, metrics, clock, random.Random(1))
-    admission = build_admission(
-        settings,
-        registry=registry,
-        router=Router(metrics),
-        gate=TenantGate.in_memory(clock),
-        clock=clock,
-        metrics=metrics,
-    ).pool(MODEL)
+    admission, registry = pool_admission(settings, MODEL)
     (replica,) = registry.pools[MODEL].replicas.values()
     for _ in range(8):
         replica.cost.learn_tpot(running=90, engine=None, tpot_s=0.1, inflight=100)
