@@ -16,7 +16,8 @@ every other class, and the lowest when nothing above it arrives, fills the whole
 exceeds the cap (it keeps steering the engine's TPOT), a pool serving only batch work loses nothing, and
 under overload the lowest class is dispatched only when the classes above leave room. Early refusal
 counts the classes above by their arrivals (`PoolRates.above_per_s`), so the lowest class is also the
-first refused at arrival. A hand-set `max_concurrency_per_replica` (no learned cap) is not scaled.
+first refused at arrival. A hand-set `max_concurrency_per_replica` (no learned cap) is not scaled, and
+a disaggregated pool's pair claims (`gateway.proxy.disagg.admit`) and a retry's claim use the whole cap.
 """
 
 from __future__ import annotations
