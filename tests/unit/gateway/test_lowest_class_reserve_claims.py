@@ -11,7 +11,8 @@ from admission.ticket import AdmissionRequest
 from core.clock import FakeClock
 from gateway.base.metrics import GatewayMetrics
 from gateway.config.settings import parse_settings
-from gateway.proxy.admit import PoolAdmission, build_admission
+from gateway.proxy.admission_assembly import build_admission
+from gateway.proxy.admit import PoolAdmission
 from gateway.proxy.route import Router
 from gateway.upstream.registry import ReplicaRegistry
 from gateway.upstream.replica import Replica
