@@ -31,9 +31,9 @@ from gateway.config.pool_settings import (
     HealthCheckSettings,
     PoolSettings,
     RetrySettings,
-    SloSettings,
     TimeoutSettings,
 )
+from gateway.config.slo_settings import SloSettings
 from gateway.config.strict_model import StrictModel
 
 __all__ = [
