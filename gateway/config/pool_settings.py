@@ -25,8 +25,8 @@ from gateway.config.scrape_settings import ScrapeSettings
 from gateway.config.slo_settings import SloSettings
 from gateway.config.strict_model import StrictModel
 from router.keys import KeySettings
-from router.plugins import build_profile
 from router.presets import CUSTOM_POLICY, PolicyContext, build_policy, known_policies
+from router.profile_spec import build_profile
 
 
 class TimeoutSettings(StrictModel):
