@@ -21,7 +21,8 @@ from admission.tenant_gate import TenantGate
 from admission.tenants import Tenant, TenantDirectory
 from core.clock import Clock
 from gateway.base.metrics import GatewayMetrics
-from gateway.config.settings import AdmissionSettings, Settings
+from gateway.config.admission_settings import AdmissionSettings
+from gateway.config.settings import Settings
 from gateway.proxy.admit import PoolAdmission
 from gateway.proxy.route import Router
 from gateway.upstream.registry import ReplicaRegistry
