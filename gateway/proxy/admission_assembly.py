@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from admission.config import AdmissionConfig
 from admission.outcomes import AdmissionRefused
-from admission.priority_queue import PriorityClass
+from admission.priority_classes import PriorityClass
 from admission.slo_wait import slo_bounded_classes
 from admission.tenant_gate import TenantGate
 from admission.tenants import Tenant, TenantDirectory
