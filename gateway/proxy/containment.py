@@ -51,14 +51,8 @@ from core.shared_state import RedisBackend
 from gateway.base.errors import RequestQuarantined, UpstreamError
 from gateway.base.metrics import GatewayMetrics
 from gateway.proxy.context import RequestContext
-from gateway.proxy.failure_attribution import (
-    Charge,
-    FailureCause,
-    Pending,
-    PoolAttribution,
-    RequestFailures,
-    Verdict,
-)
+from gateway.proxy.failure_attribution import PoolAttribution, RequestFailures
+from gateway.proxy.failure_charges import Charge, FailureCause, Pending, Verdict
 from gateway.proxy.retry_policy import failure_kind
 from gateway.proxy.stores.poison_evidence import EvidenceStore, MemoryEvidence, Sighting
 from gateway.proxy.stores.poison_evidence_redis import RedisEvidence

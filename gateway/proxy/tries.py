@@ -42,7 +42,8 @@ from gateway.observability.events import ServeEvents
 from gateway.proxy.containment import Containment
 from gateway.proxy.context import RequestContext
 from gateway.proxy.continuation import Splice, StreamTranscript, continuation_body
-from gateway.proxy.failure_attribution import Charge, FailureCause, RequestFailures
+from gateway.proxy.failure_attribution import RequestFailures
+from gateway.proxy.failure_charges import Charge, FailureCause
 from gateway.proxy.legs import LegFailure, Legs, Try
 from gateway.proxy.relay import StreamRelay
 from gateway.proxy.reply import Reply

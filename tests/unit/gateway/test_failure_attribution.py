@@ -10,7 +10,8 @@ from core.clock import FakeClock
 from gateway.base.errors import UpstreamIdleTimeout, UpstreamProtocolError
 from gateway.base.metrics import GatewayMetrics
 from gateway.config.settings import parse_settings
-from gateway.proxy.failure_attribution import FailureCause, PoolAttribution
+from gateway.proxy.failure_attribution import PoolAttribution
+from gateway.proxy.failure_charges import FailureCause
 from gateway.proxy.retry_policy import failure_kind
 from gateway.upstream.registry import FailureKind, Pool, ReplicaRegistry
 from gateway.upstream.replica import Replica
