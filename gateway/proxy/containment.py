@@ -58,7 +58,8 @@ from gateway.proxy.stores.poison_evidence import EvidenceStore, MemoryEvidence, 
 from gateway.proxy.stores.poison_evidence_redis import RedisEvidence
 from gateway.proxy.stores.quarantine import MemoryQuarantine, QuarantineStore, fingerprint
 from gateway.proxy.stores.quarantine_redis import RedisQuarantine, Synced
-from gateway.upstream.registry import FailureKind, Pool
+from gateway.upstream.failure_kinds import FailureKind
+from gateway.upstream.registry import Pool
 from gateway.upstream.replica import Replica
 
 

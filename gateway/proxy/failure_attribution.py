@@ -76,7 +76,8 @@ from core.clock import Clock
 from gateway.config.pool_settings import AttributionSettings
 from gateway.proxy.failure_charges import Charge, FailureCause, Pending, Verdict
 from gateway.proxy.load_evidence import FirstTokenOutcomes, StallLog
-from gateway.upstream.registry import FailureKind, Pool
+from gateway.upstream.failure_kinds import FailureKind
+from gateway.upstream.registry import Pool
 from gateway.upstream.replica import Replica
 
 SATURATED_MISS_RATIO = 0.5

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gateway.upstream.registry import FailureKind, Pool
+from gateway.upstream.failure_kinds import FailureKind
+from gateway.upstream.registry import Pool
 from gateway.upstream.replica import Replica
 
 

@@ -48,7 +48,8 @@ from gateway.proxy.legs import LegFailure, Legs, Try
 from gateway.proxy.relay import StreamRelay
 from gateway.proxy.reply import Reply
 from gateway.proxy.retry_policy import RetryPolicy, failure_kind
-from gateway.upstream.registry import FailureKind, Pool, ReplicaRegistry
+from gateway.upstream.failure_kinds import FailureKind
+from gateway.upstream.registry import Pool, ReplicaRegistry
 from gateway.upstream.slot import Slot
 
 RESUMABLE_FAILURES = (UpstreamIdleTimeout, UpstreamProtocolError, UpstreamTTFTTimeout, UpstreamConnectError)

@@ -13,7 +13,8 @@ from gateway.config.settings import parse_settings
 from gateway.proxy.failure_attribution import PoolAttribution
 from gateway.proxy.failure_charges import FailureCause
 from gateway.proxy.retry_policy import failure_kind
-from gateway.upstream.registry import FailureKind, Pool, ReplicaRegistry
+from gateway.upstream.failure_kinds import FailureKind
+from gateway.upstream.registry import Pool, ReplicaRegistry
 from gateway.upstream.replica import Replica
 from router.types import EngineLoad
 
