@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from admission.priority_queue import DEFAULT_MAX_QUEUE_DEPTH, DEFAULT_PRIORITY_CLASSES, PriorityClass
+from admission.priority_classes import DEFAULT_MAX_QUEUE_DEPTH, DEFAULT_PRIORITY_CLASSES, PriorityClass
 from admission.retry_after import DEFAULT_MAX_RETRY_AFTER_S
 
 

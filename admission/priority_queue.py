@@ -27,7 +27,7 @@ Rules:
   estimated tokens (`admission.fair_share`), which is FIFO when a single tenant is queued.
 
 Expired entries still count toward depth until `expire()` collects them; the controller's expiry timer
-keeps that window short.
+keeps that window short. The classes themselves, their defaults and their rules: `admission.priority_classes`.
 """
 
 from __future__ import annotations
@@ -39,27 +39,15 @@ from typing import Generic, TypeVar
 
 from admission.fair_share import FairShareQueue
 from admission.outcomes import RejectReason
+from admission.priority_classes import (
+    DEFAULT_MAX_QUEUE_DEPTH,
+    DEFAULT_PRIORITY_CLASSES,
+    PriorityClass,
+    validate_classes,
+)
 from core.clock import Clock
 
 T = TypeVar("T")
-
-DEFAULT_MAX_QUEUE_DEPTH = 2000
-
-
-@dataclass(frozen=True, slots=True)
-class PriorityClass:
-    """One priority class: its name (a metric label), maximum queue age and optional own depth cap."""
-
-    name: str
-    max_wait_s: float
-    max_depth: int | None = None
-
-
-DEFAULT_PRIORITY_CLASSES: tuple[PriorityClass, ...] = (
-    PriorityClass("critical", max_wait_s=30.0),
-    PriorityClass("interactive", max_wait_s=10.0),
-    PriorityClass("batch", max_wait_s=300.0),
-)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -111,7 +99,7 @@ class PriorityQueue(Generic[T]):
         classes: Sequence[PriorityClass] = DEFAULT_PRIORITY_CLASSES,
         max_depth: int = DEFAULT_MAX_QUEUE_DEPTH,
     ) -> None:
-        _validate(classes, max_depth)
+        validate_classes(classes, max_depth)
         self._clock = clock
         self._max_depth = max_depth
         self._lanes: list[_Lane[T]] = [_Lane(spec=spec, rank=i) for i, spec in enumerate(classes)]
@@ -301,18 +289,3 @@ class PriorityQueue(Generic[T]):
         del lane.fifo[entry.seq]
         lane.fair.remove(entry.seq)
         self._size -= 1
-
-
-def _validate(classes: Sequence[PriorityClass], max_depth: int) -> None:
-    if not classes:
-        raise ValueError("at least one priority class is required")
-    names = [spec.name for spec in classes]
-    if len(set(names)) != len(names):
-        raise ValueError(f"priority class names must be unique: {names}")
-    if max_depth < 1:
-        raise ValueError(f"max_depth must be ≥ 1 (got {max_depth})")
-    for spec in classes:
-        if spec.max_wait_s <= 0:
-            raise ValueError(f"class {spec.name!r}: max_wait_s must be > 0 (got {spec.max_wait_s})")
-        if spec.max_depth is not None and spec.max_depth < 0:
-            raise ValueError(f"class {spec.name!r}: max_depth must be ≥ 0 (got {spec.max_depth})")

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from admission.priority_queue import PriorityClass
+from admission.priority_classes import PriorityClass
 
 DEFAULT_QUEUE_WAIT_RATIO = 0.5
 

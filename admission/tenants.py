@@ -37,7 +37,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from admission.priority_queue import DEFAULT_PRIORITY_CLASSES
+from admission.priority_classes import DEFAULT_PRIORITY_CLASSES
 from admission.rate_limit import TenantRateLimits, TokenBucketLimit
 
 ANONYMOUS_TENANT_NAME = "anonymous"

@@ -53,7 +53,7 @@ from gateway.observability.events import ServeEvents
 from gateway.observability.observer import RequestObserver
 from gateway.observability.tracer import TracingUnavailable
 from gateway.proxy.adapter_loading import AdapterLoader
-from gateway.proxy.admit import build_admission, tenant_directory
+from gateway.proxy.admission_assembly import build_admission, tenant_directory
 from gateway.proxy.containment import Containment, build_containment
 from gateway.proxy.disagg.admit import add_pair_admissions
 from gateway.proxy.handler import ProxyHandler

@@ -25,7 +25,8 @@ from types import FrameType
 import uvicorn
 
 from core.redaction import redact
-from gateway.api.connection_guard import ConnectionGuard, guarded_protocol
+from gateway.api.connection_guard import guarded_protocol
+from gateway.api.connection_limit import ConnectionGuard
 from gateway.app import GatewayApp, create_app
 from gateway.base.gc_tuning import tune_collector
 from gateway.config.settings import Settings

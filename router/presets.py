@@ -1,8 +1,8 @@
 """Policies by name: the one place a configured policy becomes a profile.
 
-A preset is a declarative profile spec (`router.plugins`) built from a pool's `policy_options`, then built
-through the same plugin registry as a custom profile; adding a preset is adding an entry, not an `if`.
-`policy: custom` builds the pool's own `profile:` instead. Every policy takes the injected
+A preset is a declarative profile spec (`router.profile_spec`) built from a pool's `policy_options`,
+then built through the same plugin registry as a custom profile; adding a preset is adding an entry,
+not an `if`. `policy: custom` builds the pool's own `profile:` instead. Every policy takes the injected
 `random.Random` (decisions are reproducible under a seed) and reads its options with
 `router.options.OptionReader` (unknown names and bad values raise `ValueError` naming the option).
 Every policy, custom included, accepts the routing-key options of `router.keys.KeySettings`
@@ -55,15 +55,14 @@ from router.options import OptionReader
 from router.plugins import (
     STICKY_OPTIONS,
     PickerType,
-    ProfileSpec,
     ScorerType,
-    build_profile,
     read_bound,
     read_guard,
     read_index_capacity,
     read_virtual_nodes,
 )
 from router.profile import Policy
+from router.profile_spec import ProfileSpec, build_profile
 from router.scorers import Normalisation
 
 DEFAULT_PREFIX_WEIGHT = 2.0

@@ -14,9 +14,10 @@ filters left) — are the profile's; what the picker says of its choice (hops, p
 latencies) is `Decision.detail` (`router.types.RouteDetail`).
 
 A behaviour is a new filter, scorer or picker plus configuration, never an `if` in the orchestrator:
-`router.plugins` registers the types by name (with their options and defaults) and builds a profile
-from a spec, `router.presets` spells the named policies as such specs. `Profile.decide` returns `None`
-only when no replica is eligible (or a filter left none); the gateway turns that into `503 no_replica`.
+`router.plugins` registers the types by name (with their options and defaults), `router.profile_spec`
+builds a profile from a spec, `router.presets` spells the named policies as such specs.
+`Profile.decide` returns `None` only when no replica is eligible (or a filter left none); the gateway
+turns that into `503 no_replica`.
 
 Deciding and recording are two steps. A picker that remembers where requests went (a prefix index:
 `Recorder`) records a decision when it is committed — by default at once (`decide(commit=True)`), or

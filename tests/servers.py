@@ -12,7 +12,7 @@ from typing import Any
 
 import uvicorn
 
-from gateway.api.connection_guard import ConnectionGuard
+from gateway.api.connection_limit import ConnectionGuard
 from gateway.app import GatewayApp, create_app
 from gateway.config.settings import parse_settings
 from gateway.uvicorn_runner import uvicorn_config

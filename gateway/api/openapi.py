@@ -13,6 +13,9 @@ Error responses are the contract of docs/API.md, "Error contract": an OpenAI-sty
 `{"error": {"message", "type", "code": <reason>}}` (Anthropic's `{"type": "error", "error": {...}}` on
 the Messages endpoints) and the same reason in `x-gateway-reject-reason`;
 an engine's own error status is passed through with its body (`upstream_status`, the `default` response).
+Those error responses are built in `gateway.api.openapi_errors`, the gateway's own paths (models,
+health, readiness, metrics, this document) in `gateway.api.openapi_ops_paths`, the request bodies in
+`gateway.api.openapi_bodies`; this module assembles the document from them.
 """
 
 from __future__ import annotations
@@ -30,25 +33,21 @@ from gateway.api.openapi_bodies import (
     SUMMARIES,
     TOKEN_COUNT,
 )
+from gateway.api.openapi_errors import (
+    PASSTHROUGH,
+    ROUTE_CODES,
+    STREAM_TERMINAL_CODES,
+    error_response,
+    error_statuses,
+    grouped,
+    header,
+)
+from gateway.api.openapi_ops_paths import ops_paths
 from gateway.api.request_parsing import Endpoint
-from gateway.base import errors
-from gateway.base.errors import ErrorCode, GatewayError
+from gateway.base.errors import ErrorCode
 from gateway.base.surface import ApiSurface
 
 OPENAPI_PATH = "/openapi.json"
-STREAM_TERMINAL_CODES = (
-    ErrorCode.UPSTREAM_IDLE_TIMEOUT,
-    ErrorCode.UPSTREAM_PROTOCOL,
-    ErrorCode.UPSTREAM_TOTAL_TIMEOUT,
-    ErrorCode.DRAINING,
-    ErrorCode.INTERNAL,
-)
-"""The `code` of the terminal SSE error event of a stream that had started (DESIGN §4)."""
-ROUTE_CODES = (ErrorCode.NOT_FOUND, ErrorCode.METHOD_NOT_ALLOWED)
-"""Answers for a path or method the surface does not have: no operation answers them."""
-PASSTHROUGH = ErrorCode.UPSTREAM_STATUS
-"""An engine's error status and body, passed through: any status (`default`), and a reason of every one."""
-RETRY_AFTER_STATUSES = (429, 503)
 _STREAM_TEXT = {
     ApiSurface.OPENAI: " With `stream: true`, server-sent events ending in `data: [DONE]`; an error after the"
     ' stream started is one final event `data: {{"error": {{...}}}}` with `code` one of {terminal}.',
@@ -99,65 +98,6 @@ _SUCCESS_HEADERS: list[tuple[str, Schema, str]] = [
 ]
 
 
-def error_statuses() -> dict[ErrorCode, int]:
-    """Every reason and the status its error class in `gateway.base.errors` answers with (`upstream_status`:
-    502 here, in fact the engine's own status). Raises when a code has no class (the contract drifted)."""
-    found: dict[ErrorCode, int] = {}
-    pending = list(GatewayError.__subclasses__())  # the base's own code is a default, not an answer
-    while pending:
-        cls = pending.pop()
-        pending.extend(cls.__subclasses__())
-        if cls.__module__ != errors.__name__ or "code" not in vars(cls):
-            continue
-        if found.setdefault(cls.code, cls.status) != cls.status:
-            raise RuntimeError(f"{cls.code} is answered with two statuses: {found[cls.code]}, {cls.status}")
-    missing = [code.value for code in ErrorCode if code not in found]
-    if missing:
-        raise RuntimeError(f"no error class in gateway.base.errors answers {', '.join(missing)}")
-    return {code: found[code] for code in ErrorCode}
-
-
-def _header(schema: Schema, description: str, required: bool = False) -> Schema:
-    return {"description": description, "required": required, "schema": schema}
-
-
-def _error_response(status: int, codes: list[ErrorCode], *, route_level: bool = False) -> Schema:
-    reasons = [str(code) for code in codes]
-    passthrough = "" if route_level else f" or `{PASSTHROUGH}` (an engine's {status}, its body)"
-    headers = {
-        "x-gateway-reject-reason": _header(
-            {"type": "string", "enum": reasons if route_level else [*reasons, str(PASSTHROUGH)]},
-            "The reason; equals the body's `error.code` for the gateway's own errors.",
-            required=True,
-        ),
-        "x-request-id": _header({"type": "string"}, "The request id."),
-    }
-    if status == 405:
-        headers["Allow"] = _header({"type": "string"}, "The methods the path accepts.", required=True)
-    if status in RETRY_AFTER_STATUSES:
-        headers["Retry-After"] = _header(
-            {"type": "string", "pattern": "^[1-9][0-9]*$"},
-            "Whole seconds >= 1, computed from the situation (never a constant).",
-        )
-    body: Schema = {"$ref": "#/components/schemas/ErrorBody"}
-    if not route_level:
-        anthropic = {"$ref": "#/components/schemas/AnthropicErrorBody"}
-        body = {"anyOf": [body, anthropic, {"$ref": "#/components/schemas/EngineErrorBody"}]}
-    return {
-        "description": f"`{'`, `'.join(reasons)}`{passthrough}.",
-        "headers": headers,
-        "content": {"application/json": {"schema": body}},
-    }
-
-
-def _grouped(codes: dict[ErrorCode, int], wanted: set[ErrorCode]) -> dict[int, list[ErrorCode]]:
-    by_status: dict[int, list[ErrorCode]] = {}
-    for code, status in codes.items():
-        if code in wanted:
-            by_status.setdefault(status, []).append(code)
-    return dict(sorted(by_status.items()))
-
-
 def _request_body(endpoint: Endpoint) -> Schema:
     fields, required = BODY_FIELDS[endpoint]
     stream: Schema = (
@@ -205,7 +145,7 @@ def _operation(
 ) -> Schema:
     """A proxied operation: the gateway's request headers, its success headers on the engine's answer,
     every contract error, and an engine's own error status passed through (`default`)."""
-    headers = {name: _header(schema, text) for name, schema, text in _SUCCESS_HEADERS}
+    headers = {name: header(schema, text) for name, schema, text in _SUCCESS_HEADERS}
     return {
         "operationId": operation_id,
         "summary": summary,
@@ -235,75 +175,17 @@ def _response_call_paths(error_refs: dict[int, Schema]) -> dict[str, Schema]:
     return paths
 
 
-def _get(operation_id: str, summary: str, content: Schema, errors_by_status: dict[str, Schema]) -> Schema:
-    return {
-        "get": {
-            "operationId": operation_id,
-            "summary": summary,
-            "responses": {"200": {"description": summary, "content": content}, **errors_by_status},
-        }
-    }
-
-
-def _ops_paths(internal: Schema, unauthorized: Schema) -> dict[str, Schema]:
-    json_object = {"application/json": {"schema": {"type": "object", "additionalProperties": True}}}
-    models = {
-        "application/json": {
-            "schema": {
-                "type": "object",
-                "required": ["object", "data"],
-                "properties": {
-                    "object": {"const": "list"},
-                    "data": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "required": ["id", "object"],
-                            "properties": {"id": {"type": "string"}, "object": {"const": "model"}},
-                        },
-                    },
-                },
-            }
-        }
-    }
-    health = {
-        "application/json": {
-            "schema": {"type": "object", "required": ["status"], "properties": {"status": {"const": "ok"}}}
-        }
-    }
-    ready = {"$ref": "#/components/schemas/Readiness"}
-    text = {"text/plain": {"schema": {"type": "string"}}}
-    return {
-        "/v1/models": _get(
-            "list_models",
-            "Models with at least one eligible replica (OpenAI list format)",
-            models,
-            {"401": unauthorized, "500": internal},
-        ),
-        "/healthz": _get("healthz", "Liveness", health, {"500": internal}),
-        "/health": _get("health", "Liveness (as vLLM serves it)", health, {"500": internal}),
-        "/readyz": _get(
-            "readyz",
-            "Readiness: 503 while draining or before every pool knows its replicas",
-            {"application/json": {"schema": ready}},
-            {"503": {"description": "Not ready", "content": {"application/json": {"schema": ready}}}},
-        ),
-        "/metrics": _get("metrics", "Prometheus text format", text, {"500": internal}),
-        OPENAPI_PATH: _get("openapi", "This document", json_object, {}),
-    }
-
-
 def _components(codes: dict[ErrorCode, int]) -> Schema:
-    route_codes = _grouped(codes, set(ROUTE_CODES))
-    proxy_codes = _grouped(codes, set(ErrorCode) - {*ROUTE_CODES, PASSTHROUGH})
-    responses = {f"Error{status}": _error_response(status, group) for status, group in proxy_codes.items()}
+    route_codes = grouped(codes, set(ROUTE_CODES))
+    proxy_codes = grouped(codes, set(ErrorCode) - {*ROUTE_CODES, PASSTHROUGH})
+    responses = {f"Error{status}": error_response(status, group) for status, group in proxy_codes.items()}
     for status, group in route_codes.items():
-        responses[f"Route{status}"] = _error_response(status, group, route_level=True)
-    responses["Unauthorized"] = _error_response(401, [ErrorCode.UNAUTHORIZED], route_level=True)
-    responses["Internal"] = _error_response(500, [ErrorCode.INTERNAL], route_level=True)
+        responses[f"Route{status}"] = error_response(status, group, route_level=True)
+    responses["Unauthorized"] = error_response(401, [ErrorCode.UNAUTHORIZED], route_level=True)
+    responses["Internal"] = error_response(500, [ErrorCode.INTERNAL], route_level=True)
     return {
         "parameters": {
-            name: {"name": name, "in": "header", **_header(schema, text)}
+            name: {"name": name, "in": "header", **header(schema, text)}
             for name, schema, text in _REQUEST_HEADERS
         },
         "responses": responses,
@@ -348,15 +230,17 @@ def _version() -> str:
 def _document() -> Schema:
     codes = error_statuses()
     components = _components(codes)
-    proxy_statuses = _grouped(codes, set(ErrorCode) - {*ROUTE_CODES, PASSTHROUGH})
+    proxy_statuses = grouped(codes, set(ErrorCode) - {*ROUTE_CODES, PASSTHROUGH})
     error_refs = {status: {"$ref": f"#/components/responses/Error{status}"} for status in proxy_statuses}
     paths: dict[str, Schema] = {
         endpoint.value: {"post": _proxy_operation(endpoint, error_refs)} for endpoint in Endpoint
     }
     paths.update(_response_call_paths(error_refs))
     paths.update(
-        _ops_paths(
-            {"$ref": "#/components/responses/Internal"}, {"$ref": "#/components/responses/Unauthorized"}
+        ops_paths(
+            {"$ref": "#/components/responses/Internal"},
+            {"$ref": "#/components/responses/Unauthorized"},
+            OPENAPI_PATH,
         )
     )
     return {

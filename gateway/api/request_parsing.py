@@ -6,7 +6,8 @@ the Responses API), `n` (chat and completions), whether the client asked for str
 (`router.keys.canonical_prompt_text`; for the Anthropic, Responses and pooling bodies the same rendering
 of their own fields, `_prompt_text`). Wrong types raise `BadRequest` naming the field. An integer field
 takes any JSON number with an integral value (`4`, `4.0`, `1e2`: vLLM's and pydantic's reading) from 0
-to 2^63 - 1 (`MAX_INTEGER`); a fraction, a negative or a larger value is a 400 naming the field. The
+to 2^63 - 1 (`MAX_INTEGER`); a fraction, a negative or a larger value is a 400 naming the field
+(integers and nesting limits: `gateway.api.body_limits`). The
 only rewrites (`rewrite_body`) are the pool's upstream model name and, for chat/completions streams,
 asking the engine for usage (`stream_options.include_usage`) so the gateway can account tokens (the
 Anthropic and Responses streams always carry their usage); otherwise the body goes upstream as the
@@ -25,6 +26,7 @@ from typing import Any
 import orjson
 
 from core.tokens import estimate_tokens
+from gateway.api.body_limits import MAX_BODY_NESTING, check_nesting, depth_over, optional_int
 from gateway.base.errors import BadRequest
 from gateway.base.surface import ApiSurface
 from router.keys import canonical_prompt_text
@@ -138,73 +140,6 @@ def _validate_prompt(endpoint: Endpoint, body: dict[str, Any]) -> None:
         raise BadRequest("'previous_response_id' must be a non-empty string")
 
 
-MAX_BODY_NESTING = 128
-"""Deepest nesting accepted anywhere in a body (tool schemas, unknown fields): the gateway re-serialises
-bodies (model rewrite, usage injection, quarantine fingerprints), and orjson writes at most 254 levels.
-Deeper is a 400, never a 500."""
-MAX_PROMPT_NESTING = 16
-"""Deepest nesting of objects and arrays accepted inside a prompt-bearing value (a chat message's
-`content`, `prompt`, `input`): real content parts are 3 deep (content → part → image_url). Deeper is a
-400 naming the field, before anything walks the value."""
-
-
-def _depth_over(value: object, limit: int) -> bool:
-    """True when `value` nests objects/arrays deeper than `limit` (an explicit stack, no recursion)."""
-    stack: list[tuple[object, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict | list):
-            if depth >= limit:
-                return True
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
-    return False
-
-
-def _check_nesting(body: dict[str, Any]) -> None:
-    messages = body.get("messages")
-    if isinstance(messages, list):
-        for i, message in enumerate(messages):
-            content = message.get("content") if isinstance(message, dict) else None
-            if isinstance(content, list | dict) and _depth_over(content, MAX_PROMPT_NESTING):
-                raise BadRequest(f"'messages[{i}].content' is nested deeper than {MAX_PROMPT_NESTING} levels")
-    for name in ("prompt", "input", "query", "documents", "text_1", "text_2", "system"):
-        value = body.get(name)
-        if isinstance(value, list | dict) and _depth_over(value, MAX_PROMPT_NESTING):
-            raise BadRequest(f"'{name}' is nested deeper than {MAX_PROMPT_NESTING} levels")
-
-
-MAX_INTEGER = 2**63 - 1
-"""The largest integer field accepted (an engine's signed 64-bit integer)."""
-
-
-def integral_value(value: object) -> int | None:
-    """`value` as an integer when it is a JSON number with an integral value (`4`, `4.0`, `1e2`), else
-    None (a boolean, a fraction, a string, anything else)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
-
-
-def _optional_int(body: dict[str, Any], *names: str) -> int | None:
-    """The first of `names` present and not null, as an integer in [0, `MAX_INTEGER`] (400 otherwise)."""
-    for name in names:
-        value = body.get(name)
-        if value is None:
-            continue
-        number = integral_value(value)
-        if number is None or number < 0:
-            raise BadRequest(f"'{name}' must be a non-negative integer")
-        if number > MAX_INTEGER:
-            raise BadRequest(f"'{name}' must be at most {MAX_INTEGER} (2^63 - 1)")
-        return number
-    return None
-
-
 def parse_request(endpoint: Endpoint, raw: bytes) -> ParsedRequest:
     """Validate the fields the gateway reads; everything else is the engine's business."""
     try:
@@ -224,20 +159,20 @@ def parse_request(endpoint: Endpoint, raw: bytes) -> ParsedRequest:
     if stream and not endpoint.can_stream:
         raise BadRequest(f"streaming is not supported on {endpoint.value}")
     _validate_prompt(endpoint, body)
-    _check_nesting(body)
+    check_nesting(body)
     # fewer opening brackets than the limit cannot nest past it: most bodies skip the walk (C-speed count)
     could_be_deep = raw.count(b"[") + raw.count(b"{") > MAX_BODY_NESTING
-    if could_be_deep and _depth_over(body, MAX_BODY_NESTING):
+    if could_be_deep and depth_over(body, MAX_BODY_NESTING):
         raise BadRequest(f"request body is nested deeper than {MAX_BODY_NESTING} levels")
     stream_options = body.get("stream_options")
     if stream_options is not None and not isinstance(stream_options, dict):
         raise BadRequest("'stream_options' must be an object")
     user = body.get("user")
     max_tokens_fields = _MAX_TOKENS_FIELDS.get(endpoint, ("max_completion_tokens", "max_tokens"))
-    max_tokens = _optional_int(body, *max_tokens_fields)
+    max_tokens = optional_int(body, *max_tokens_fields)
     if max_tokens_fields != ("max_completion_tokens", "max_tokens"):
-        _optional_int(body, "max_completion_tokens", "max_tokens")  # still type-checked everywhere
-    n = _optional_int(body, "n") if endpoint in _USAGE_INJECTED else None
+        optional_int(body, "max_completion_tokens", "max_tokens")  # still type-checked everywhere
+    n = optional_int(body, "n") if endpoint in _USAGE_INJECTED else None
     previous = body.get("previous_response_id") if endpoint is Endpoint.RESPONSES else None
     return ParsedRequest(
         endpoint=endpoint,

@@ -41,8 +41,8 @@ import yaml
 from prometheus_client import Histogram
 
 from gateway.base.metrics import GatewayMetrics
-from gateway.config.pool_settings import BurnRateAlert, SloSettings
 from gateway.config.settings import PoolSettings, Settings
+from gateway.config.slo_settings import BurnRateAlert, SloSettings
 from gateway.fleet.alert_rules_cost import pool_cost_rules, tenant_cost_rules
 from gateway.fleet.alert_rules_promql import Rule, duration, number, selector
 

@@ -27,8 +27,7 @@ stream at most ≈ `STREAM_MAX_BATCHES` entries (≈ 1.5 KB per record of 136 bl
 applied with `merge`, under the same LRU). Records for a pool this instance does not serve, or for a
 replica not (or no longer) in the pool, are ignored.
 
-Codec: a batch is JSON `[[pool, replica_id, hashes], ...]`, `hashes` the block hashes as big-endian
-unsigned 64-bit integers, base64 (11 characters per block). A malformed batch is counted and skipped.
+Codec: `gateway.fleet.prefix_records` (JSON, hashes as base64). A malformed batch is counted and skipped.
 
 Redis unreachable: each instance routes on its own index (its local records are applied locally
 anyway); the records it made meanwhile are dropped, not queued. Logged once when the exchange stops
@@ -42,15 +41,10 @@ does not apply.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
-import json
 import logging
-import struct
 from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from prometheus_client import Counter, Gauge
@@ -59,6 +53,7 @@ from core.shared_state import LUA_PRELUDE, RedisBackend, RedisOperation
 from core.tasks import cancel_and_wait
 from gateway.base.metrics import PREFIX, GatewayMetrics
 from gateway.fleet.instance_membership import new_instance_id
+from gateway.fleet.prefix_records import IndexRecord, decode_batch, encode_batch
 from router.prefix_index import PrefixIndex, policy_prefix_index
 
 logger = logging.getLogger(__name__)
@@ -101,48 +96,6 @@ end
 return out
 """
 )
-
-
-@dataclass(frozen=True, slots=True)
-class IndexRecord:
-    """One routing record: `block_hashes` were sent to `replica_id` of `pool`."""
-
-    pool: str
-    replica_id: str
-    block_hashes: tuple[int, ...]
-
-
-def encode_batch(records: Sequence[IndexRecord]) -> str:
-    """`[[pool, replica_id, base64(big-endian uint64 hashes)], ...]` as compact JSON; `ValueError` when a
-    hash is not an unsigned 64-bit integer."""
-    rows = []
-    for record in records:
-        try:
-            packed = struct.pack(f">{len(record.block_hashes)}Q", *record.block_hashes)
-        except struct.error:
-            raise ValueError(f"a block hash for {record.replica_id} is not an unsigned 64 bits") from None
-        rows.append([record.pool, record.replica_id, base64.b64encode(packed).decode("ascii")])
-    return json.dumps(rows, separators=(",", ":"))
-
-
-def decode_batch(payload: str) -> list[IndexRecord]:
-    """The records of an encoded batch; `ValueError` naming what is wrong when it is malformed."""
-    rows = json.loads(payload)
-    if not isinstance(rows, list):
-        raise ValueError("a batch must be a JSON list")
-    records = []
-    for row in rows:
-        if not (isinstance(row, list) and len(row) == 3 and all(isinstance(f, str) for f in row)):
-            raise ValueError(f"a record must be [pool, replica_id, hashes] strings, got {row!r:.80}")
-        try:
-            packed = base64.b64decode(row[2], validate=True)
-        except binascii.Error as exc:
-            raise ValueError(f"record hashes are not base64: {exc}") from None
-        if len(packed) % 8:
-            raise ValueError(f"record hashes are {len(packed)} bytes, not a multiple of 8")
-        hashes = struct.unpack(f">{len(packed) // 8}Q", packed)
-        records.append(IndexRecord(row[0], row[1], hashes))
-    return records
 
 
 class SharingMetrics:

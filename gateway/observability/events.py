@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from gateway.base.errors import GatewayError
     from gateway.observability.request_record import RequestRecord
     from gateway.proxy.context import RequestContext
-    from gateway.proxy.failure_attribution import Charge
+    from gateway.proxy.failure_charges import Charge
     from gateway.proxy.reply import Reply
     from gateway.upstream.pool import Pool
     from gateway.upstream.slot import Slot

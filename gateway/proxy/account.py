@@ -29,7 +29,7 @@ from gateway.observability.events import ServeEventSink
 from gateway.observability.metric_children import Children
 from gateway.observability.request_record import NO_RECORD, RequestRecord
 from gateway.proxy.context import RequestContext
-from gateway.proxy.failure_attribution import Charge
+from gateway.proxy.failure_charges import Charge
 from gateway.proxy.reply import Reply
 from gateway.upstream.registry import Pool
 

@@ -9,7 +9,8 @@ frees up, its class's max wait passes (429 `queue_timeout`), or a higher class d
 `queue_full`). Routing runs at dispatch time, so a queued request goes where it is cheapest when it
 leaves the queue; with the pool's `prefix_wait` on, it may instead keep waiting for the replica holding
 its prefix while that fits its TTFT objective (`PoolAdmission.prefer_wait`, `router.prefix_wait`).
-What admission gives is a `Ticket` (`admission.ticket`) holding the `Slot`.
+What admission gives is a `Ticket` (`admission.ticket`) holding the `Slot`. Every pool's admission
+by model name, and its assembly from the settings, is `gateway.proxy.admission_assembly`.
 
 `PoolAdmission.claim` is the one synchronous "route and take a slot" step; admission's `try_dispatch`
 and the retry loop both use it, and `PoolAdmission.no_replica` is the one `no_replica` refusal. State
@@ -22,22 +23,17 @@ on it; the credits' refiller wakes the controllers when credits arrive.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from admission.config import AdmissionConfig
 from admission.controller import AdmissionController
 from admission.holds import Hold, WaitContext
 from admission.lowest_class_reserve import cap_share
 from admission.outcomes import AdmissionRefused, HoldOutcome, RejectReason
-from admission.priority_queue import PriorityClass
-from admission.slo_wait import slo_bounded_classes
 from admission.tenant_gate import TenantGate
-from admission.tenants import Tenant, TenantDirectory
 from admission.ticket import AdmissionRequest, Ticket
 from core.clock import Clock
 from gateway.base.errors import from_refusal
 from gateway.base.metrics import GatewayMetrics
-from gateway.config.settings import AdmissionSettings, Settings
 from gateway.proxy.route import Router
 from gateway.upstream.registry import Pool, ReplicaRegistry
 from gateway.upstream.slot import Slot
@@ -45,9 +41,6 @@ from gateway.upstream.slot_credits import SlotCredits
 from router.prefix_index import policy_prefix_index
 from router.prefix_wait import QueueState, owner_wait
 from router.types import Decision, RoutingRequest
-
-if TYPE_CHECKING:
-    from gateway.proxy.disagg.admit import PairAdmission
 
 
 class MetricsObserver:
@@ -291,109 +284,3 @@ def _output_budget(request: AdmissionRequest) -> int | None:
 def _replica_id(slot: Slot) -> str:
     """The key admission times a slot's hold under (each replica's own mean hold, for `prefix_wait`)."""
     return slot.replica.replica_id
-
-
-class Admission:
-    """Every pool's admission, by client-facing model name; a disaggregated pool's requests are admitted
-    by its pair admission (`add_pair`), which claims on its two sets through their `PoolAdmission`s."""
-
-    def __init__(self, pools: dict[str, PoolAdmission]) -> None:
-        self._pools = pools
-        self._pairs: dict[str, PairAdmission] = {}
-
-    def add_pair(self, model: str, pair: PairAdmission) -> None:
-        self._pairs[model] = pair
-
-    def pair(self, model: str) -> PairAdmission:
-        """The pair admission of disaggregated `model`."""
-        return self._pairs[model]
-
-    def pool(self, model: str) -> PoolAdmission:
-        """The admission of `model`'s pool (a configured model: the handler checked it)."""
-        return self._pools[model]
-
-    def queue_depth(self, model: str) -> int:
-        """Requests of `model`'s pool waiting for a replica slot."""
-        pair = self._pairs.get(model)
-        return self._pools[model].queue_depth() if pair is None else pair.queue_depth()
-
-    def reject_waiting(self, refused: AdmissionRefused) -> None:
-        """Refuse everything still queued (shutdown)."""
-        for pool in self._pools.values():
-            pool.reject_waiting(refused)
-        for pair in self._pairs.values():
-            pair.controller.reject_waiting(refused.reason, refused.retry_after_s, refused.message)
-
-
-def tenant_directory(settings: Settings) -> TenantDirectory:
-    """The configured tenants (API key hashes, limits, ceiling, weight) and the class names."""
-    tenants = [
-        Tenant(
-            name=t.name,
-            api_key_hashes=tuple(t.api_key_hashes),
-            requests_per_min=t.requests_per_min,
-            tokens_per_min=t.tokens_per_min,
-            max_concurrent=t.max_concurrent,
-            priority_ceiling=t.priority_ceiling,
-            weight=t.weight,
-        )
-        for t in settings.tenants
-    ]
-    admission = settings.admission
-    return TenantDirectory(
-        tenants,
-        allow_anonymous=admission.allow_anonymous,
-        class_names=list(admission.classes),
-        default_priority=admission.default_priority,
-    )
-
-
-def admission_config(settings: AdmissionSettings) -> AdmissionConfig:
-    """The controllers' configuration from the `admission:` settings."""
-    classes = tuple(PriorityClass(name, c.max_wait_s, c.max_depth) for name, c in settings.classes.items())
-    return AdmissionConfig(
-        classes=classes,
-        max_queue_depth=settings.max_queue_depth,
-        early_refusal_ratio=settings.early_refusal_ratio,
-        lowest_class_reserve=settings.lowest_class_reserve,
-    )
-
-
-def build_admission(
-    settings: Settings,
-    *,
-    registry: ReplicaRegistry,
-    router: Router,
-    gate: TenantGate,
-    clock: Clock,
-    metrics: GatewayMetrics,
-    credits: SlotCredits | None = None,
-) -> Admission:
-    """One `PoolAdmission` per pool, its classes' waits bounded by the pool's TTFT objective
-    (`admission.slo_wait`); every slot release (and capacity change) schedules every pool's pump (and
-    wakes the credits' refiller); a credit that arrives schedules its pool's pump."""
-    # With shared slot credits, a queued request is what makes this instance ask Redis for more: an
-    # arrival that would be first in line always queues (see AdmissionConfig).
-    config = replace(admission_config(settings.admission), early_refusal_needs_queue=credits is not None)
-    if credits is not None:
-        registry.add_release_listener(credits.wake)
-    pools: dict[str, PoolAdmission] = {}
-    for pool in registry.pools.values():
-        slo = pool.settings.slo
-        classes = slo_bounded_classes(config.classes, slo.ttft_s, slo.queue_wait_ratio, slo.bound_classes)
-        admission = PoolAdmission(
-            pool,
-            registry,
-            router,
-            gate,
-            clock=clock,
-            config=replace(config, classes=classes),
-            metrics=metrics,
-            credits=credits,
-            max_inflight=settings.upstream.max_connections,
-        )
-        registry.add_release_listener(admission.on_release)
-        if credits is not None:
-            credits.attach(pool, waiting=admission.queue_depth, on_credit=admission.on_release)
-        pools[pool.model] = admission
-    return Admission(pools)

@@ -51,20 +51,15 @@ from core.shared_state import RedisBackend
 from gateway.base.errors import RequestQuarantined, UpstreamError
 from gateway.base.metrics import GatewayMetrics
 from gateway.proxy.context import RequestContext
-from gateway.proxy.failure_attribution import (
-    Charge,
-    FailureCause,
-    Pending,
-    PoolAttribution,
-    RequestFailures,
-    Verdict,
-)
+from gateway.proxy.failure_attribution import PoolAttribution, RequestFailures
+from gateway.proxy.failure_charges import Charge, FailureCause, Pending, Verdict
 from gateway.proxy.retry_policy import failure_kind
 from gateway.proxy.stores.poison_evidence import EvidenceStore, MemoryEvidence, Sighting
 from gateway.proxy.stores.poison_evidence_redis import RedisEvidence
 from gateway.proxy.stores.quarantine import MemoryQuarantine, QuarantineStore, fingerprint
 from gateway.proxy.stores.quarantine_redis import RedisQuarantine, Synced
-from gateway.upstream.registry import FailureKind, Pool
+from gateway.upstream.failure_kinds import FailureKind
+from gateway.upstream.registry import Pool
 from gateway.upstream.replica import Replica
 
 

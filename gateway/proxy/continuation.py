@@ -39,7 +39,8 @@ from typing import Any
 
 import orjson
 
-from gateway.api.request_parsing import Endpoint, ParsedRequest, integral_value
+from gateway.api.body_limits import integral_value
+from gateway.api.request_parsing import Endpoint, ParsedRequest
 from gateway.proxy.sse import DONE_EVENT, SSESplitter, event_payload
 
 FOLD_BYTES = 64 * 1024
@@ -145,7 +146,7 @@ def continuation_body(
         return None
     body = dict(parsed.body)
     for name in ("max_completion_tokens", "max_tokens"):
-        budget = integral_value(body.get(name))  # `4.0` is 4 (`gateway.api.request_parsing`)
+        budget = integral_value(body.get(name))  # `4.0` is 4 (`gateway.api.body_limits`)
         if budget is not None:
             left = budget - transcript.content_chunks
             if left <= 0:

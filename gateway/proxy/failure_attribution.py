@@ -62,63 +62,26 @@ Rules, per failed attempt (`FailureKind` from `gateway.proxy.retry_policy.failur
   complete the poison rule across requests (`repeated_elsewhere`).
 
 Each charged failure is counted as `llm_gateway_upstream_failures_total{model,cause,kind}` (kind:
-connect, status_5xx, overloaded, ttft_timeout, stream_idle, stream_broken, none).
+connect, status_5xx, overloaded, ttft_timeout, stream_idle, stream_broken, none). The records
+(a cause, a charge, the serve loop's verdict, a pending failure) are `gateway.proxy.failure_charges`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from enum import StrEnum
 from itertools import count
 
 from core.clock import Clock
 from gateway.config.pool_settings import AttributionSettings
+from gateway.proxy.failure_charges import Charge, FailureCause, Pending, Verdict
 from gateway.proxy.load_evidence import FirstTokenOutcomes, StallLog
-from gateway.upstream.registry import FailureKind, Pool
+from gateway.upstream.failure_kinds import FailureKind
+from gateway.upstream.registry import Pool
 from gateway.upstream.replica import Replica
 
 SATURATED_MISS_RATIO = 0.5
 """Share of a replica's recent first tokens that missed their deadline above which it counts as saturated."""
-
-
-class FailureCause(StrEnum):
-    """What a failed attempt is charged to (a label of `llm_gateway_upstream_failures_total`)."""
-
-    REPLICA = "replica"
-    REQUEST = "request"
-    LOAD = "load"
-
-
-@dataclass(frozen=True, slots=True)
-class Charge:
-    """One failed attempt, charged: the replica it ran on, its kind, its cause."""
-
-    replica: Replica
-    kind: FailureKind | None
-    cause: FailureCause
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """What the serve loop does with a failed attempt: `charges` to account now (possibly an earlier
-    pending attempt too) and whether the request is a poison request (`quarantine`)."""
-
-    charges: tuple[Charge, ...] = ()
-    quarantine: bool = False
-    pending: bool = False
-    """The failure waits for the request's end (`RequestFailures.settle`)."""
-
-
-@dataclass(slots=True)
-class Pending:
-    """A failed attempt whose cause waits for the request's end (or, held, for the containment's verdict)."""
-
-    replica: Replica
-    pool: Pool
-    kind: FailureKind
-    failed_at_s: float
-    default: FailureCause
 
 
 @dataclass(slots=True)

@@ -63,7 +63,7 @@ from gateway.observability.metric_children import Children
 from gateway.observability.request_record import RequestRecord
 from gateway.proxy.account import OUTCOME_CLIENT_DISCONNECT, OUTCOME_SUCCESS
 from gateway.proxy.adapter_loading import AdapterLoader
-from gateway.proxy.admit import Admission
+from gateway.proxy.admission_assembly import Admission
 from gateway.proxy.context import RequestContext, build_context
 from gateway.proxy.fallback import Fallback
 from gateway.proxy.relay import finish_body

@@ -33,7 +33,7 @@ from gateway.base.errors import (
     UpstreamTTFTTimeout,
 )
 from gateway.config.settings import RetrySettings
-from gateway.upstream.registry import FailureKind
+from gateway.upstream.failure_kinds import FailureKind
 from router.types import RoutingRequest
 
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})

@@ -28,7 +28,7 @@ from gateway.observability.events import ServeEvents
 from gateway.observability.observer import RequestObserver
 from gateway.observability.record_events import RecordSink
 from gateway.proxy.account import ServeMetrics
-from gateway.proxy.admit import Admission
+from gateway.proxy.admission_assembly import Admission
 from gateway.proxy.aggregated_legs import OneReplica
 from gateway.proxy.containment import Containment
 from gateway.proxy.disagg.legs import BootstrapPorts

@@ -11,7 +11,7 @@ A header that is not a positive integer is a 400 `bad_request`, as for the timer
 
 from __future__ import annotations
 
-from gateway.config.pool_settings import SloSettings
+from gateway.config.slo_settings import SloSettings
 from gateway.proxy.timers import milliseconds_header_s
 
 SLO_TTFT_HEADER = "x-slo-ttft-ms"

@@ -42,12 +42,14 @@ from gateway.observability.events import ServeEvents
 from gateway.proxy.containment import Containment
 from gateway.proxy.context import RequestContext
 from gateway.proxy.continuation import Splice, StreamTranscript, continuation_body
-from gateway.proxy.failure_attribution import Charge, FailureCause, RequestFailures
+from gateway.proxy.failure_attribution import RequestFailures
+from gateway.proxy.failure_charges import Charge, FailureCause
 from gateway.proxy.legs import LegFailure, Legs, Try
 from gateway.proxy.relay import StreamRelay
 from gateway.proxy.reply import Reply
 from gateway.proxy.retry_policy import RetryPolicy, failure_kind
-from gateway.upstream.registry import FailureKind, Pool, ReplicaRegistry
+from gateway.upstream.failure_kinds import FailureKind
+from gateway.upstream.registry import Pool, ReplicaRegistry
 from gateway.upstream.slot import Slot
 
 RESUMABLE_FAILURES = (UpstreamIdleTimeout, UpstreamProtocolError, UpstreamTTFTTimeout, UpstreamConnectError)

@@ -16,7 +16,8 @@ from gateway.upstream.engine_metrics import adapter_for
 from gateway.upstream.model_discovery import ModelDiscovery
 from gateway.upstream.pool import Pool
 from gateway.upstream.registry import ReplicaRegistry
-from gateway.upstream.scraper import EngineScraper, ScrapeMetrics
+from gateway.upstream.scrape_metrics import ScrapeMetrics
+from gateway.upstream.scraper import EngineScraper
 
 
 class PoolWatcher(Protocol):

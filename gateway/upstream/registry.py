@@ -26,7 +26,6 @@ import contextlib
 import logging
 import random
 from collections.abc import Callable, Iterator
-from enum import StrEnum
 
 from core.clock import Clock
 from gateway.base.metrics import GatewayMetrics
@@ -37,9 +36,16 @@ from gateway.upstream.breaker import (
 )
 from gateway.upstream.discovery.membership import plan_membership
 from gateway.upstream.discovery.types import ReplicaSet
+from gateway.upstream.failure_kinds import BREAKER_FAILURES, FailureKind
 from gateway.upstream.pool import Pool, breaker_policy, replica_id_for
 from gateway.upstream.prefill_set import prefill_set_settings
-from gateway.upstream.replica import PASSIVE_BACKOFF_INITIAL_S, PASSIVE_BACKOFF_MAX_S, Replica
+from gateway.upstream.replica import (
+    PASSIVE_BACKOFF_INITIAL_S,
+    PASSIVE_BACKOFF_MAX_S,
+    Replica,
+    ReplicaCondition,
+    condition_of,
+)
 from gateway.upstream.slot import ReplicaGauges, Slot
 from router.presets import PolicyContext, build_policy
 from router.types import Decision
@@ -47,57 +53,11 @@ from router.types import Decision
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "FailureKind",
     "Pool",
-    "ReplicaCondition",
     "ReplicaRegistry",
     "breaker_policy",
-    "condition_of",
     "replica_id_for",
 ]
-
-
-class FailureKind(StrEnum):
-    """What went wrong on an attempt; decides passive health and breaker accounting."""
-
-    CONNECT = "connect"
-    STATUS_5XX = "status_5xx"
-    OVERLOADED = "overloaded"
-    TTFT_TIMEOUT = "ttft_timeout"
-    STREAM_IDLE = "stream_idle"
-    """The replica sent nothing for the idle timeout (silence: load, a sick replica or a poison request)."""
-    STREAM_BROKEN = "stream_broken"
-    """The replica broke off the stream (reset, early close, bad framing)."""
-
-
-_BREAKER_FAILURES = frozenset(
-    {
-        FailureKind.CONNECT,
-        FailureKind.STATUS_5XX,
-        FailureKind.TTFT_TIMEOUT,
-        FailureKind.STREAM_IDLE,
-        FailureKind.STREAM_BROKEN,
-    }
-)
-
-
-class ReplicaCondition(StrEnum):
-    """A replica's state for the `llm_gateway_replicas{pool,state}` gauge (first that applies)."""
-
-    DRAINING = "draining"
-    DOWN = "down"
-    BREAKER_OPEN = "breaker_open"
-    READY = "ready"
-
-
-def condition_of(replica: Replica, now_s: float) -> ReplicaCondition:
-    if replica.is_draining:
-        return ReplicaCondition.DRAINING
-    if not replica.healthy_at(now_s):
-        return ReplicaCondition.DOWN
-    if not replica.breaker.allows():
-        return ReplicaCondition.BREAKER_OPEN
-    return ReplicaCondition.READY
 
 
 class ReplicaRegistry:
@@ -227,7 +187,7 @@ class ReplicaRegistry:
             replica.hold_until_s = max(
                 replica.hold_until_s, now_s + min(retry_after_s, PASSIVE_BACKOFF_MAX_S)
             )
-        effect = replica.breaker.record_failure() if kind in _BREAKER_FAILURES else FailureEffect.COUNTED
+        effect = replica.breaker.record_failure() if kind in BREAKER_FAILURES else FailureEffect.COUNTED
         if effect is FailureEffect.TRIP_REFUSED:
             self._metrics.ejections_refused_total.labels(replica.model).inc()
         elif effect in (FailureEffect.OPENED, FailureEffect.REOPENED):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from gateway.upstream.breaker import CircuitBreaker
 from gateway.upstream.engine_metrics.sample import EngineSample
@@ -166,3 +167,23 @@ class Replica:
                 return None
             waits.append(max(0.0, self.next_health_probe_s - now_s))
         return max(waits)
+
+
+class ReplicaCondition(StrEnum):
+    """A replica's state for the `llm_gateway_replicas{pool,state}` gauge (first that applies)."""
+
+    DRAINING = "draining"
+    DOWN = "down"
+    BREAKER_OPEN = "breaker_open"
+    READY = "ready"
+
+
+def condition_of(replica: Replica, now_s: float) -> ReplicaCondition:
+    """The first condition that applies to `replica` at `now_s`."""
+    if replica.is_draining:
+        return ReplicaCondition.DRAINING
+    if not replica.healthy_at(now_s):
+        return ReplicaCondition.DOWN
+    if not replica.breaker.allows():
+        return ReplicaCondition.BREAKER_OPEN
+    return ReplicaCondition.READY

@@ -48,6 +48,7 @@ from gateway.upstream.engine_metrics import (
     MetricsAdapter,
     ScrapeErrorReason,
 )
+from gateway.upstream.scrape_metrics import ScrapeMetrics
 from router.types import EngineLoad
 
 Clock = Callable[[], float]
@@ -71,43 +72,6 @@ class ScrapeTarget(Protocol):
     def learned_cap(self) -> int | None:
         """The batch budget the samples taught it (`llm_gateway_learned_max_concurrency`)."""
         ...
-
-
-class GaugeChild(Protocol):
-    def set(self, value: float) -> None: ...
-
-
-class GaugeFamily(Protocol):
-    """A labelled gauge (a `prometheus_client.Gauge` with label `replica` fits)."""
-
-    def labels(self, *labelvalues: str) -> GaugeChild: ...
-
-    def remove(self, *labelvalues: str) -> None: ...
-
-
-class CounterChild(Protocol):
-    def inc(self, amount: float = 1) -> None: ...
-
-
-class CounterFamily(Protocol):
-    """A labelled counter (a `prometheus_client.Counter` with labels `replica, reason` fits)."""
-
-    def labels(self, *labelvalues: str) -> CounterChild: ...
-
-
-@dataclass(frozen=True, slots=True)
-class ScrapeMetrics:
-    """Where the scraper reports; every part optional. The gateway owns the registry."""
-
-    errors: CounterFamily | None = None
-    running: GaugeFamily | None = None
-    waiting: GaugeFamily | None = None
-    kv_usage_ratio: GaugeFamily | None = None
-    prefix_cache_hit_ratio: GaugeFamily | None = None
-    learned_cap: GaugeFamily | None = None
-    """The target's learned cap after each fresh sample (0: none)."""
-    lora_adapters: GaugeFamily | None = None
-    """Labels (replica, state): how many LoRA adapters have `running` / `waiting` requests."""
 
 
 @dataclass(slots=True)

@@ -20,11 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.api.connection_guard import (
-    BACKSTOP_GRACE_S,
-    EVICT_AFTER_S,
-    connection_limits,
-)
+from gateway.api.connection_guard import BACKSTOP_GRACE_S
+from gateway.api.connection_limit import EVICT_AFTER_S, connection_limits
 from tests.integration.conftest import MODEL, pool
 from tests.servers import GuardedGateway, ServerThread, gateway_settings, wait_until
 

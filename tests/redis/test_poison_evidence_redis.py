@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 from core.clock import FakeClock
 from gateway.proxy.stores.poison_evidence_redis import RedisEvidence
 from gateway.proxy.stores.quarantine_redis import SYNC_INTERVAL_S
-from gateway.upstream.registry import FailureKind
+from gateway.upstream.failure_kinds import FailureKind
 from mock_engine.faults import FaultSettings
 from tests.faults.test_containment import MARKER
 from tests.servers import ServerThread, gateway_settings

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from core.clock import Clock
-from gateway.upstream.registry import FailureKind
+from gateway.upstream.failure_kinds import FailureKind
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from __future__ import annotations
 from core.clock import Clock
 from core.shared_state import LUA_PRELUDE, RedisBackend, RedisOperation
 from gateway.proxy.stores.poison_evidence import MemoryEvidence, Sighting
-from gateway.upstream.registry import FailureKind
+from gateway.upstream.failure_kinds import FailureKind
 
 _PARSE_LUA = """
 local function live(value, now, window)

@@ -32,6 +32,13 @@ import httpx
 from core.clock import Clock, SystemClock
 from gateway.config.discovery_settings import KubernetesReplicas
 from gateway.upstream.discovery.endpointslices import SliceStates, merge_slices, slice_states
+from gateway.upstream.discovery.k8s_answers import (
+    ApiError,
+    MalformedResponse,
+    ResourceExpired,
+    json_body,
+    status_message,
+)
 from gateway.upstream.discovery.k8s_auth import ApiAccess, namespace_for, resolve_access
 from gateway.upstream.discovery.types import Emitter, OnChange, ReplicaSet
 
@@ -39,28 +46,6 @@ logger = logging.getLogger(__name__)
 
 READ_SLACK_S = 10.0
 LIST_PAGE_SIZE = 500
-
-
-class ApiError(Exception):
-    """An unexpected answer from the API server."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"{status}: {message}")
-        self.status = status
-
-
-class ResourceExpired(ApiError):
-    """410 Gone: the resourceVersion is too old to resume from; re-list."""
-
-
-class MalformedResponse(ApiError):
-    """A body that is not the JSON the API defines."""
-
-
-def _status_message(body: Any) -> str:
-    if isinstance(body, dict):
-        return str(body.get("message") or body.get("reason") or body)
-    return str(body)
 
 
 class KubernetesEndpointSliceDiscovery:
@@ -215,9 +200,9 @@ class KubernetesEndpointSliceDiscovery:
             response = await client.get(
                 self._path, params=params, headers=self._access.headers(), timeout=self.request_timeout_s
             )
-            body = _json(response)
+            body = json_body(response)
             if response.status_code != 200:
-                raise ApiError(response.status_code, f"list endpointslices: {_status_message(body)}")
+                raise ApiError(response.status_code, f"list endpointslices: {status_message(body)}")
             version, next_page = self._parse_page(body, slices)
             if not next_page:
                 break
@@ -252,9 +237,9 @@ class KubernetesEndpointSliceDiscovery:
         headers = self._access.headers()
         async with client.stream("GET", self._path, params=params, headers=headers) as response:
             if response.status_code != 200:
-                body = _json(response, await response.aread())
+                body = json_body(response, await response.aread())
                 error = ResourceExpired if response.status_code == 410 else ApiError
-                raise error(response.status_code, f"watch endpointslices: {_status_message(body)}")
+                raise error(response.status_code, f"watch endpointslices: {status_message(body)}")
             self.watches_total += 1
             self._confirmed()
             async for line in response.aiter_lines():
@@ -278,7 +263,7 @@ class KubernetesEndpointSliceDiscovery:
             if kind == "ERROR":
                 code = int(obj.get("code") or 500)
                 error = ResourceExpired if code == 410 else ApiError
-                raise error(code, f"watch event: {_status_message(obj)}")
+                raise error(code, f"watch event: {status_message(obj)}")
             metadata = obj.get("metadata") or {}
             if metadata.get("resourceVersion"):
                 self._resource_version = str(metadata["resourceVersion"])
@@ -294,12 +279,3 @@ class KubernetesEndpointSliceDiscovery:
             return True
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
             raise MalformedResponse(200, f"watch event: {type(exc).__name__}: {exc}") from None
-
-
-def _json(response: httpx.Response, content: bytes | None = None) -> dict[str, Any]:
-    raw = response.content if content is None else content
-    try:
-        body = json.loads(raw or b"{}")
-    except ValueError:
-        body = {"message": raw[:200].decode("utf-8", "replace")}
-    return body if isinstance(body, dict) else {"message": str(body)[:200]}

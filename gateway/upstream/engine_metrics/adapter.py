@@ -43,6 +43,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from gateway.upstream.engine_metrics.counter_windows import (
+    HitCounters,
+    TokenWindow,
+    clamp_ratio,
+    counter_ratio,
+    token_window,
+)
 from gateway.upstream.engine_metrics.exposition import (
     Exposition,
     ExpositionError,
@@ -130,78 +137,12 @@ def _names(labels: dict[str, str], label: str) -> frozenset[str]:
     return frozenset(part for part in labels.get(label, "").split(",") if part)
 
 
-def _clamp_ratio(value: float) -> float:
-    return min(1.0, max(0.0, value))
-
-
 def _clamp_count(value: float) -> float:
     return max(0.0, value)
 
 
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values)
-
-
-MIN_WINDOW_QUERY_TOKENS = 256.0
-"""Queried tokens a counter window needs before its ratio is reported (about one short prompt): small
-enough to follow a busy engine every scrape, large enough that one counter's late bump (llama.cpp's
-processed tokens after its cached ones) moves the ratio by a few per cent, not to 0."""
-
-
-@dataclass(frozen=True, slots=True)
-class _HitCounters:
-    """The ratio to report and the counters where the open window starts."""
-
-    ratio: float | None
-    window_hits_tokens: float
-    window_queries_tokens: float
-
-
-def _counter_ratio(previous: EngineSample | None, hits: float, queries: float) -> _HitCounters:
-    """Hit ratio over the last closed window of cumulative counters (module docstring)."""
-    start_hits = previous.prefix_cache_window_hits_tokens if previous is not None else None
-    start_queries = previous.prefix_cache_window_queries_tokens if previous is not None else None
-    if (
-        previous is None
-        or start_hits is None
-        or start_queries is None
-        or queries < start_queries
-        or hits < start_hits
-    ):
-        cumulative = _clamp_ratio(hits / queries) if queries > 0 else None
-        return _HitCounters(cumulative, hits, queries)
-    delta_queries = queries - start_queries
-    window_ratio = _clamp_ratio((hits - start_hits) / delta_queries) if delta_queries > 0 else None
-    if delta_queries >= MIN_WINDOW_QUERY_TOKENS:
-        return _HitCounters(window_ratio, hits, queries)
-    carried = previous.prefix_cache_hit_ratio
-    return _HitCounters(carried if carried is not None else window_ratio, start_hits, start_queries)
-
-
-MIN_WINDOW_TOKEN_GAPS = 32
-"""A token-latency window closes once it holds this many gaps (one busy scrape interval holds far more;
-a lone stream at 20 ms a token closes one about every 0.6 s)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _TokenWindow:
-    """The window's mean to report (None: no window closed) and the counters where the open one starts."""
-
-    latency_s: float | None
-    start_sum_s: float
-    start_count: float
-
-
-def _token_window(previous: EngineSample | None, total_s: float, count: float) -> _TokenWindow:
-    """Token latency over the window this scrape closes, if it closes one (module docstring)."""
-    start_sum = previous.token_window_sum_s if previous is not None else None
-    start_count = previous.token_window_count if previous is not None else None
-    if start_sum is None or start_count is None or count < start_count or total_s < start_sum:
-        return _TokenWindow(None, total_s, count)  # first sample, or the engine restarted
-    gaps = count - start_count
-    if gaps < MIN_WINDOW_TOKEN_GAPS:
-        return _TokenWindow(None, start_sum, start_count)
-    return _TokenWindow((total_s - start_sum) / gaps, total_s, count)
 
 
 class SpecAdapter:
@@ -246,7 +187,7 @@ class SpecAdapter:
         return EngineSample(
             running=_clamp_count(running),
             waiting=_clamp_count(waiting),
-            kv_usage_ratio=None if kv is None else _clamp_ratio(kv),
+            kv_usage_ratio=None if kv is None else clamp_ratio(kv),
             prefix_cache_hit_ratio=ratio,
             taken_at_s=taken_at_s,
             prefix_cache_window_hits_tokens=window.window_hits_tokens if window else None,
@@ -259,24 +200,24 @@ class SpecAdapter:
             token_window_count=tokens.start_count if tokens else None,
         )
 
-    def _token_window(self, read: _Reader, previous: EngineSample | None) -> _TokenWindow | None:
+    def _token_window(self, read: _Reader, previous: EngineSample | None) -> TokenWindow | None:
         for name in self.spec.token_latency:
             total_s, count = read.total((f"{name}_sum",)), read.total((f"{name}_count",))
             if total_s is not None and count is not None:
-                return _token_window(previous, total_s, count)
+                return token_window(previous, total_s, count)
         return None
 
     def _hit_ratio(
         self, read: _Reader, previous: EngineSample | None
-    ) -> tuple[float | None, _HitCounters | None]:
+    ) -> tuple[float | None, HitCounters | None]:
         gauge = read.first(self.spec.hit_ratio_gauges, _mean)
         if gauge is not None:
-            return _clamp_ratio(gauge), None
+            return clamp_ratio(gauge), None
         for pair in self.spec.hit_counters:
             hits = read.total(pair.hits)
             queries = read.total(pair.queries)
             if hits is not None and queries is not None:
-                window = _counter_ratio(previous, hits, queries)
+                window = counter_ratio(previous, hits, queries)
                 return window.ratio, window
         return None, None
 

@@ -4,7 +4,8 @@ from typing import Any
 import pytest
 
 from admission.outcomes import RejectReason
-from admission.priority_queue import DEFAULT_PRIORITY_CLASSES, PriorityClass, PriorityQueue, QueueEntry
+from admission.priority_classes import DEFAULT_PRIORITY_CLASSES, PriorityClass
+from admission.priority_queue import PriorityQueue, QueueEntry
 from core.clock import FakeClock
 
 CLASSES = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from admission.priority_queue import DEFAULT_PRIORITY_CLASSES
+from admission.priority_classes import DEFAULT_PRIORITY_CLASSES
 from admission.slo_wait import slo_bounded_classes
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from admission.config import AdmissionConfig
 from admission.controller import AdmissionController
-from admission.priority_queue import DEFAULT_PRIORITY_CLASSES, PriorityClass
+from admission.priority_classes import DEFAULT_PRIORITY_CLASSES, PriorityClass
 from admission.tenant_gate import TenantGate
 from admission.tenants import Tenant
 from admission.ticket import AdmissionRequest

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from admission.outcomes import AdmissionRefused, RejectReason
-from admission.priority_queue import PriorityClass
+from admission.priority_classes import PriorityClass
 from admission.retry_after import queue_retry_after_s
 from admission.ticket import Ticket
 

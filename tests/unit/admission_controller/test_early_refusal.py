@@ -10,7 +10,7 @@ import math
 import pytest
 
 from admission.outcomes import AdmissionRefused, RejectReason
-from admission.priority_queue import PriorityClass
+from admission.priority_classes import PriorityClass
 from admission.ticket import Ticket
 
 from .fakes import Harness, Slot, make_harness, req, run_scheduled_pump, settle

@@ -13,7 +13,7 @@ from gateway.upstream.engine_metrics import (
     adapter_for,
     known_flavours,
 )
-from gateway.upstream.engine_metrics.adapter import MIN_WINDOW_QUERY_TOKENS, MIN_WINDOW_TOKEN_GAPS
+from gateway.upstream.engine_metrics.counter_windows import MIN_WINDOW_QUERY_TOKENS, MIN_WINDOW_TOKEN_GAPS
 from tests.unit.engine_metrics import fixtures
 
 

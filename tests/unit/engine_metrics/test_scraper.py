@@ -15,7 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from gateway.config.scrape_settings import OnStale, ScrapeSettings
 from gateway.upstream.engine_metrics import ADAPTERS
 from gateway.upstream.replica import Replica
-from gateway.upstream.scraper import EngineScraper, ScrapeMetrics, ScrapeTarget
+from gateway.upstream.scrape_metrics import ScrapeMetrics
+from gateway.upstream.scraper import EngineScraper, ScrapeTarget
 from mock_engine.core import EngineStats
 from mock_engine.metrics_text import render_metrics
 from router.types import EngineLoad

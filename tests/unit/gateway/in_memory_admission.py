@@ -9,7 +9,8 @@ from admission.tenant_gate import TenantGate
 from core.clock import FakeClock
 from gateway.base.metrics import GatewayMetrics
 from gateway.config.settings import Settings
-from gateway.proxy.admit import PoolAdmission, build_admission
+from gateway.proxy.admission_assembly import build_admission
+from gateway.proxy.admit import PoolAdmission
 from gateway.proxy.route import Router
 from gateway.upstream.registry import ReplicaRegistry
 

@@ -10,8 +10,8 @@ import pytest
 
 from gateway.base.errors import ErrorCode
 from gateway.base.metrics import GatewayMetrics
-from gateway.config.pool_settings import DEFAULT_AVAILABILITY_EXCLUDED_OUTCOMES, BurnRateAlert
 from gateway.config.settings import ConfigError, Settings, parse_settings
+from gateway.config.slo_settings import DEFAULT_AVAILABILITY_EXCLUDED_OUTCOMES, BurnRateAlert
 from gateway.fleet.alert_rules import (
     RuleSet,
     alert_name,

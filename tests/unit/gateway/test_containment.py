@@ -19,7 +19,8 @@ from gateway.base.errors import RequestQuarantined, UpstreamError, UpstreamStatu
 from gateway.base.metrics import GatewayMetrics
 from gateway.config.settings import parse_settings
 from gateway.proxy.containment import Containment, build_containment
-from gateway.proxy.failure_attribution import FailureCause, RequestFailures
+from gateway.proxy.failure_attribution import RequestFailures
+from gateway.proxy.failure_charges import FailureCause
 from gateway.upstream.registry import Pool, ReplicaRegistry
 from gateway.upstream.replica import Replica
 from router.types import EngineLoad, RoutingRequest

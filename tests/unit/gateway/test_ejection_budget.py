@@ -15,7 +15,8 @@ from gateway.base.metrics import GatewayMetrics
 from gateway.config.settings import parse_settings
 from gateway.ops.admin import _replica_status
 from gateway.upstream.breaker import BreakerState
-from gateway.upstream.registry import FailureKind, Pool, ReplicaRegistry
+from gateway.upstream.failure_kinds import FailureKind
+from gateway.upstream.registry import Pool, ReplicaRegistry
 from gateway.upstream.replica import Replica
 from router.types import RoutingRequest
 

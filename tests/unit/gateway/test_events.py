@@ -19,9 +19,10 @@ from gateway.observability.events import ServeEvents, ServeEventSink
 from gateway.observability.record_events import RecordSink
 from gateway.proxy.account import ServeMetrics
 from gateway.proxy.context import RequestContext
-from gateway.proxy.failure_attribution import Charge, FailureCause
+from gateway.proxy.failure_charges import Charge, FailureCause
 from gateway.proxy.reply import Reply
-from gateway.upstream.registry import FailureKind, Pool, ReplicaRegistry
+from gateway.upstream.failure_kinds import FailureKind
+from gateway.upstream.registry import Pool, ReplicaRegistry
 from router.types import Branch, Decision
 from tests.servers import free_port
 

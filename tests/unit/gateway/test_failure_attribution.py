@@ -10,9 +10,11 @@ from core.clock import FakeClock
 from gateway.base.errors import UpstreamIdleTimeout, UpstreamProtocolError
 from gateway.base.metrics import GatewayMetrics
 from gateway.config.settings import parse_settings
-from gateway.proxy.failure_attribution import FailureCause, PoolAttribution
+from gateway.proxy.failure_attribution import PoolAttribution
+from gateway.proxy.failure_charges import FailureCause
 from gateway.proxy.retry_policy import failure_kind
-from gateway.upstream.registry import FailureKind, Pool, ReplicaRegistry
+from gateway.upstream.failure_kinds import FailureKind
+from gateway.upstream.registry import Pool, ReplicaRegistry
 from gateway.upstream.replica import Replica
 from router.types import EngineLoad
 

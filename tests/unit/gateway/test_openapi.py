@@ -14,13 +14,8 @@ import pytest
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 
-from gateway.api.openapi import (
-    OPENAPI_PATH,
-    PASSTHROUGH,
-    ROUTE_CODES,
-    error_statuses,
-    openapi_document,
-)
+from gateway.api.openapi import OPENAPI_PATH, openapi_document
+from gateway.api.openapi_errors import PASSTHROUGH, ROUTE_CODES, error_statuses
 from gateway.api.request_parsing import Endpoint, parse_request
 from gateway.api.response_calls import response_call
 from gateway.app import _proxy_route

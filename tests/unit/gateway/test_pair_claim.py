@@ -11,7 +11,7 @@ from admission.ticket import AdmissionRequest, SlotRole
 from core.clock import FakeClock
 from gateway.base.metrics import GatewayMetrics
 from gateway.config.settings import parse_settings
-from gateway.proxy.admit import build_admission
+from gateway.proxy.admission_assembly import build_admission
 from gateway.proxy.disagg.admit import PairAdmission, add_pair_admissions
 from gateway.proxy.route import Router
 from gateway.upstream.registry import ReplicaRegistry

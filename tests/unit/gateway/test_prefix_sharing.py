@@ -16,13 +16,11 @@ import pytest
 
 from core.shared_state import RedisBackend, RedisOperation
 from gateway.base.metrics import GatewayMetrics
+from gateway.fleet.prefix_records import IndexRecord, decode_batch, encode_batch
 from gateway.fleet.prefix_sharing import (
     MAX_RECORDS_PER_BATCH,
-    IndexRecord,
     PrefixIndexSharing,
     SharingMetrics,
-    decode_batch,
-    encode_batch,
     share_prefix_indexes,
 )
 from router.prefix_index import PrefixIndex

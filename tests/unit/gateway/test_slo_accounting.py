@@ -11,8 +11,8 @@ import pytest
 
 from core.clock import FakeClock
 from gateway.base.metrics import GatewayMetrics
-from gateway.config.pool_settings import KNOWN_OUTCOMES
 from gateway.config.settings import PoolSettings
+from gateway.config.slo_settings import KNOWN_OUTCOMES
 from gateway.proxy.account import OUTCOME_CLIENT_DISCONNECT, OUTCOME_SUCCESS, ServeMetrics
 from gateway.proxy.reply import Reply
 from gateway.upstream.registry import Pool

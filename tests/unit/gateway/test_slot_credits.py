@@ -18,7 +18,7 @@ from admission.ticket import AdmissionRequest, Ticket
 from core.clock import FakeClock
 from gateway.base.metrics import GatewayMetrics
 from gateway.config.settings import parse_settings
-from gateway.proxy.admit import build_admission
+from gateway.proxy.admission_assembly import build_admission
 from gateway.proxy.route import Router
 from gateway.upstream.registry import Pool, ReplicaRegistry
 from gateway.upstream.slot import Slot

@@ -12,9 +12,10 @@ import yaml
 
 from router.bounded import LoadBound
 from router.filters import ImbalanceFilter, LoadBoundFilter
-from router.plugins import build_profile, plugin_types
+from router.plugins import plugin_types
 from router.prefix_index import ImbalanceGuard
 from router.presets import CUSTOM_POLICY, PolicyContext, build_policy, known_policies, preset_spec
+from router.profile_spec import build_profile
 from router.types import Branch, EngineLoad, RoutingRequest
 from tests.unit.router.snapshots import IDS, decided, decisions, fleet, policy, replica
 
