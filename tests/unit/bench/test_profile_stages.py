@@ -168,6 +168,8 @@ UNMAPPED = {
     "gateway/config/scrape_settings.py",
     "gateway/config/observability_settings.py",
     "gateway/config/discovery_settings.py",
+    "gateway/config/slo_settings.py",
+    "gateway/config/admission_settings.py",
     # helpers every stage calls: transparent, their time is the caller's
     "core/clock.py",
     "core/redaction.py",
