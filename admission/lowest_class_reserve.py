@@ -22,16 +22,19 @@ a disaggregated pool's pair claims (`gateway.proxy.disagg.admit`) and a retry's 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 MIN_DEMAND_PER_S = 0.1
 """Arrivals per second of the classes above under which the lowest class fills the whole cap (one
 arrival in ten seconds, the meters' time constant)."""
 
 
-def cap_share(priority: str, class_names: Sequence[str], reserve: float, above_demand_per_s: float) -> float:
+def cap_share(
+    priority: str, class_names: Sequence[str], reserve: float, above_demand_per_s: Callable[[], float]
+) -> float:
     """The share of a learned cap a request of class `priority` may fill (module docstring): 1 − reserve
-    for the lowest of `class_names` (highest first) while the classes above it have demand, else 1."""
+    for the lowest of `class_names` (highest first) while the classes above it have demand, else 1.
+    `above_demand_per_s` is read only for the lowest class (every other claim skips the meters)."""
     if reserve <= 0 or len(class_names) < 2 or priority != class_names[-1]:
         return 1.0
-    return 1.0 - reserve if above_demand_per_s >= MIN_DEMAND_PER_S else 1.0
+    return 1.0 - reserve if above_demand_per_s() >= MIN_DEMAND_PER_S else 1.0

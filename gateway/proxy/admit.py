@@ -216,13 +216,13 @@ class PoolAdmission:
 
     def cap_share(self, request: AdmissionRequest) -> float:
         """The share of a learned cap `request` may fill (`admission.lowest_class_reserve.cap_share`)."""
-        reserve = self._config.lowest_class_reserve
-        names = self._class_names
-        if reserve <= 0 or request.priority != names[-1] or len(names) < 2:
-            return 1.0
         model = self.pool.model if request.routing is None else request.routing.model
-        demand = self.controller_for(model).above_rate_per_s(request.priority)
-        return cap_share(request.priority, names, reserve, demand)
+        return cap_share(
+            request.priority,
+            self._class_names,
+            self._config.lowest_class_reserve,
+            lambda: self.controller_for(model).above_rate_per_s(request.priority),
+        )
 
     def try_dispatch(self, request: AdmissionRequest) -> Slot | None:
         """Admission's hook: a slot now, None to wait, `no_replica` when nothing is up at all."""
