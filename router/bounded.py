@@ -32,7 +32,7 @@ from enum import StrEnum
 from router.load import LoadUnit, inflight_load
 from router.pickers import best_score_index
 from router.prefix_index import IndexedPicker, PrefixIndex
-from router.profile import Pick
+from router.profile import KeyOwner, Pick
 from router.ring import DEFAULT_VIRTUAL_NODES_PER_REPLICA, RingCache, hash_key
 from router.types import Branch, ReplicaView, RoutingRequest
 
@@ -170,6 +170,21 @@ class BoundedRingPicker(IndexedPicker):
                 return Pick(index, branch, {"hops": hops})
             hops += 1
         return Pick(best_score_index(scores, self._rng), Branch.ALL_OVER_BOUND, {"hops": hops})
+
+    def owner(
+        self, request: RoutingRequest, candidates: Sequence[ReplicaView], pool: Sequence[ReplicaView]
+    ) -> KeyOwner | None:
+        """The first of `candidates` clockwise from the request's key, bound and caps aside, with the
+        blocks the witness saw go there (`router.profile.OwningPicker`); None without a key."""
+        key = self._key_of(request)
+        if key is None:
+            return None
+        ids = {replica.replica_id for replica in candidates}
+        for replica_id in self._rings.ring_for(pool).walk(key):
+            if replica_id in ids:
+                stride, hashes = self._strided(request)
+                return KeyOwner(replica_id, self._index.matched_blocks(replica_id, hashes) * stride)
+        return None
 
     def _least_load(self, replicas: list[ReplicaView], scores: list[float], limit: int) -> Pick:
         """No key: the best load score among the candidates under the bound (all over → least load)."""

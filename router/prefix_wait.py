@@ -37,6 +37,12 @@ slots go to the waiters holding for it in queue order, while a waiter that holds
 one first; T is the model's prediction for a dispatch now, not when the slot frees. Pure and
 synchronous: the caller (the gateway's admission) re-asks at every release, so a stale answer
 lives at most until the next one or until `until_s`.
+
+Policies that route on a key (`prefix-affinity`, `session-affinity`: the bounded ring) keep no index
+to route on, but their owner is where the key maps (`key_owner_wait`): the same rule with that owner,
+credited with the blocks the ring's witness saw go there. Without it a ring spills along the ring
+whenever its owner is at its cap, so a learned cap turns the owner's warm prefixes into misses
+elsewhere (docs/BENCHMARKS.md, "Overload: admission past the knee").
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ from dataclasses import dataclass, field
 from router.eligibility import is_routable
 from router.load import queued_prefill_tokens, running_sequences, waiting_requests
 from router.prefix_index import PrefixIndex
+from router.profile import KeyOwner
 from router.types import ReplicaView, RoutingRequest
 
 DEFAULT_MIN_MATCH_RATIO = 0.5
@@ -84,9 +91,57 @@ def owner_wait(
 ) -> OwnerWait | None:
     """Whether `request` should keep waiting for its prefix's owner, and until when (module docstring);
     None: take whatever slot routing finds (spill)."""
-    blocks = len(request.prefix_hashes)
-    slo_s, hold_s = request.slo_ttft_s, queue.mean_hold_s
-    if blocks == 0 or slo_s is None or hold_s is None or hold_s <= 0:
+    found = _candidates(request, replicas, queue)
+    if found is None:
+        return None
+    candidates, free = found
+    needed = min_match_ratio * len(request.prefix_hashes)
+    matched = {r.replica_id: index.matched_blocks(r.replica_id, request.prefix_hashes) for r in candidates}
+    if any(matched[r.replica_id] >= needed for r in free):
+        return None
+    best: tuple[int, float, ReplicaView] | None = None
+    for replica in candidates:
+        held = matched[replica.replica_id]
+        if replica.has_free_slot or held < needed or held == 0:
+            continue
+        wait_s = _expected_wait_s(replica, queue)
+        if best is None or (held, -wait_s) > (best[0], -best[1]):
+            best = (held, wait_s, replica)
+    if best is None:
+        return None
+    held, wait_s, owner = best
+    return _until(owner, request, held, wait_s, queue)
+
+
+def key_owner_wait(
+    request: RoutingRequest,
+    replicas: Sequence[ReplicaView],
+    owner: KeyOwner,
+    queue: QueueState,
+    min_match_ratio: float = DEFAULT_MIN_MATCH_RATIO,
+) -> OwnerWait | None:
+    """The same decision for a policy that routes on a key (the rings, `router.bounded`): the owner is
+    the key's (`Profile.key_owner`), not the index's best match, and is worth waiting for when it is
+    full, another candidate is free, and the ring's witness saw at least `min_match_ratio` of the
+    prompt's blocks go there (a cold prefix is a miss anywhere: nothing to wait for)."""
+    found = _candidates(request, replicas, queue)
+    if found is None:
+        return None
+    candidates, _ = found
+    target = next((r for r in candidates if r.replica_id == owner.replica_id), None)
+    needed = min_match_ratio * len(request.prefix_hashes)
+    if target is None or target.has_free_slot or owner.matched_blocks < needed or owner.matched_blocks == 0:
+        return None
+    return _until(target, request, owner.matched_blocks, _expected_wait_s(target, queue), queue)
+
+
+def _candidates(
+    request: RoutingRequest, replicas: Sequence[ReplicaView], queue: QueueState
+) -> tuple[list[ReplicaView], list[ReplicaView]] | None:
+    """(candidates, those with a free slot) when a wait can be decided at all: the request has blocks
+    and a TTFT objective, S is known, and some but not every candidate is free."""
+    hold_s = queue.mean_hold_s
+    if not request.prefix_hashes or request.slo_ttft_s is None or hold_s is None or hold_s <= 0:
         return None
     candidates = [
         r
@@ -96,26 +151,27 @@ def owner_wait(
     free = [r for r in candidates if r.has_free_slot]
     if not free or len(free) == len(candidates):  # nothing to spill to, or no owner can be full
         return None
-    needed = min_match_ratio * blocks
-    matched = {r.replica_id: index.matched_blocks(r.replica_id, request.prefix_hashes) for r in candidates}
-    if any(matched[r.replica_id] >= needed for r in free):
-        return None
-    best: tuple[int, float, ReplicaView] | None = None
-    for replica in candidates:
-        held = matched[replica.replica_id]
-        if replica.has_free_slot or held < needed or held == 0:
-            continue
-        ahead = queue.ahead_by_replica.get(replica.replica_id, 0)
-        own_hold_s = queue.mean_hold_s_by_replica.get(replica.replica_id)
-        owner_hold_s = own_hold_s if own_hold_s is not None and own_hold_s > 0 else hold_s
-        wait_s = (ahead + 1) * owner_hold_s / max(1, replica.inflight_requests)
-        if best is None or (held, -wait_s) > (best[0], -best[1]):
-            best = (held, wait_s, replica)
-    if best is None:
-        return None
-    held, wait_s, owner = best
+    return candidates, free
+
+
+def _expected_wait_s(owner: ReplicaView, queue: QueueState) -> float:
+    """W = (ahead_owner + 1) × S_owner / inflight_owner (module docstring)."""
+    ahead = queue.ahead_by_replica.get(owner.replica_id, 0)
+    own_hold_s = queue.mean_hold_s_by_replica.get(owner.replica_id)
+    hold_s = queue.mean_hold_s or 0.0
+    owner_hold_s = own_hold_s if own_hold_s is not None and own_hold_s > 0 else hold_s
+    return (ahead + 1) * owner_hold_s / max(1, owner.inflight_requests)
+
+
+def _until(
+    owner: ReplicaView, request: RoutingRequest, held: int, wait_s: float, queue: QueueState
+) -> OwnerWait | None:
+    """Wait for `owner` while the slack lasts (module docstring), None when there is none."""
+    assert request.slo_ttft_s is not None
     ttft_s = _predicted_ttft_s(owner, request, held)
-    slack_s = min(slo_s - queue.waited_s - wait_s - ttft_s, queue.deadline_s - queue.now_s - wait_s)
+    slack_s = min(
+        request.slo_ttft_s - queue.waited_s - wait_s - ttft_s, queue.deadline_s - queue.now_s - wait_s
+    )
     if slack_s <= 0:
         return None
     return OwnerWait(owner.replica_id, queue.now_s + slack_s, wait_s, ttft_s)

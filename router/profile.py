@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from router.eligibility import eligible_replicas
+from router.eligibility import eligible_replicas, is_routable
 from router.lora import lora_slots
 from router.types import Branch, Decision, ReplicaView, RouteDetail, RoutingRequest
 
@@ -91,6 +91,25 @@ class Recorder(Protocol):
     def record(self, request: RoutingRequest, replica_id: str) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class KeyOwner:
+    """The replica a request's key maps to, full or not, and how many of its leading blocks that
+    replica is believed to hold (`router.prefix_wait.key_owner_wait`)."""
+
+    replica_id: str
+    matched_blocks: int
+
+
+@runtime_checkable
+class OwningPicker(Protocol):
+    """A picker that routes on a key (the rings): names the key's owner among the candidates, ignoring
+    loads and caps — where the request would go if the owner had room."""
+
+    def owner(
+        self, request: RoutingRequest, candidates: Sequence[ReplicaView], pool: Sequence[ReplicaView]
+    ) -> KeyOwner | None: ...
+
+
 class Policy(Protocol):
     """What the gateway calls: a pure decision over a snapshot, recorded when committed (module
     docstring)."""
@@ -128,6 +147,7 @@ class Profile:
         self.prefix_index = prefix_index
         self._picker = picker
         self._recorder = picker if isinstance(picker, Recorder) else None
+        self._owning = picker if isinstance(picker, OwningPicker) else None
         self._scorers = tuple(scorers)
         self._filters = tuple(filters)
 
@@ -162,6 +182,21 @@ class Profile:
         index, which refreshes them, but not what happened)."""
         if self._recorder is not None:
             self._recorder.record(request, decision.replica_id)
+
+    @property
+    def routes_on_key(self) -> bool:
+        """Its picker routes on a key and can name the key's owner (`key_owner`)."""
+        return self._owning is not None
+
+    def key_owner(self, request: RoutingRequest, replicas: Sequence[ReplicaView]) -> KeyOwner | None:
+        """The request's key owner among the replicas that could take it were they not full (routable,
+        serving its model, not excluded; `OwningPicker`), None when the picker routes on no key or the
+        request has none."""
+        if self._owning is None:
+            return None
+        candidates = [r for r in replicas if is_routable(r) and r.serves(request.model)]
+        candidates = [r for r in candidates if r.replica_id not in request.exclude]
+        return self._owning.owner(request, candidates, replicas) if candidates else None
 
     def _combined_scores(self, request: RoutingRequest, candidates: list[ReplicaView]) -> list[float]:
         totals = [0.0] * len(candidates)

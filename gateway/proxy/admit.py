@@ -39,7 +39,8 @@ from gateway.upstream.registry import Pool, ReplicaRegistry
 from gateway.upstream.slot import Slot
 from gateway.upstream.slot_credits import SlotCredits
 from router.prefix_index import policy_prefix_index
-from router.prefix_wait import QueueState, owner_wait
+from router.prefix_wait import QueueState, key_owner_wait, owner_wait
+from router.profile import Profile
 from router.types import Decision, RoutingRequest
 
 
@@ -236,12 +237,15 @@ class PoolAdmission:
     def prefer_wait(self, request: AdmissionRequest, context: WaitContext) -> Hold | None:
         """Admission's hold hook (`prefix_wait.enabled`): keep waiting for the replica that holds the
         request's prefix while a free slot elsewhere would be a cache miss and the wait fits its TTFT
-        objective (`router.prefix_wait.owner_wait`); None without a routing prefix index (the rings'
-        private witness does not count) or at the process's
-        connection limit (no slot anywhere: nothing to hold out against)."""
-        index = policy_prefix_index(self.pool.policy)
+        objective — the routing prefix index's best match (`router.prefix_wait.owner_wait`), or for
+        the rings the key's owner as their witness credits it (`key_owner_wait`). None for a policy
+        with neither, or at the process's connection limit (no slot anywhere: nothing to hold out
+        against)."""
         routing = request.routing
-        if index is None or routing is None:
+        policy = self.pool.policy
+        index = policy_prefix_index(policy)
+        keyed = isinstance(policy, Profile) and policy.routes_on_key
+        if routing is None or (index is None and not keyed):
             return None
         if self._max_inflight is not None and self._registry.total_inflight() >= self._max_inflight:
             return None
@@ -256,7 +260,13 @@ class PoolAdmission:
             context.mean_hold_s_by_key,
         )
         ratio = self.pool.settings.prefix_wait.min_match_ratio
-        wait = owner_wait(routing, self.pool.snapshot(self.cap_share(request)), index, queue, ratio)
+        views = self.pool.snapshot(self.cap_share(request))
+        if index is not None:
+            wait = owner_wait(routing, views, index, queue, ratio)
+        else:
+            assert isinstance(policy, Profile)
+            owner = policy.key_owner(routing, views)
+            wait = None if owner is None else key_owner_wait(routing, views, owner, queue, ratio)
         return None if wait is None else Hold(wait.replica_id, wait.until_s)
 
     def claim_excluding(self, routing: RoutingRequest, excluded: frozenset[str]) -> Slot | None:

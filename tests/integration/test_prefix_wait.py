@@ -1,7 +1,8 @@
 """Queued requests keep their prefix's replica (`prefix_wait`), through a real gateway and two mock
 engines with one slot each: with the replica holding a prompt's prefix busy and the other one free, a
 request with that prefix waits for its replica (and is served there, after it frees), while a request
-with another prefix takes the free replica at once; with `prefix_wait` off it goes to the free one.
+with another prefix takes the free replica at once; with `prefix_wait` off it goes to the free one. The
+same with `prefix-affinity`, whose owner is the ring's for the prompt's key.
 `/metrics` counts the wait (`prefix_wait_total{outcome="held"|"owner"}`). Nothing stays in flight
 afterwards."""
 
@@ -11,6 +12,7 @@ import asyncio
 import time
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.conftest import MODEL, pool
@@ -60,11 +62,14 @@ def _prefix_waits(gateway_url: str) -> dict[tuple[str, str], float]:
     }
 
 
-def test_a_queued_request_waits_for_the_replica_holding_its_prefix(mock_engines, gateways) -> None:
+@pytest.mark.parametrize("policy", ["prefix-index", "prefix-affinity"])
+def test_a_queued_request_waits_for_the_replica_holding_its_prefix(mock_engines, gateways, policy) -> None:
+    """The owner is the index's best match (`prefix-index`) or the key's ring owner, credited by the
+    ring's witness (`prefix-affinity`); either way the request holds for it."""
     engines = [mock_engines(model=MODEL, token_delay_ms=20) for _ in range(2)]  # 40 tokens: ~0.8 s
     settings = pool(
         engines,
-        policy="prefix-index",
+        policy=policy,
         max_concurrency_per_replica=1,
         slo={"ttft_s": 10.0, "tpot_s": None},  # interactive waits at most 5 s
         prefix_wait={"enabled": True},  # the default, spelled out
@@ -87,11 +92,14 @@ def test_a_queued_request_waits_for_the_replica_holding_its_prefix(mock_engines,
     assert all(r.inflight_requests == 0 for r in registry.all_replicas())
 
 
-def test_without_prefix_wait_the_queued_request_takes_the_free_replica(mock_engines, gateways) -> None:
+@pytest.mark.parametrize("policy", ["prefix-index", "prefix-affinity"])
+def test_without_prefix_wait_the_queued_request_takes_the_free_replica(
+    mock_engines, gateways, policy
+) -> None:
     engines = [mock_engines(model=MODEL, token_delay_ms=20) for _ in range(2)]
     settings = pool(
         engines,
-        policy="prefix-index",
+        policy=policy,
         max_concurrency_per_replica=1,
         slo={"ttft_s": 10.0, "tpot_s": None},
         prefix_wait={"enabled": False},

@@ -1,18 +1,20 @@
 """The "wait for the prefix's owner or spill" decision (router/prefix_wait.py), against hand-computed
 budgets: W = (ahead + 1) × S_owner / inflight (S_owner: the owner's own mean hold, else the pool's),
-slack = min(slo − waited − W − T, deadline − now − W)."""
+slack = min(slo − waited − W − T, deadline − now − W); and the same for a ring's key owner."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from router.latency_model import LatencyEstimate
 from router.prefix_index import PrefixIndex
-from router.prefix_wait import OwnerWait, QueueState, owner_wait
+from router.prefix_wait import OwnerWait, QueueState, key_owner_wait, owner_wait
+from router.profile import KeyOwner, Profile
 from router.types import RoutingRequest
-from tests.unit.router.snapshots import fleet
+from tests.unit.router.snapshots import decided, fleet, policy, prefix_request, ring_order
 
 HASHES = tuple(range(100, 110))  # a 10-block prompt
 FULL = {"inflight_requests": 4, "max_concurrency": 4}
@@ -186,3 +188,53 @@ def test_between_equal_matches_the_replica_that_frees_slots_faster_is_waited_for
     state = queue(deadline_s=110.0, mean_hold_s_by_replica={"r0": 16.0, "r1": 4.0})
     wait = owner_wait(request(slo_ttft_s=10.0), views, index_with(r0=10, r1=10), state)
     assert wait is not None and wait.replica_id == "r1"
+
+
+# --- a key's owner (the rings: prefix-affinity, session-affinity) -------------------------------------
+
+
+def test_waits_for_the_keys_full_owner_its_witness_credits() -> None:
+    views = fleet(("r0", "r1"), r0=FULL, r1=FREE)
+    wait = key_owner_wait(request(), views, KeyOwner("r0", 10), queue(deadline_s=103.0))
+    # the same budget as an index's owner: W = 1 × 8 / 4 = 2 s, slack = min(4 − 2, 103 − 100 − 2) = 1
+    assert wait == OwnerWait("r0", until_s=101.0, expected_wait_s=2.0, predicted_ttft_s=0.0)
+
+
+@pytest.mark.parametrize(
+    ("why", "owner", "views"),
+    [
+        ("the owner has a free slot", KeyOwner("r0", 10), {"r0": FREE, "r1": FREE}),
+        ("nothing free elsewhere", KeyOwner("r0", 10), {"r0": FULL, "r1": FULL}),
+        ("a cold prefix: the witness saw none of it go there", KeyOwner("r0", 0), None),
+        ("the witness saw under half of it", KeyOwner("r0", 4), None),
+        ("the owner is not a candidate (down)", KeyOwner("r0", 10), {"r0": {**FULL, "healthy": False}}),
+        ("the owner is not in the snapshot", KeyOwner("r9", 10), None),
+    ],
+)
+def test_spills_without_a_keyed_owner_worth_waiting_for(
+    why: str, owner: KeyOwner, views: dict[str, Any] | None
+) -> None:
+    snapshot = fleet(("r0", "r1"), **{"r0": FULL, "r1": FREE, **(views or {})})
+    assert key_owner_wait(request(), snapshot, owner, queue(deadline_s=110.0)) is None, why
+
+
+def test_the_ring_names_its_keys_owner_full_or_not_with_the_blocks_its_witness_saw() -> None:
+    ring = policy("prefix-affinity")
+    assert isinstance(ring, Profile) and ring.routes_on_key
+    routed = prefix_request(prefix_hashes=HASHES, block_size_chars=1024)  # stride 1: every block
+    assert routed.prefix_key is not None
+    order = ring_order(routed.prefix_key)
+    views = fleet()
+    assert ring.key_owner(routed, views) == KeyOwner(order[0], 0)  # cold: nothing seen yet
+    decided(ring.decide(routed, views))
+    full = fleet(**{order[0]: FULL})
+    assert ring.key_owner(routed, full) == KeyOwner(order[0], len(HASHES)), "full, still the owner"
+    retry = replace(routed, exclude=frozenset({order[0]}))
+    assert ring.key_owner(retry, full) == KeyOwner(order[1], 0), "excluded: the next one clockwise"
+    assert ring.key_owner(replace(routed, prefix_key=None), full) is None, "no key, no owner"
+
+
+def test_a_policy_that_routes_on_no_key_names_no_owner() -> None:
+    index_policy = policy("prefix-index")
+    assert isinstance(index_policy, Profile) and not index_policy.routes_on_key
+    assert index_policy.key_owner(prefix_request(prefix_hashes=HASHES), fleet()) is None
