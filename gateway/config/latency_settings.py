@@ -73,14 +73,15 @@ class PrefixWaitSettings(BaseModel):
     """A pool's `prefix_wait:`: a queued request keeps waiting for the replica that holds its prompt's
     prefix, while another replica's free slot would make it a cache miss, as long as its expected wait
     there plus its predicted TTFT keeps within its TTFT objective (router/prefix_wait.py; the
-    controller's holds: admission/holds.py). Needs a policy with a prefix index (`prefix-index`,
-    `sticky-prefix`, `predicted-latency`) and matters only with a cap (`max_concurrency_per_replica`,
-    or the learned one): without one no replica is ever full, so nothing waits.
+    controller's holds: admission/holds.py). The replica is the prefix index's best match
+    (`prefix-index`, `sticky-prefix`, `predicted-latency`) or the key's owner on the ring
+    (`prefix-affinity`, `session-affinity`), credited by the ring's witness; other policies hold for
+    nothing. It matters only with a cap (`max_concurrency_per_replica`, or the learned one): without
+    one no replica is ever full, so nothing waits.
 
-    On by default, from docs/BENCHMARKS.md ("Queued requests keep their prefix replica"): with a cap of
-    64 at 2× the knee it raised SLO goodput from 16.2–17.3 to 21.2–21.3 req/s and the prefix-cache hit
-    ratio from 44–48 % to 65 %, and at 1.5× it changed goodput by +1–2 % with a 19–23 % lower TTFT p95;
-    where it does not act (no cap, no prefix index, no TTFT objective) it costs one pass over the views."""
+    On by default: past the knee it keeps the prefix-cache hit ratio and SLO goodput up
+    (docs/BENCHMARKS.md, "Queued requests keep their prefix replica"); where it does not act (no cap,
+    no owner, no TTFT objective) it costs one pass over the views."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
