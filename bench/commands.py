@@ -45,7 +45,8 @@ from typing import Any
 
 from bench import compare_presets, options
 from bench.execute import Experiment, Target, run_experiment
-from bench.fleet import Fleet, GatewayOptions, pin_self
+from bench.fleet import Fleet, pin_self
+from bench.fleet_config import GatewayOptions
 from bench.report import environment, output_dir, write_report
 from bench.summary import RunResult
 

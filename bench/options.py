@@ -14,7 +14,8 @@ from bench.client import ClientOptions
 from bench.disagg import PROTOCOLS, DisaggSpec, check_link, parse_disagg
 from bench.execute import Experiment, LoadSpec
 from bench.faults import DEFAULT_POISON_MARKER, Poison, parse_schedule
-from bench.fleet import EngineOptions, GatewayOptions, Pinning, merge_into
+from bench.fleet import Pinning
+from bench.fleet_config import EngineOptions, GatewayOptions, merge_into
 from bench.presets import PRESETS, TraceWorkload, build_workload, preset_help
 from bench.stats import Slo
 from bench.workload import Workload, parse_priority_mix

@@ -47,7 +47,8 @@ from typing import Any
 from bench.arrivals import ClosedLoop
 from bench.client import BenchClient, Client, ClientOptions
 from bench.cpu_per_request import reference_proxy
-from bench.fleet import EngineOptions, Fleet, GatewayOptions, Pinning, pin_self
+from bench.fleet import Fleet, Pinning, pin_self
+from bench.fleet_config import EngineOptions, GatewayOptions
 from bench.lean_client import LeanClient
 from bench.overhead_report import render_overhead, write_overhead
 from bench.proc import CpuReading

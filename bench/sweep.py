@@ -33,7 +33,8 @@ from pathlib import Path
 from bench import options
 from bench.commands import Entry, finish, parse_variant, run_entries, run_on_fleet
 from bench.execute import Experiment
-from bench.fleet import GatewayOptions, pin_self
+from bench.fleet import pin_self
+from bench.fleet_config import GatewayOptions
 from bench.knee import DEFAULT_PRECISION, DEFAULT_SLO_RATIO, KneeSearch, Probe, find_knee
 from bench.report import output_dir
 from bench.summary import RunResult
