@@ -81,7 +81,7 @@ GATEWAY_LAYERS = (
     "gateway.upstream",  # replicas: registry, slots, discovery, health checks, scraping
     "gateway.api",  # the ASGI edge: request parsing, I/O, the connection guard, OpenAPI
     "gateway.observability",  # the event port, the request's record, spans, the access log
-    "gateway.fleet",  # instance membership, autoscaling signal, prefix sharing, alert rules
+    "gateway.fleet",  # instance membership, autoscaling signal, prefix sharing, alert rules, shared state
     "gateway.proxy.stores",  # idempotency, quarantine, poison evidence, response state
     "gateway.proxy",  # the serve path (gateway.proxy.disagg: the disaggregated legs)
     "gateway.ops",  # the admin API

@@ -157,6 +157,7 @@ UNMAPPED = {
     "gateway/fleet/alert_rules_cost.py",
     "gateway/fleet/alert_rules_promql.py",
     "gateway/composition.py",
+    "gateway/fleet/shared_state_assembly.py",
     "gateway/config/disagg_settings.py",
     "gateway/config/engine_flavours.py",
     "gateway/base/gc_tuning.py",
