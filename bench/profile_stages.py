@@ -120,7 +120,10 @@ _STRONG: dict[str, tuple[str, ...]] = {
     ),
     METRICS: (
         "prometheus_client/",
-        "gateway/base/metrics.py",
+        "gateway/base/metric",  # metrics.py, metric_naming.py
+        "gateway/base/request_metrics.py",
+        "gateway/base/dispatch_metrics.py",
+        "gateway/base/replica_metrics.py",
         "gateway/fleet/autoscaling.py",
         "gateway/proxy/account.py",
         "gateway/observability/events.py",

@@ -51,7 +51,8 @@ from prometheus_client import Counter, Gauge
 
 from core.shared_state import LUA_PRELUDE, RedisBackend, RedisOperation
 from core.tasks import cancel_and_wait
-from gateway.base.metrics import PREFIX, GatewayMetrics
+from gateway.base.metric_naming import PREFIX
+from gateway.base.metrics import GatewayMetrics
 from gateway.fleet.instance_membership import new_instance_id
 from gateway.fleet.prefix_records import IndexRecord, decode_batch, encode_batch
 from router.prefix_index import PrefixIndex, policy_prefix_index
