@@ -75,6 +75,8 @@ _STRONG: dict[str, tuple[str, ...]] = {
     ),
     HANDLER: (
         "gateway/proxy/handler.py",
+        "gateway/proxy/error_answer.py",
+        "gateway/proxy/idempotent_serving.py",
         "gateway/proxy/context.py",
         "gateway/proxy/fallback.py",
         "gateway/proxy/adapter_loading.py",
