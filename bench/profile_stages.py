@@ -144,6 +144,7 @@ _STRONG: dict[str, tuple[str, ...]] = {
         "gateway/upstream/pool_watchers.py",
         "gateway/fleet/instance_membership.py",
         "core/shared_state.py",
+        "core/state_outage.py",
     ),
 }
 _WEAK: dict[str, tuple[str, ...]] = {SEND: ("aiohttp/", "yarl/", "multidict/", "aiohappyeyeballs/")}

@@ -38,7 +38,8 @@ import httpx
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from core.clock import Clock, SystemClock
-from core.shared_state import RedisBackend, RedisOperation
+from core.shared_state import RedisBackend
+from core.state_outage import RedisOperation
 from gateway.base.metrics import GatewayMetrics
 from gateway.config.settings import ConfigError, Settings
 from gateway.fleet.autoscaling import AutoscaleSignals

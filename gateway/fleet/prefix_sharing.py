@@ -49,7 +49,8 @@ from typing import Any, Protocol
 
 from prometheus_client import Counter, Gauge
 
-from core.shared_state import LUA_PRELUDE, RedisBackend, RedisOperation
+from core.shared_state import LUA_PRELUDE, RedisBackend
+from core.state_outage import RedisOperation
 from core.tasks import cancel_and_wait
 from gateway.base.metric_naming import PREFIX
 from gateway.base.metrics import GatewayMetrics

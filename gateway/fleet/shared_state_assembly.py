@@ -19,7 +19,8 @@ from admission.redis_leases import RedisLeaseStore
 from admission.redis_rate_limit import RedisRateLimitStore
 from admission.tenant_gate import TenantGate
 from core.clock import Clock
-from core.shared_state import FailureMode, RedisBackend, RedisOperation, outlasted_periods
+from core.shared_state import RedisBackend, outlasted_periods
+from core.state_outage import FailureMode, RedisOperation
 from gateway.base.metrics import GatewayMetrics
 from gateway.config.settings import Settings
 from gateway.upstream.slot_credits import SlotCredits

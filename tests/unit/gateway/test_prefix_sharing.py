@@ -14,7 +14,8 @@ from typing import Any, cast
 
 import pytest
 
-from core.shared_state import RedisBackend, RedisOperation
+from core.shared_state import RedisBackend
+from core.state_outage import RedisOperation
 from gateway.base.metrics import GatewayMetrics
 from gateway.fleet.prefix_records import IndexRecord, decode_batch, encode_batch
 from gateway.fleet.prefix_sharing import (
