@@ -5,10 +5,10 @@ Built at construction (no event loop needed): the metrics and the replica regist
 routing policies, replica state) — what the operations endpoints read even before start-up.
 Built by `start()`, in this order, each registered for closing as it is built:
 
-    state backend (Redis, or none with memory state) · tenant gate (rate limits + bulkheads, on memory
-    or Redis stores) · slot credits (Redis only: the per-replica cap shared by every instance), all
-    three from `gateway.fleet.shared_state_assembly` · tenant directory
-    prefix-index sharing (Redis only: each pool's index records exchanged, `gateway.fleet.prefix_sharing`)
+    from `gateway.fleet.shared_state_assembly`: state backend (Redis, or none with memory state) · tenant
+    gate (rate limits + bulkheads, on memory or Redis stores) · slot credits (Redis only: the
+    per-replica cap shared by every instance) · prefix-index sharing (Redis only: each pool's index
+    records exchanged, `gateway.fleet.prefix_sharing`)
     router (decide + its metrics) · admission (a controller per pool, dispatching through the router)
     upstream session + client · control client (health checks, scrapes)
     request observer (tracer + span exporter, access log writer: `gateway.observability`)
@@ -28,7 +28,6 @@ already built.
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -41,11 +40,11 @@ from core.clock import Clock, SystemClock
 from core.shared_state import RedisBackend
 from core.state_outage import RedisOperation
 from gateway.base.metrics import GatewayMetrics
+from gateway.config.engine_keys import engine_keys
 from gateway.config.settings import ConfigError, Settings
 from gateway.fleet.autoscaling import AutoscaleSignals
 from gateway.fleet.instance_membership import GatewayMembership, RedisMembership
-from gateway.fleet.prefix_sharing import share_prefix_indexes
-from gateway.fleet.shared_state_assembly import slot_credits, state_backend, tenant_gate
+from gateway.fleet.shared_state_assembly import share_prefix_indexes, slot_credits, state_backend, tenant_gate
 from gateway.observability.events import ServeEvents
 from gateway.observability.observer import RequestObserver
 from gateway.observability.tracer import TracingUnavailable
@@ -191,14 +190,14 @@ class Components:
         self.proxy = ProxyHandler(
             settings=s,
             catalog=self.catalog,
-            adapters=AdapterLoader(self.registry, self.control_client, metrics, self._engine_keys(), clock),
+            adapters=AdapterLoader(self.registry, self.control_client, metrics, engine_keys(s), clock),
             tenants=self.tenants,
             admission=admission,
             server=serve_path.server,
             idempotency=idempotency,
             metrics=metrics,
             events=serve_path.events,
-            engine_keys=self._engine_keys(),
+            engine_keys=engine_keys(s),
             affinity=ResponseAffinity(response_state_store(backend, clock), self.tenants),
             clock=clock,
         )
@@ -210,7 +209,7 @@ class Components:
         self._start_membership(backend, signals)
         self._start_discovery()
         for watcher in pool_watchers(
-            self.registry, self.control_client, self.metrics, self.clock, self._child_rng, self._engine_keys()
+            self.registry, self.control_client, self.metrics, self.clock, self._child_rng, engine_keys(s)
         ):
             watcher.start()
             self._on_close(watcher.stop)
@@ -233,19 +232,6 @@ class Components:
 
     def _child_rng(self) -> random.Random:
         return random.Random(self._rng.random())
-
-    def _engine_keys(self) -> dict[str, str]:
-        """Each pool's engine key from the environment variable it names (`engine_api_key_env`)."""
-        keys: dict[str, str] = {}
-        for index, pool in enumerate(self.settings.pools):
-            name = pool.engine_api_key_env
-            if name is None:
-                continue
-            value = os.environ.get(name)
-            if not value:
-                raise ConfigError(f"pools.{index}.engine_api_key_env: environment variable {name} is not set")
-            keys[pool.model] = value
-        return keys
 
     def _containment(self, backend: RedisBackend | None) -> Containment:
         """Attribution, quarantine and poison evidence per pool (`gateway.proxy.containment`); with

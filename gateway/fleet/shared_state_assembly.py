@@ -7,12 +7,16 @@
 - `tenant_gate`: the tenant gate (rate limits and bulkheads) on memory stores, or on Redis ones behind
   atomic scripts.
 - `slot_credits`: the replica slot credits on Redis (None with memory state: each instance's own cap is
-  the cap).
+  the cap);
+- `share_prefix_indexes`: with Redis state and `state.share_prefix_index`, the exchange of the prefix
+  indexes of every pool whose policy keeps one (`gateway.fleet.prefix_sharing`).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from typing import Any, Protocol
 
 from admission.leases import LeaseScope
 from admission.redis_leases import RedisLeaseStore
@@ -23,9 +27,21 @@ from core.shared_state import RedisBackend, outlasted_periods
 from core.state_outage import FailureMode, RedisOperation
 from gateway.base.metrics import GatewayMetrics
 from gateway.config.settings import Settings
+from gateway.fleet.prefix_sharing import PrefixIndexSharing, SharingMetrics
 from gateway.upstream.slot_credits import SlotCredits
+from router.prefix_index import policy_prefix_index
 
 logger = logging.getLogger(__name__)
+
+
+class SharedPool(Protocol):
+    """What sharing needs of a pool (`gateway.upstream.registry.Pool` fits)."""
+
+    @property
+    def policy(self) -> object: ...
+
+    @property
+    def replicas(self) -> Mapping[str, Any]: ...
 
 
 def state_backend(settings: Settings, metrics: GatewayMetrics) -> RedisBackend | None:
@@ -86,3 +102,25 @@ def slot_credits(
         linger_s=state.replica_credit_linger_s,
         on_error=metrics.state_errors_total.labels("slot_credit_refill").inc,
     )
+
+
+def share_prefix_indexes(
+    backend: RedisBackend | None, enabled: bool, pools: Mapping[str, SharedPool], metrics: GatewayMetrics
+) -> Callable[[], Awaitable[None]]:
+    """Start sharing the index of every pool whose policy keeps one, with Redis state and `enabled`;
+    returns the closer to register (a no-op when nothing is shared)."""
+    found = {name: policy_prefix_index(pool.policy) for name, pool in pools.items()}
+    indexes = {name: index for name, index in found.items() if index is not None}
+    if backend is None or not enabled or not indexes:
+        return _nothing_to_close
+
+    def members(name: str) -> Collection[str]:
+        return pools[name].replicas.keys()
+
+    sharing = PrefixIndexSharing(backend, indexes, members, SharingMetrics(metrics))
+    sharing.start()
+    return sharing.stop
+
+
+async def _nothing_to_close() -> None:
+    return None

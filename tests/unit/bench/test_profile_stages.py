@@ -160,6 +160,7 @@ UNMAPPED = {
     "gateway/fleet/shared_state_assembly.py",
     "gateway/config/disagg_settings.py",
     "gateway/config/engine_flavours.py",
+    "gateway/config/engine_keys.py",
     "gateway/base/gc_tuning.py",
     "gateway/config/model_settings.py",
     "gateway/config/pool_settings.py",
