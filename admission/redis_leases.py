@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from admission.leases import Lease, LeaseScope, random_lease_id, validate_lease_args
-from core.shared_state import LUA_PRELUDE, RedisBackend, RedisOperation
+from core.shared_state import LUA_PRELUDE, RedisBackend
+from core.state_outage import RedisOperation
 
 _KEY_TTL_LUA = """
 local function keep_key(key, ttl)

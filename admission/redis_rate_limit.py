@@ -17,7 +17,8 @@ from admission.rate_limit import (
     RateLimitResult,
     TenantRateLimits,
 )
-from core.shared_state import LUA_PRELUDE, RedisBackend, RedisOperation
+from core.shared_state import LUA_PRELUDE, RedisBackend
+from core.state_outage import RedisOperation
 
 _RATE_ACQUIRE_LUA = (
     LUA_PRELUDE

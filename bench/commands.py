@@ -43,9 +43,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import compare_presets, options
+from bench import compare_presets, options, run_arguments
 from bench.execute import Experiment, Target, run_experiment
-from bench.fleet import Fleet, GatewayOptions, pin_self
+from bench.fleet import Fleet, pin_self
+from bench.fleet_config import GatewayOptions
 from bench.report import environment, output_dir, write_report
 from bench.summary import RunResult
 
@@ -61,8 +62,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "--engine-metrics", action="append", default=[], metavar="URL", help="engine to scrape (repeat)"
     )
     parser.add_argument("--policy", default=None, help="gateway policy, or oracle / direct (no gateway)")
-    options.add_fleet_arguments(parser)
-    options.add_experiment_arguments(parser)
+    run_arguments.add_fleet_arguments(parser)
+    run_arguments.add_experiment_arguments(parser)
 
 
 def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
@@ -87,8 +88,8 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
         help="a named comparison; options given override it — " + compare_presets.describe(),
     )
     parser.add_argument("--rounds", type=int, default=1, help="repeat with rotated order (default 1)")
-    options.add_fleet_arguments(parser)
-    options.add_experiment_arguments(parser)
+    run_arguments.add_fleet_arguments(parser)
+    run_arguments.add_experiment_arguments(parser)
 
 
 def run_on_fleet(

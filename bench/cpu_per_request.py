@@ -35,7 +35,8 @@ from typing import Any
 import aiohttp
 import httpx
 
-from bench.fleet import GatewayOptions, free_port, gateway_config
+from bench.fleet import free_port
+from bench.fleet_config import GatewayOptions, gateway_config
 from bench.proc import CpuReading
 
 DONE = b"data: [DONE]"
@@ -198,8 +199,8 @@ def reference_proxy(
 def gateway_process(
     name: str, model: str, upstream: str, log_dir: Path, overrides: dict[str, Any] | None = None
 ) -> contextlib.AbstractContextManager[Target]:
-    """`llm-gateway serve` with the generated config (bench/fleet.py: one pool of `model` on `upstream`,
-    default settings, `overrides` merged into the top level), ready at `/readyz`."""
+    """`llm-gateway serve` with the generated config (bench/fleet_config.py: one pool of `model` on
+    `upstream`, default settings, `overrides` merged into the top level), ready at `/readyz`."""
     port = free_port()
     config = gateway_config(GatewayOptions(settings_overrides=overrides or {}), model, [upstream], port)
     path = log_dir / f"{name}.yaml"

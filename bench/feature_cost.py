@@ -41,7 +41,8 @@ from bench.cpu_per_request import (
     summarize,
     to_json,
 )
-from bench.fleet import EngineOptions, Fleet, free_port
+from bench.fleet import Fleet, free_port
+from bench.fleet_config import EngineOptions
 
 MODEL = "bench-fast"
 

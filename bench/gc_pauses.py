@@ -46,7 +46,8 @@ from typing import Any
 import aiohttp
 import httpx
 
-from bench.fleet import EngineOptions, Fleet, free_port
+from bench.fleet import Fleet, free_port
+from bench.fleet_config import EngineOptions
 from bench.report import environment
 from bench.stats import percentile
 

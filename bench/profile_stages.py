@@ -75,6 +75,8 @@ _STRONG: dict[str, tuple[str, ...]] = {
     ),
     HANDLER: (
         "gateway/proxy/handler.py",
+        "gateway/proxy/error_answer.py",
+        "gateway/proxy/idempotent_serving.py",
         "gateway/proxy/context.py",
         "gateway/proxy/fallback.py",
         "gateway/proxy/adapter_loading.py",
@@ -120,7 +122,10 @@ _STRONG: dict[str, tuple[str, ...]] = {
     ),
     METRICS: (
         "prometheus_client/",
-        "gateway/base/metrics.py",
+        "gateway/base/metric",  # metrics.py, metric_naming.py
+        "gateway/base/request_metrics.py",
+        "gateway/base/dispatch_metrics.py",
+        "gateway/base/replica_metrics.py",
         "gateway/fleet/autoscaling.py",
         "gateway/proxy/account.py",
         "gateway/observability/events.py",
@@ -139,6 +144,7 @@ _STRONG: dict[str, tuple[str, ...]] = {
         "gateway/upstream/pool_watchers.py",
         "gateway/fleet/instance_membership.py",
         "core/shared_state.py",
+        "core/state_outage.py",
     ),
 }
 _WEAK: dict[str, tuple[str, ...]] = {SEND: ("aiohttp/", "yarl/", "multidict/", "aiohappyeyeballs/")}

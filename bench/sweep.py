@@ -30,10 +30,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from bench import options
+from bench import options, run_arguments
 from bench.commands import Entry, finish, parse_variant, run_entries, run_on_fleet
 from bench.execute import Experiment
-from bench.fleet import GatewayOptions, pin_self
+from bench.fleet import pin_self
+from bench.fleet_config import GatewayOptions
 from bench.knee import DEFAULT_PRECISION, DEFAULT_SLO_RATIO, KneeSearch, Probe, find_knee
 from bench.report import output_dir
 from bench.summary import RunResult
@@ -93,8 +94,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="X",
         help="offered load as multiples of the knee (default 0.5 0.75 1 1.25 1.5 2 2.5 3)",
     )
-    options.add_fleet_arguments(parser)
-    options.add_experiment_arguments(parser)
+    run_arguments.add_fleet_arguments(parser)
+    run_arguments.add_experiment_arguments(parser)
     parser.set_defaults(rate=None)
 
 

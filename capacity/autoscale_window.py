@@ -14,21 +14,20 @@ Two windows end at `now`: the *window* (default 60 s) averages the rates the bar
     Q_trend    = least-squares slope of the sampled depth           (requests/s, recent window)
     wait p95   = nearest-rank p95 of admission queue waits          (s, recent window)
 
-Counts and sums live in buckets of `bucket_s` (1 s), so memory is bounded by the window, not the
-request rate; a bucket is in a window when it *starts* at or after `now − window`, and the span is
-`now` minus the start of the oldest such bucket (never more than the time since the accumulator
-started), so rates are exact counts over exact spans. Latency samples for the p95 are kept raw but
+Counts and sums live in buckets of `bucket_s` (1 s, `capacity.window_series`), so memory is bounded by
+the window, not the request rate; a bucket is in a window when it *starts* at or after `now − window`,
+and the span is `now` minus the start of the oldest such bucket (never more than the time since the
+accumulator started), so rates are exact counts over exact spans. Latency samples for the p95 are kept raw but
 bounded (`max_samples`: the newest win). The clock is injected: nothing here reads the system time.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
-_EPS = 1e-9
+from capacity.window_series import EPS, BucketSeries, TimedSamples, least_squares_slope, percentile
 
 
 class Clock(Protocol):
@@ -37,86 +36,6 @@ class Clock(Protocol):
     def now_s(self) -> float:
         """Seconds since an arbitrary, fixed origin."""
         ...
-
-
-def percentile(values: list[float], quantile: float) -> float | None:
-    """Nearest-rank quantile: the ⌈q·n⌉-th smallest value (p95 of 1..20 is 19); None when empty."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, math.ceil(quantile * len(ordered) - _EPS))
-    return ordered[rank - 1]
-
-
-def least_squares_slope(points: list[tuple[float, float]]) -> float:
-    """Slope of the least-squares line through (t, y) points; 0 with fewer than two distinct times."""
-    if len(points) < 2:
-        return 0.0
-    mean_t = sum(t for t, _ in points) / len(points)
-    mean_y = sum(y for _, y in points) / len(points)
-    var_t = sum((t - mean_t) ** 2 for t, _ in points)
-    if var_t <= 0:
-        return 0.0
-    return sum((t - mean_t) * (y - mean_y) for t, y in points) / var_t
-
-
-class _Bucket:
-    __slots__ = ("count", "index", "sum_a", "sum_b")
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-        self.count = 0.0
-        self.sum_a = 0.0
-        self.sum_b = 0.0
-
-
-class _BucketSeries:
-    """Per-bucket count and two sums, so a window total is exact and memory is O(window / bucket)."""
-
-    def __init__(self) -> None:
-        self._buckets: deque[_Bucket] = deque()
-
-    def add(self, index: int, count: float, a: float = 0.0, b: float = 0.0) -> None:
-        if not self._buckets or self._buckets[-1].index < index:
-            self._buckets.append(_Bucket(index))
-        bucket = self._buckets[-1]
-        bucket.count += count
-        bucket.sum_a += a
-        bucket.sum_b += b
-
-    def evict_before(self, index: int) -> None:
-        while self._buckets and self._buckets[0].index < index:
-            self._buckets.popleft()
-
-    def totals(self, first_index: int) -> tuple[float, float, float]:
-        count = sum_a = sum_b = 0.0
-        for bucket in reversed(self._buckets):
-            if bucket.index < first_index:
-                break
-            count += bucket.count
-            sum_a += bucket.sum_a
-            sum_b += bucket.sum_b
-        return count, sum_a, sum_b
-
-
-class _Samples:
-    """(time, value) samples, newest last, bounded in number."""
-
-    def __init__(self, max_samples: int) -> None:
-        self._items: deque[tuple[float, float]] = deque(maxlen=max_samples)
-
-    def add(self, now_s: float, value: float) -> None:
-        self._items.append((now_s, value))
-
-    def evict_before(self, t_s: float) -> None:
-        while self._items and self._items[0][0] < t_s:
-            self._items.popleft()
-
-    def since(self, t_s: float) -> list[tuple[float, float]]:
-        return [(t, v) for t, v in self._items if t >= t_s]
-
-    def last(self) -> tuple[float, float] | None:
-        return self._items[-1] if self._items else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,13 +93,13 @@ class AutoscaleWindow:
         self._stale_s, self._bucket_s = replica_stale_s, bucket_s
         self._started_s = clock.now_s()
         self._ready_changed_s = self._started_s
-        self._arrivals = _BucketSeries()
-        self._completions = _BucketSeries()  # count, Σ output tokens, Σ time in the engines
-        self._ttft = _Samples(max_samples)
-        self._tpot = _Samples(max_samples)
-        self._queue_depth = _Samples(max_samples)
-        self._queue_wait = _Samples(max_samples)
-        self._running: dict[str, _Samples] = {}
+        self._arrivals = BucketSeries()
+        self._completions = BucketSeries()  # count, Σ output tokens, Σ time in the engines
+        self._ttft = TimedSamples(max_samples)
+        self._tpot = TimedSamples(max_samples)
+        self._queue_depth = TimedSamples(max_samples)
+        self._queue_wait = TimedSamples(max_samples)
+        self._running: dict[str, TimedSamples] = {}
 
     @property
     def started_s(self) -> float:
@@ -188,7 +107,7 @@ class AutoscaleWindow:
         return self._started_s
 
     def _index(self, t_s: float) -> int:
-        return math.floor(t_s / self._bucket_s + _EPS)
+        return math.floor(t_s / self._bucket_s + EPS)
 
     def observe_arrival(self, count: int = 1) -> None:
         """`count` requests arrived for this pool (call at admission, before queueing or shedding)."""
@@ -230,7 +149,7 @@ class AutoscaleWindow:
         if samples is None or not self._is_fresh(samples, now):
             self._ready_changed_s = now
         if samples is None:
-            samples = self._running[replica] = _Samples(1024)
+            samples = self._running[replica] = TimedSamples(1024)
         samples.add(now, running)
 
     def forget_replica(self, replica: str) -> None:
@@ -250,12 +169,12 @@ class AutoscaleWindow:
             raise ValueError("wait_s must be >= 0")
         self._queue_wait.add(self._clock.now_s(), wait_s)
 
-    def _is_fresh(self, samples: _Samples, now_s: float) -> bool:
+    def _is_fresh(self, samples: TimedSamples, now_s: float) -> bool:
         last = samples.last()
         return last is not None and now_s - last[0] <= self._stale_s
 
     def _first_index_and_span(self, now_s: float, length_s: float) -> tuple[int, float]:
-        first = math.ceil((now_s - length_s) / self._bucket_s - _EPS)
+        first = math.ceil((now_s - length_s) / self._bucket_s - EPS)
         start = max(first * self._bucket_s, self._started_s)
         return first, max(0.0, now_s - start)
 

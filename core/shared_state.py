@@ -15,13 +15,10 @@ instances see; Redis ≥ 5 replicates script effects, so `TIME` inside a writing
 
 Failure behaviour (`state.on_error`): a call that cannot reach Redis (connection refused or reset,
 socket timeout, read-only replica, overall deadline of 4 x `timeout_s`) is answered by the
-`FailureMode`: `fail_open` allows, `fail_closed` refuses. Every such failure increments `errors_total`
-and calls `on_error_callback(operation)` (export it as a metric); it is logged at most once per
-`log_interval_s` (default 30 s) with the count of errors since the last log, and once more when Redis
-answers again. Recovery needs nothing: redis-py reconnects on the next call and `EVALSHA` falls back to
-loading the script into a restarted server. Other Redis errors (a script bug) are raised, not hidden.
-The client is built with short socket timeouts (default 0.25 s) and no client-side retries: admission
-must answer fast, and the failure policy is the retry.
+`FailureMode`, counted and logged (`core.state_outage`). Recovery needs nothing: redis-py reconnects
+on the next call and `EVALSHA` falls back to loading the script into a restarted server. Other Redis
+errors (a script bug) are raised, not hidden. The client is built with short socket timeouts (default
+0.25 s) and no client-side retries: admission must answer fast, and the failure policy is the retry.
 
 Waiting: `subscribe(operation, channel)` is the one non-script call — a pub/sub subscription that a
 script's `PUBLISH` wakes (scripts cannot block). It is confirmed by the server before it is handed out, so
@@ -33,9 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from enum import StrEnum
 from typing import Any
 
 from redis.asyncio import Redis
@@ -48,12 +43,9 @@ from redis.exceptions import ReadOnlyError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from core.clock import Clock, SystemClock
-from core.redaction import redact
-
-logger = logging.getLogger(__name__)
+from core.state_outage import DEFAULT_LOG_INTERVAL_S, FailureMode, OutageRecord, RedisOperation
 
 DEFAULT_TIMEOUT_S = 0.25
-DEFAULT_LOG_INTERVAL_S = 30.0
 DEFAULT_KEY_PREFIX = "llm-gateway:"
 _DEADLINE_ROUND_TRIPS = 4  # connect + EVALSHA + SCRIPT LOAD + EVALSHA after a server restart
 _UNREACHABLE = (RedisConnectionError, RedisTimeoutError, ReadOnlyError, OSError)
@@ -66,39 +58,6 @@ local function now_s()
 end
 local function fmt(x) return string.format('%.6f', x) end
 """
-
-
-class FailureMode(StrEnum):
-    """What a shared-state store answers while its backend (Redis) is unreachable (`state.on_error`)."""
-
-    FAIL_OPEN = "fail_open"
-    FAIL_CLOSED = "fail_closed"
-
-
-class RedisOperation(StrEnum):
-    """Which call touched Redis (label of the backend-error metric)."""
-
-    RATE_LIMIT_ACQUIRE = "rate_limit_acquire"
-    RATE_LIMIT_RECONCILE = "rate_limit_reconcile"
-    LEASE_ACQUIRE = "lease_acquire"
-    LEASE_RENEW = "lease_renew"
-    LEASE_RELEASE = "lease_release"
-    LEASE_COUNT = "lease_count"
-    IDEMPOTENCY_CLAIM = "idempotency_claim"
-    IDEMPOTENCY_WAIT = "idempotency_wait"
-    IDEMPOTENCY_RENEW = "idempotency_renew"
-    IDEMPOTENCY_COMPLETE = "idempotency_complete"
-    MEMBERSHIP_HEARTBEAT = "membership_heartbeat"
-    MEMBERSHIP_LEAVE = "membership_leave"
-    QUARANTINE_ADD = "quarantine_add"
-    QUARANTINE_SYNC = "quarantine_sync"
-    EVIDENCE_ADD = "evidence_add"
-    EVIDENCE_CLEAR = "evidence_clear"
-    EVIDENCE_SYNC = "evidence_sync"
-    RESPONSE_STATE_GET = "response_state_get"
-    RESPONSE_STATE_PUT = "response_state_put"
-    PREFIX_INDEX_SYNC = "prefix_index_sync"
-    RESPONSE_STATE_DELETE = "response_state_delete"
 
 
 def outlasted_periods(timeout_s: float, periods_s: Mapping[str, float]) -> list[str]:
@@ -146,14 +105,13 @@ class RedisBackend:
         self._key_prefix = key_prefix
         self._timeout_s = timeout_s
         self._deadline_s = timeout_s * _DEADLINE_ROUND_TRIPS
-        self._log_interval_s = log_interval_s
-        self._clock: Clock = clock or SystemClock()
         self._script_time = script_time
-        self._on_error_callback = on_error_callback
-        self._errors_total = 0
-        self._errors_since_log = 0
-        self._last_log_s: float | None = None
-        self._outage_started_s: float | None = None
+        self._outages = OutageRecord(
+            on_error,
+            clock or SystemClock(),
+            log_interval_s=log_interval_s,
+            on_error_callback=on_error_callback,
+        )
 
     @classmethod
     def from_url(
@@ -194,19 +152,17 @@ class RedisBackend:
     @property
     def errors_total(self) -> int:
         """Calls that could not reach Redis since start (a counter for metrics)."""
-        return self._errors_total
+        return self._outages.errors_total
 
     @property
     def available(self) -> bool:
         """False from a failed call until the next successful one."""
-        return self._outage_started_s is None
+        return self._outages.available
 
     def outage_retry_after_s(self) -> float:
         """Retry-After for a fail-closed refusal: how long the outage has lasted so far (≥ 1 s), the
         best estimate of its remaining duration when nothing else is known."""
-        if self._outage_started_s is None:
-            return 1.0
-        return max(1.0, self._clock.now_s() - self._outage_started_s)
+        return self._outages.retry_after_s()
 
     def key(self, *parts: str) -> str:
         """`key_prefix` + parts joined by ':'."""
@@ -231,9 +187,9 @@ class RedisBackend:
             async with asyncio.timeout(self._deadline_s):
                 reply = await script(keys=list(keys), args=[self.now_arg(), *args])
         except _UNREACHABLE as exc:
-            self._record_failure(operation, exc)
+            self._outages.failed(operation, exc)
             return None
-        self._record_success()
+        self._outages.succeeded()
         return reply
 
     @contextlib.asynccontextmanager
@@ -258,43 +214,18 @@ class RedisBackend:
             if confirmed is None or confirmed["type"] != "subscribe":
                 raise RedisTimeoutError(f"SUBSCRIBE {channel} was not confirmed")
         except _UNREACHABLE as exc:
-            self._record_failure(operation, exc)
+            self._outages.failed(operation, exc)
             return None
-        self._record_success()
+        self._outages.succeeded()
 
         def unreachable(exc: BaseException) -> None:
-            self._record_failure(operation, exc)
+            self._outages.failed(operation, exc)
 
         return ChannelSubscription(pubsub, self._deadline_s, unreachable)
 
     async def aclose(self) -> None:
         """Close the client's connections."""
         await self._client.aclose()
-
-    def _record_failure(self, operation: RedisOperation, exc: BaseException) -> None:
-        now_s = self._clock.now_s()
-        self._errors_total += 1
-        self._errors_since_log += 1
-        if self._outage_started_s is None:
-            self._outage_started_s = now_s
-        if self._on_error_callback is not None:
-            self._on_error_callback(operation)
-        if self._last_log_s is None or now_s - self._last_log_s >= self._log_interval_s:
-            logger.warning(
-                "redis unreachable during %s (%s: %s); answering %s; %d error(s) since last report",
-                operation,
-                type(exc).__name__,
-                redact(str(exc)),
-                self._on_error,
-                self._errors_since_log,
-            )
-            self._last_log_s = now_s
-            self._errors_since_log = 0
-
-    def _record_success(self) -> None:
-        if self._outage_started_s is not None:
-            logger.warning("redis reachable again after %.1f s", self._clock.now_s() - self._outage_started_s)
-            self._outage_started_s = None
 
 
 class ChannelSubscription:

@@ -5,10 +5,10 @@ Built at construction (no event loop needed): the metrics and the replica regist
 routing policies, replica state) — what the operations endpoints read even before start-up.
 Built by `start()`, in this order, each registered for closing as it is built:
 
-    state backend (Redis, or none with memory state)
-    tenant gate (rate limits + bulkheads, on memory or Redis stores) · tenant directory
-    slot credits (Redis only: the per-replica cap shared by every instance)
-    prefix-index sharing (Redis only: each pool's index records exchanged, `gateway.fleet.prefix_sharing`)
+    from `gateway.fleet.shared_state_assembly`: state backend (Redis, or none with memory state) · tenant
+    gate (rate limits + bulkheads, on memory or Redis stores) · slot credits (Redis only: the
+    per-replica cap shared by every instance) · prefix-index sharing (Redis only: each pool's index
+    records exchanged, `gateway.fleet.prefix_sharing`)
     router (decide + its metrics) · admission (a controller per pool, dispatching through the router)
     upstream session + client · control client (health checks, scrapes)
     request observer (tracer + span exporter, access log writer: `gateway.observability`)
@@ -28,8 +28,6 @@ already built.
 from __future__ import annotations
 
 import contextlib
-import logging
-import os
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -38,17 +36,15 @@ import aiohttp
 import httpx
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from admission.leases import LeaseScope
-from admission.redis_leases import RedisLeaseStore
-from admission.redis_rate_limit import RedisRateLimitStore
-from admission.tenant_gate import TenantGate
 from core.clock import Clock, SystemClock
-from core.shared_state import FailureMode, RedisBackend, RedisOperation, outlasted_periods
+from core.shared_state import RedisBackend
+from core.state_outage import RedisOperation
 from gateway.base.metrics import GatewayMetrics
+from gateway.config.engine_keys import engine_keys
 from gateway.config.settings import ConfigError, Settings
 from gateway.fleet.autoscaling import AutoscaleSignals
 from gateway.fleet.instance_membership import GatewayMembership, RedisMembership
-from gateway.fleet.prefix_sharing import share_prefix_indexes
+from gateway.fleet.shared_state_assembly import share_prefix_indexes, slot_credits, state_backend, tenant_gate
 from gateway.observability.events import ServeEvents
 from gateway.observability.observer import RequestObserver
 from gateway.observability.tracer import TracingUnavailable
@@ -71,9 +67,6 @@ from gateway.upstream.http_client import build_control_client, build_proxy_sessi
 from gateway.upstream.model_catalog import ModelCatalog
 from gateway.upstream.pool_watchers import pool_watchers
 from gateway.upstream.registry import Pool, ReplicaRegistry
-from gateway.upstream.slot_credits import SlotCredits
-
-logger = logging.getLogger(__name__)
 
 
 class Components:
@@ -153,11 +146,11 @@ class Components:
 
     async def _start(self) -> None:
         s, clock, metrics = self.settings, self.clock, self.metrics
-        backend = self.state_backend = self._state_backend()
+        backend = self.state_backend = state_backend(s, metrics)
         if backend is not None:
             self._on_close(backend.aclose)
-        gate = self._tenant_gate(backend)
-        credits = self._slot_credits(backend)
+        gate = tenant_gate(backend, clock)
+        credits = slot_credits(backend, s, clock, metrics)
         if credits is not None:
             self._on_close(credits.aclose)
         self._on_close(
@@ -197,14 +190,14 @@ class Components:
         self.proxy = ProxyHandler(
             settings=s,
             catalog=self.catalog,
-            adapters=AdapterLoader(self.registry, self.control_client, metrics, self._engine_keys(), clock),
+            adapters=AdapterLoader(self.registry, self.control_client, metrics, engine_keys(s), clock),
             tenants=self.tenants,
             admission=admission,
             server=serve_path.server,
             idempotency=idempotency,
             metrics=metrics,
             events=serve_path.events,
-            engine_keys=self._engine_keys(),
+            engine_keys=engine_keys(s),
             affinity=ResponseAffinity(response_state_store(backend, clock), self.tenants),
             clock=clock,
         )
@@ -216,7 +209,7 @@ class Components:
         self._start_membership(backend, signals)
         self._start_discovery()
         for watcher in pool_watchers(
-            self.registry, self.control_client, self.metrics, self.clock, self._child_rng, self._engine_keys()
+            self.registry, self.control_client, self.metrics, self.clock, self._child_rng, engine_keys(s)
         ):
             watcher.start()
             self._on_close(watcher.stop)
@@ -239,74 +232,6 @@ class Components:
 
     def _child_rng(self) -> random.Random:
         return random.Random(self._rng.random())
-
-    def _state_backend(self) -> RedisBackend | None:
-        """The Redis backend with the configured failure mode, None with memory state. Every call that
-        cannot reach Redis is counted as `llm_gateway_state_errors_total{operation}`."""
-        state = self.settings.state
-        if state.backend == "memory":
-            return None
-
-        def count_error(operation: RedisOperation) -> None:
-            self.metrics.state_errors_total.labels(str(operation)).inc()
-
-        renewals_s = {
-            "state.replica_lease_ttl_s / 3": state.replica_lease_ttl_s / 3,
-            "idempotency.lease_s / 3": self.settings.idempotency.lease_s / 3,
-        }
-        for period in outlasted_periods(state.timeout_s, renewals_s):
-            logger.warning(
-                "state.timeout_s %g s: a Redis call may take 4 x that before it fails, not under %s "
-                "(%g s), the renewal period; a slow Redis delays renewals, and a held slot credit or "
-                "claim lapses once they fall 2 periods behind",
-                state.timeout_s,
-                period,
-                renewals_s[period],
-            )
-
-        return RedisBackend.from_url(
-            state.url,
-            on_error=FailureMode(state.on_error),
-            key_prefix=state.key_prefix,
-            timeout_s=state.timeout_s,
-            on_error_callback=count_error,
-        )
-
-    def _tenant_gate(self, backend: RedisBackend | None) -> TenantGate:
-        """Memory stores, or Redis ones behind atomic scripts with the configured failure mode."""
-        if backend is None:
-            return TenantGate.in_memory(self.clock)
-        leases = RedisLeaseStore(backend, LeaseScope.TENANT)
-        return TenantGate(RedisRateLimitStore(backend), leases, self.clock)
-
-    def _slot_credits(self, backend: RedisBackend | None) -> SlotCredits | None:
-        """Replica slot credits on Redis (None with memory state: each instance's own cap is the cap).
-        A failure of the refiller loop itself is logged with its stack trace and counted as
-        `llm_gateway_state_errors_total{operation="slot_credit_refill"}`."""
-        if backend is None:
-            return None
-        state = self.settings.state
-        return SlotCredits(
-            RedisLeaseStore(backend, LeaseScope.REPLICA),
-            backend,
-            self.clock,
-            ttl_s=state.replica_lease_ttl_s,
-            linger_s=state.replica_credit_linger_s,
-            on_error=self.metrics.state_errors_total.labels("slot_credit_refill").inc,
-        )
-
-    def _engine_keys(self) -> dict[str, str]:
-        """Each pool's engine key from the environment variable it names (`engine_api_key_env`)."""
-        keys: dict[str, str] = {}
-        for index, pool in enumerate(self.settings.pools):
-            name = pool.engine_api_key_env
-            if name is None:
-                continue
-            value = os.environ.get(name)
-            if not value:
-                raise ConfigError(f"pools.{index}.engine_api_key_env: environment variable {name} is not set")
-            keys[pool.model] = value
-        return keys
 
     def _containment(self, backend: RedisBackend | None) -> Containment:
         """Attribution, quarantine and poison evidence per pool (`gateway.proxy.containment`); with

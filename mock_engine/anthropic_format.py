@@ -161,7 +161,7 @@ def anthropic_routes(app: MockEngineApp) -> dict[tuple[str, str], Any]:
         plan = await app.fault_plan(send, gen.prompt)
         if plan is not None:
             wire = AnthropicWire(gen, app.models.answer_name(gen.adapter))
-            await app.run_generation(gen, plan, receive, send, stream=bool(body.get("stream")), wire=wire)
+            await app.runner.run(gen, plan, receive, send, stream=bool(body.get("stream")), wire=wire)
 
     async def count_tokens(scope: Scope, receive: Receive, send: Send) -> None:
         body = await body_of(receive, send)

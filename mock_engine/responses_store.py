@@ -149,7 +149,7 @@ class ResponsesApi:
                 self.store.put(response_id, StoredResponse(obj, [*conversation, reply]))
 
         wire = ResponsesWire(response_id, app.models.answer_name(adapter), gen, body, keep)
-        await app.run_generation(gen, plan, receive, send, stream=bool(body.get("stream")), wire=wire)
+        await app.runner.run(gen, plan, receive, send, stream=bool(body.get("stream")), wire=wire)
 
     def _id(self, scope: Scope) -> str:
         return str(scope["path"][len(RESPONSES_PATH) + 1 :].split("/")[0])

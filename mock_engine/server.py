@@ -1,14 +1,15 @@
 """The mock engine's HTTP server: OpenAI-compatible endpoints over an `EngineCore` (plain ASGI).
 
-Endpoints: POST /v1/chat/completions, /v1/completions, /v1/embeddings, /tokenize, /detokenize; the pooling
-endpoints (`pooling_api.py`); the Anthropic Messages API (`anthropic_format.py`); the Responses API with
-its in-memory store (`responses_store.py`);
+Endpoints: POST /v1/chat/completions, /v1/completions; /v1/embeddings, /tokenize, /detokenize
+(`text_endpoints.py`); the pooling endpoints (`pooling_api.py`); the Anthropic Messages API
+(`anthropic_format.py`); the Responses API with its in-memory store (`responses_store.py`);
 GET /v1/models, /health, /metrics (vLLM names), /mock/stats (counters tests read);
 GET/POST/DELETE /mock/faults (fault settings: read, partial update, clear; `control.py`);
 POST /v1/load_lora_adapter, /v1/unload_lora_adapter when runtime LoRA loading is on.
 The models served (base names, LoRA adapters) and the model check every request reading `model` goes
 through are `served_models.py`; an adapter's requests run in the core under that adapter (`core.py`).
-The generation loop and the streamed format are in `streaming.py`; faults and their observable effects are
+Every API family runs its generations through `generation_runner.py` (counting, aborts); the generation
+loop and the streamed format are in `streaming.py`; faults and their observable effects are
 documented in `faults.py` and `docs/MOCK_ENGINE.md`. A client that disconnects aborts its request in the core
 (counted in `aborted`), so the simulated GPU stops working on it.
 """
@@ -29,13 +30,11 @@ from mock_engine import openai_format as fmt
 from mock_engine.anthropic_format import anthropic_routes
 from mock_engine.asgi import (
     ClientGone,
-    InjectedCrash,
     Receive,
     Scope,
     Send,
     read_body,
     respond,
-    wait_disconnect,
 )
 from mock_engine.config import MockEngineConfig
 from mock_engine.control import FaultControl
@@ -45,24 +44,18 @@ from mock_engine.disagg_role import CLAIM_PATH, DisaggRole, Leg, LegError
 from mock_engine.driver import EngineDriver
 from mock_engine.faults import FaultPlan, FaultSettings
 from mock_engine.generation import Generation
+from mock_engine.generation_runner import GenerationRunner
 from mock_engine.listeners import ListenerGate
 from mock_engine.metrics_text import LoraRequestsInfo, render_metrics
 from mock_engine.pooling_api import pooling_routes
 from mock_engine.responses_store import ResponsesApi
 from mock_engine.served_models import ServedModels, UnknownModel
-from mock_engine.streaming import GenerationRun, RequestCounters, Wire
-from mock_engine.text import estimate_tokens, prompt_seed
-from mock_engine.validation import (
-    RequestError,
-    common_fields,
-    detokenize_tokens,
-    prompt_texts,
-    tokenize_prompt,
-)
+from mock_engine.streaming import RequestCounters
+from mock_engine.text_endpoints import text_routes
+from mock_engine.validation import RequestError, common_fields
 
 __all__ = ["MockEngineApp", "MockEngineConfig", "RequestCounters"]
 
-EMBEDDING_DIM = 8
 Handler = Callable[[Scope, Receive, Send], Any]
 Check = Callable[[dict[str, Any], str], Any]
 
@@ -98,15 +91,19 @@ class MockEngineApp:
             max_model_len=config.max_context_tokens,
             clock=clock,
         )
+        self.runner = GenerationRunner(
+            self.driver,
+            self.counters,
+            self.disagg,
+            model_name=self.models.answer_name,
+            shutting_down=lambda: self.faults.gate.shutting_down,
+        )
         self.lora_info = LoraRequestsInfo(config.max_loras) if self.models.lora_enabled else None
         self._clock = clock
         self._loop: asyncio.AbstractEventLoop | None = None
         self._routes: dict[tuple[str, str], Handler] = {
             ("POST", "/v1/chat/completions"): self._generate,
             ("POST", "/v1/completions"): self._generate,
-            ("POST", "/v1/embeddings"): self._embeddings,
-            ("POST", "/tokenize"): self._tokenize,
-            ("POST", "/detokenize"): self._detokenize,
         }
         if self.disagg is not None:
             self._routes[("POST", CLAIM_PATH)] = self.disagg.handle_claim
@@ -114,7 +111,9 @@ class MockEngineApp:
             self._routes[("POST", "/v1/load_lora_adapter")] = self._lora_admin(self.models.load)
             self._routes[("POST", "/v1/unload_lora_adapter")] = self._lora_admin(self.models.unload)
         self.responses = ResponsesApi(self)
-        self._routes |= self.faults.routes() | pooling_routes(self) | anthropic_routes(self)
+        self._routes |= (
+            self.faults.routes() | pooling_routes(self) | anthropic_routes(self) | text_routes(self)
+        )
         self._routes |= self.responses.routes()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -276,7 +275,7 @@ class MockEngineApp:
                 await respond(send, exc.status, exc.body())
                 return
         answer = None if leg.answer_params is None else {"kv_transfer_params": leg.answer_params}
-        await self.run_generation(
+        await self.runner.run(
             gen, plan, receive, send, stream=bool(body.get("stream")), leg=leg, answer=answer
         )
 
@@ -288,96 +287,6 @@ class MockEngineApp:
                 f"prompt ({gen.prompt_tokens} tokens) + max_tokens ({gen.max_tokens}) exceeds {limit} tokens"
             )
         return None
-
-    async def run_generation(
-        self,
-        gen: Generation,
-        plan: FaultPlan,
-        receive: Receive,
-        send: Send,
-        *,
-        stream: bool,
-        leg: Leg | None = None,
-        answer: dict[str, Any] | None = None,
-        wire: Wire | None = None,
-    ) -> str:
-        """Run `gen` on the engine and answer it (streamed or whole) in `wire`'s format (default OpenAI,
-        with `answer` fields); counts it and aborts it in the engine when the client leaves. Returns the
-        outcome (`finished`, `crashed`, `aborted`)."""
-        leg = leg or Leg()
-        c = self.counters
-        c.started += 1
-        c.active += 1
-        c.max_active = max(c.max_active, c.active)
-        watcher = asyncio.create_task(wait_disconnect(receive))
-        run = GenerationRun(
-            self.driver,
-            gen,
-            plan,
-            model=self.models.answer_name(gen.adapter),
-            counters=c,
-            receive=receive,
-            watcher=watcher,
-            shutting_down=lambda: self.faults.gate.shutting_down,
-            answer_fields=answer,
-            wire=wire,
-        )
-        outcome = "aborted"
-        try:
-            outcome = await (run.stream(send) if stream else run.complete(send))
-            if self.disagg is not None:
-                self.disagg.end(leg, outcome == "finished")
-            if outcome == "finished":
-                c.finished += 1
-            else:
-                self.driver.abort(gen.request_id)
-        except ClientGone:
-            c.aborted += 1
-            self.driver.abort(gen.request_id)
-        except InjectedCrash:
-            self.driver.abort(gen.request_id)
-            raise
-        finally:
-            if self.disagg is not None and outcome != "finished":
-                self.disagg.end(leg, False)
-            watcher.cancel()
-            c.active -= 1
-            self.driver.finish(gen.request_id)
-        return outcome
-
-    async def _embeddings(self, scope: Scope, receive: Receive, send: Send) -> None:
-        parsed: tuple[list[str], str] | None = await self.parse(
-            receive, send, lambda body, model: (prompt_texts(body.get("input"), "input"), model)
-        )
-        if parsed is None:
-            return
-        inputs, model = parsed
-        data = []
-        for i, text in enumerate(inputs):
-            seed = prompt_seed(text)
-            vector = [((seed >> (4 * k)) & 0xF) / 15.0 for k in range(EMBEDDING_DIM)]
-            data.append({"object": "embedding", "index": i, "embedding": vector})
-        tokens = sum(estimate_tokens(t) for t in inputs)
-        out = {
-            "object": "list",
-            "data": data,
-            "model": model,
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-        }
-        await respond(send, 200, orjson.dumps(out))
-
-    async def _tokenize(self, scope: Scope, receive: Receive, send: Send) -> None:
-        text: str | None = await self.parse(receive, send, lambda body, _: tokenize_prompt(body))
-        if text is not None:
-            tokens = [ord(ch) for ch in text[::4]]
-            await respond(
-                send, 200, orjson.dumps({"tokens": tokens, "count": len(tokens), "max_model_len": 8192})
-            )
-
-    async def _detokenize(self, scope: Scope, receive: Receive, send: Send) -> None:
-        tokens: list[int] | None = await self.parse(receive, send, lambda body, _: detokenize_tokens(body))
-        if tokens is not None:
-            await respond(send, 200, orjson.dumps({"prompt": "".join(chr(t) for t in tokens)}))
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

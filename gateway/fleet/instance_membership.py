@@ -34,7 +34,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 from core.clock import Clock
-from core.shared_state import LUA_PRELUDE, RedisBackend, RedisOperation
+from core.shared_state import LUA_PRELUDE, RedisBackend
+from core.state_outage import RedisOperation
 
 logger = logging.getLogger(__name__)
 

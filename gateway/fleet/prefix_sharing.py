@@ -44,17 +44,18 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from prometheus_client import Counter, Gauge
 
-from core.shared_state import LUA_PRELUDE, RedisBackend, RedisOperation
+from core.shared_state import LUA_PRELUDE, RedisBackend
+from core.state_outage import RedisOperation
 from core.tasks import cancel_and_wait
-from gateway.base.metrics import PREFIX, GatewayMetrics
+from gateway.base.metric_naming import PREFIX
+from gateway.base.metrics import GatewayMetrics
 from gateway.fleet.instance_membership import new_instance_id
 from gateway.fleet.prefix_records import IndexRecord, decode_batch, encode_batch
-from router.prefix_index import PrefixIndex, policy_prefix_index
+from router.prefix_index import PrefixIndex
 
 logger = logging.getLogger(__name__)
 
@@ -121,16 +122,6 @@ class SharingMetrics:
         for direction in self.DIRECTIONS:
             self.records.labels(direction)
         self.sync_errors = metrics.state_errors_total.labels("prefix_index_sync_loop")
-
-
-class SharedPool(Protocol):
-    """What sharing needs of a pool (`gateway.upstream.registry.Pool` fits)."""
-
-    @property
-    def policy(self) -> object: ...
-
-    @property
-    def replicas(self) -> Mapping[str, Any]: ...
 
 
 class PrefixIndexSharing:
@@ -276,25 +267,3 @@ class PrefixIndexSharing:
                 self._metrics.sync_errors.inc()
             if not more:
                 await asyncio.sleep(self._interval_s if self._up else max(self._interval_s, OUTAGE_RETRY_S))
-
-
-def share_prefix_indexes(
-    backend: RedisBackend | None, enabled: bool, pools: Mapping[str, SharedPool], metrics: GatewayMetrics
-) -> Callable[[], Awaitable[None]]:
-    """Start sharing the index of every pool whose policy keeps one, with Redis state and `enabled`;
-    returns the closer to register (a no-op when nothing is shared)."""
-    found = {name: policy_prefix_index(pool.policy) for name, pool in pools.items()}
-    indexes = {name: index for name, index in found.items() if index is not None}
-    if backend is None or not enabled or not indexes:
-        return _nothing_to_close
-
-    def members(name: str) -> Collection[str]:
-        return pools[name].replicas.keys()
-
-    sharing = PrefixIndexSharing(backend, indexes, members, SharingMetrics(metrics))
-    sharing.start()
-    return sharing.stop
-
-
-async def _nothing_to_close() -> None:
-    return None

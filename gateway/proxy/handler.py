@@ -16,8 +16,9 @@ endpoint served by the pool (404 `endpoint_not_served`) → the stored response'
 to the client has a deadline too (`gateway.api.asgi_io.ClientIO`).
 
 Errors are rendered for the endpoint's API surface (`gateway.base.surface`: Anthropic-shaped on
-`/v1/messages`). The tenant key is `Authorization: Bearer <key>`, or `x-api-key: <key>` (the Anthropic
-clients' header) when no `Authorization` is sent (`gateway.api.tenant_key`).
+`/v1/messages`) and answered by `gateway.proxy.error_answer`. The tenant key is `Authorization: Bearer
+<key>`, or `x-api-key: <key>` (the Anthropic clients' header) when no `Authorization` is sent
+(`gateway.api.tenant_key`).
 """
 
 from __future__ import annotations
@@ -39,14 +40,12 @@ from gateway.api.asgi_io import (
     Scope,
     Send,
     header,
-    send_response,
 )
 from gateway.api.request_ids import request_id_of
 from gateway.api.request_parsing import Endpoint, ParsedRequest, parse_request, parse_response_call
 from gateway.api.response_calls import response_call
 from gateway.api.tenant_key import tenant_authorization
 from gateway.api.write_deadline import WriteDeadlines
-from gateway.base.error_mapping import to_response, to_sse_event
 from gateway.base.errors import (
     Draining,
     EndpointNotServed,
@@ -56,28 +55,20 @@ from gateway.base.errors import (
     Unauthorized,
 )
 from gateway.base.metrics import GatewayMetrics
-from gateway.base.surface import ApiSurface
 from gateway.config.settings import Settings
 from gateway.observability.events import ServeEvents
-from gateway.observability.metric_children import Children
 from gateway.observability.request_record import RequestRecord
 from gateway.proxy.account import OUTCOME_CLIENT_DISCONNECT, OUTCOME_SUCCESS
 from gateway.proxy.adapter_loading import AdapterLoader
 from gateway.proxy.admission_assembly import Admission
 from gateway.proxy.context import RequestContext, build_context
+from gateway.proxy.error_answer import ErrorAnswer
 from gateway.proxy.fallback import Fallback
-from gateway.proxy.relay import finish_body
+from gateway.proxy.idempotent_serving import IdempotentServing
 from gateway.proxy.reply import Reply
 from gateway.proxy.response_affinity import ResponseAffinity
 from gateway.proxy.serving import RequestServer
-from gateway.proxy.stores.idempotency import (
-    IdempotencyStore,
-    ResponseRecorder,
-    StoredResponse,
-    body_digest,
-    idempotency_scope,
-    replay_headers,
-)
+from gateway.proxy.stores.idempotency import IdempotencyStore
 from gateway.proxy.stores.response_state import ResponseLocation
 from gateway.upstream.model_catalog import ModelCatalog, ServedModel
 
@@ -112,13 +103,12 @@ class ProxyHandler:
         self._tenants = tenants
         self._admission = admission
         self._server = server
-        self._idempotency = idempotency
+        self._idempotent = IdempotentServing(server, idempotency, tenants)
         self._engine_keys = engine_keys or {}
         self._affinity = affinity
         self._metrics = metrics
         self._events = events
-        self._rejections = Children(metrics.rejections_total)
-        self._rejection_seconds = Children(metrics.rejection_duration_seconds)
+        self._answer_error = ErrorAnswer(metrics, settings.server.readiness_propagation_s)
         self.draining = False
         self._active: dict[asyncio.Task[Any], Reply] = {}
         self._clock = clock or SystemClock()
@@ -282,52 +272,7 @@ class ProxyHandler:
 
     async def _serve(self, ctx: RequestContext, reply: Reply) -> None:
         """Serve (a loadable LoRA adapter nobody serves loaded first: `gateway.proxy.adapter_loading`),
-        or replay / record a non-streamed request that carries an `Idempotency-Key`."""
+        or replay / record a non-streamed request that carries an `Idempotency-Key`
+        (`gateway.proxy.idempotent_serving`)."""
         await self._adapters.ensure(ctx.pool, ctx.served_model)
-        if not ctx.idempotency_key or ctx.stream:
-            await self._server.serve(ctx, reply)
-            return
-        tenants = self._tenants.tenants_configured  # with tenants a record is the tenant's, whatever its key
-        scoped = idempotency_scope(  # method and upstream path: each `/v1/responses/{id}` call is its own
-            f"{ctx.parsed.method} {ctx.parsed.upstream_path}",
-            ctx.model,
-            f"tenant:{ctx.tenant.name}" if tenants else ctx.authorization,
-            ctx.idempotency_key,
-        )
-        stored = await self._idempotency.claim(scoped, body_digest(ctx.parsed.raw))
-        if stored is not None:
-            if reply.watcher is not None:
-                reply.watcher.disarm()
-            await send_response(
-                reply.send, stored.status, replay_headers(stored, reply.request_id), stored.body
-            )
-            return
-        recorder = ResponseRecorder(reply.send)
-        reply.send = recorder
-        outcome: StoredResponse | None = None
-        try:
-            await self._server.serve(ctx, reply)
-            outcome = recorder.stored()
-        finally:
-            await self._idempotency.complete(scoped, outcome)
-
-    async def _answer_error(self, reply: Reply, error: GatewayError, surface: ApiSurface) -> None:
-        """Answer `error` (a contract response, or the terminal SSE event after the start); a client
-        that left or stopped reading meanwhile simply does not get it."""
-        self._rejections(str(error.code)).inc()
-        if isinstance(error, Draining) and error.retry_after_s is None:
-            error.retry_after_s = draining_retry_after_s(self._settings.server.readiness_propagation_s)
-        try:
-            if reply.started:
-                await finish_body(reply, to_sse_event(error, surface))
-                return
-            answer = to_response(error, surface)
-            headers = [*answer.headers, ("x-request-id", reply.request_id)]
-            if reply.pool is not None:
-                headers.append(("x-gateway-pool", reply.pool))
-            if reply.decision is not None:
-                headers.append(("x-gateway-replica", reply.decision.replica_id))
-            await send_response(reply.send, answer.status, headers, answer.body)
-        except ClientDisconnected:
-            return
-        self._rejection_seconds(str(error.code)).observe(reply.elapsed_s())
+        await self._idempotent.serve(ctx, reply)

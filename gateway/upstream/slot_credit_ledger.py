@@ -1,6 +1,7 @@
 """The local ledger of replica slot credits: what one gateway instance holds per replica, and the limit
 routing sees (`Replica.credit_limit`). Synchronous and clock-driven; the refiller that talks to the
-lease store, and the rules themselves, are in `gateway.upstream.slot_credits`.
+lease store, and the rules themselves, are in `gateway.upstream.slot_credits` (its store link and the
+contention between instances in `slot_credit_store_link` and `slot_credit_contention`).
 
 Lease resource ids (`LeaseScope.REPLICA`; in Redis the key is `{prefix}lease:replica:{resource id}`):
 - a replica's slots: `{model}@{host}:{port}` (`slot_resource_id`). The cap is per pool and per replica,

@@ -24,7 +24,7 @@ The limit on a replica (`ReplicaCredits.limit`):
 
 The refiller (`step`, run by one background task started on first use, woken by claims and releases):
 - renews every held lease (and the presence below) every ttl / 3; a lease that was lost (expired while
-  the instance stalled) is dropped and counted in `leases_lost_total`;
+  the instance stalled) is dropped and counted (`gateway.upstream.slot_credit_store_link`);
 - acquires credits while the pool has queued waiters (at most one per replica per round, fewest held
   first, up to the number of waiters) and one spare per eligible replica while the pool is active
   (dispatch within the linger), so routing keeps its choice of replicas; each credit that arrives
@@ -32,14 +32,15 @@ The refiller (`step`, run by one background task started on first use, woken by 
   asked again after an exponential backoff (`ACQUIRE_RETRY_INITIAL_S` … `ACQUIRE_RETRY_MAX_S`);
 - starving (waiters, and a replica refused for lack of room): registers a presence lease
   `pool-demand/{model}`, renewed while it has waiters and returned after a linger without. Every
-  instance holding credits counts the presences every `CONTENTION_REFRESH_S` to learn its share;
+  instance holding credits counts the presences every `CONTENTION_REFRESH_S` to learn its share
+  (`gateway.upstream.slot_credit_contention`);
 - gives back at once the credits above the limit, and at the end of each linger window the free
   credits above the window's peak in-flight count and the spare (all free ones once no request was
   dispatched for a linger): no instance hoards.
 Leases of an instance that died without releasing expire after `state.replica_lease_ttl_s`. While
 Redis is unreachable the refiller only renews and probes every `PROBE_INTERVAL_S`; it switches back
 by itself. Redis errors are counted and logged by the `RedisBackend` (`state_errors_total`); mode
-changes are logged here.
+changes and lost leases by the store link.
 """
 
 from __future__ import annotations
@@ -47,15 +48,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
-from collections.abc import Awaitable, Callable, Iterator
-from typing import TypeVar
+from collections.abc import Callable, Iterator
 
 from admission.leases import Lease, LeaseStore
 from core.clock import Clock
 from core.tasks import cancel_and_wait
 from gateway.upstream.registry import Pool
 from gateway.upstream.replica import Replica
+from gateway.upstream.slot_credit_contention import CONTENTION_REFRESH_S, refresh_contention, update_presence
 from gateway.upstream.slot_credit_ledger import (
     SHED_HOLDOFF_S,
     CreditMode,
@@ -64,18 +64,12 @@ from gateway.upstream.slot_credit_ledger import (
     ReplicaCredits,
     StateHealth,
 )
+from gateway.upstream.slot_credit_store_link import PROBE_INTERVAL_S, CreditStoreLink, HeldEntry
 
 logger = logging.getLogger(__name__)
 
-RENEWALS_PER_TTL = 3
-CONTENTION_REFRESH_S = 0.25
-PROBE_INTERVAL_S = 1.0
 MIN_TICK_S = 0.005
-LOST_LOG_INTERVAL_S = 30.0
 CLOSE_TIMEOUT_S = 2.0
-PRESENCE_CAP = 1 << 20
-
-_R = TypeVar("_R")
 
 
 class SlotCredits:
@@ -102,18 +96,14 @@ class SlotCredits:
         self.linger_s = linger_s
         self._autostart = autostart
         self._pools: dict[str, PoolCredits] = {}
-        self._mode = CreditMode.SHARED
-        self._probe_at_s = 0.0
+        self.link = CreditStoreLink(store, health, clock, ttl_s=ttl_s, on_mode_change=self._mode_changed)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._background: set[asyncio.Task[bool]] = set()
         self._closed = False
-        self._last_loss_log_s: float | None = None
-        self.leases_lost_total = 0
 
     @property
     def mode(self) -> CreditMode:
-        return self._mode
+        return self.link.mode
 
     def attach(self, pool: Pool, *, waiting: Callable[[], int], on_credit: Callable[[], None]) -> None:
         """Govern `pool`'s capped replicas; `waiting()` = its queued requests, `on_credit()` is called
@@ -164,23 +154,26 @@ class SlotCredits:
                 pc.presence = None
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(CLOSE_TIMEOUT_S):
-                await self._release(held)
-                await asyncio.gather(*self._background, return_exceptions=True)
+                await self.link.release(held)
+                await self.link.drain()
 
     async def step(self) -> float | None:
         """One refiller round at the clock's current time; returns when the next one is due."""
         for pc in self._pools.values():
-            await self._release(pc.detach_gone())
+            await self.link.release(pc.detach_gone())
             pc.sync()
-        await self._renew_due()
-        if self._mode is not CreditMode.SHARED and self.clock.now_s() >= self._probe_at_s:
-            await self._probe()
-        if self._mode is CreditMode.SHARED:
+        now_s = self.clock.now_s()
+        await self.link.renew([entry for entry in self._all_held() if entry[2].renew_at_s <= now_s])
+        if self.link.probe_due():
+            first = next(iter(self._pools.values()), None)
+            if first is not None:
+                await self.link.probe(first.presence_id)
+        if self.mode is CreditMode.SHARED:
             for pc in self._pools.values():
-                await self._refresh_contention(pc)
+                await refresh_contention(self.link, pc)
                 await self._shed(pc)
                 await self._acquire(pc)
-                await self._update_presence(pc)
+                await update_presence(self.link, pc, self.linger_s)
         return self._next_due_s()
 
     async def _run(self) -> None:
@@ -198,57 +191,13 @@ class SlotCredits:
                 async with asyncio.timeout(timeout_s):
                     await self._wake.wait()
 
-    def _all_held(self) -> Iterator[tuple[PoolCredits, ReplicaCredits | None, HeldCredit]]:
+    def _all_held(self) -> Iterator[HeldEntry]:
         for pc in self._pools.values():
             for rc in pc.replicas.values():
                 for held in rc.credits:
                     yield pc, rc, held
             if pc.presence is not None:
                 yield pc, None, pc.presence
-
-    async def _renew_due(self) -> None:
-        now_s = self.clock.now_s()
-        due = [entry for entry in self._all_held() if entry[2].renew_at_s <= now_s]
-        if not due:
-            return
-        renewed = await self._calls([self.store.renew(held.lease) for _, _, held in due])
-        if not self.health.available:  # unknown: try again at the next probe
-            for _, _, held in due:
-                held.renew_at_s = self.clock.now_s() + PROBE_INTERVAL_S
-            return
-        for (pc, rc, held), ok in zip(due, renewed, strict=True):
-            if ok:
-                held.renew_at_s = self.clock.now_s() + self.ttl_s / RENEWALS_PER_TTL
-                continue
-            if rc is None:
-                if pc.presence is held:
-                    pc.presence = None
-                continue
-            if held in rc.credits:
-                rc.credits.remove(held)
-                self._lost(rc)
-
-    async def _probe(self) -> None:
-        self._probe_at_s = self.clock.now_s() + PROBE_INTERVAL_S
-        pc = next(iter(self._pools.values()), None)
-        if pc is not None:
-            await self._calls([self.store.count(pc.presence_id)])
-
-    async def _refresh_contention(self, pc: PoolCredits) -> None:
-        now_s = self.clock.now_s()
-        if now_s < pc.checked_s + CONTENTION_REFRESH_S:
-            return
-        if not (pc.held() or pc.presence is not None or pc.waiting()):
-            pc.others_starving = 0
-            return
-        pc.checked_s = now_s
-        (count,) = await self._calls([self.store.count(pc.presence_id)])
-        if self._mode is not CreditMode.SHARED:
-            return
-        others = max(0, count - (1 if pc.presence is not None else 0))
-        before, pc.others_starving = pc.others_starving, others
-        if others < before:
-            pc.on_credit()
 
     async def _shed(self, pc: PoolCredits) -> None:
         now_s = self.clock.now_s()
@@ -271,7 +220,7 @@ class SlotCredits:
                 rc.peak = inflight
         if window_over:
             pc.window_end_s = now_s + self.linger_s
-        await self._release(released)
+        await self.link.release(released)
 
     async def _acquire(self, pc: PoolCredits) -> None:
         pc.starving = False
@@ -280,7 +229,7 @@ class SlotCredits:
             need = pc.waiting()
             if need:
                 pc.last_waiting_s = now_s
-            if self._mode is not CreditMode.SHARED or not pc.active(now_s):
+            if self.mode is not CreditMode.SHARED or not pc.active(now_s):
                 return
             wanting = sorted(
                 (rc for rc in pc.replicas.values() if rc.wants_credit(now_s, need > 0)), key=lambda r: r.held
@@ -288,7 +237,7 @@ class SlotCredits:
             picks = wanting[:need] if need else wanting
             if not picks:
                 return
-            leases = await self._calls(
+            leases = await self.link.calls(
                 [self.store.acquire(rc.resource_id, rc.cap, self.ttl_s) for rc in picks]
             )
             got = self._accept(pc, picks, leases)
@@ -308,29 +257,18 @@ class SlotCredits:
                     pc.starving = pc.waiting() > 0
                 continue
             if self._closed or pc.replicas.get(rc.replica.replica_id) is not rc:
-                self._spawn_release(lease)
+                self.link.spawn_release(lease)
                 continue
-            rc.credits.append(HeldCredit(lease, now_s + self.ttl_s / RENEWALS_PER_TTL, now_s))
+            rc.credits.append(HeldCredit(lease, self.link.renew_at_s(now_s), now_s))
             rc.backoff_s = 0.0
             got += 1
         return got
 
-    async def _update_presence(self, pc: PoolCredits) -> None:
-        now_s = self.clock.now_s()
-        if pc.presence is None and pc.starving:
-            (lease,) = await self._calls([self.store.acquire(pc.presence_id, PRESENCE_CAP, self.ttl_s)])
-            if lease is not None and not lease.degraded:
-                pc.presence = HeldCredit(lease, self.clock.now_s() + self.ttl_s / RENEWALS_PER_TTL)
-                pc.checked_s = -math.inf
-        elif pc.presence is not None and pc.waiting() == 0 and now_s - pc.last_waiting_s >= self.linger_s:
-            held, pc.presence = pc.presence, None
-            await self._release([held])
-
     def _next_due_s(self) -> float | None:
         now_s = self.clock.now_s()
         times = [held.renew_at_s for _, _, held in self._all_held()]
-        if self._mode is not CreditMode.SHARED:
-            return min([*times, self._probe_at_s])
+        if self.mode is not CreditMode.SHARED:
+            return min([*times, self.link.probe_at_s])
         for pc in self._pools.values():
             if pc.held() or pc.presence is not None:
                 times += [pc.window_end_s, pc.checked_s + CONTENTION_REFRESH_S]
@@ -342,51 +280,10 @@ class SlotCredits:
                     times += [t for t in (rc.retry_at_s, rc.floating_after_s) if t > now_s]
         return min(times, default=None)
 
-    async def _release(self, held: list[HeldCredit]) -> None:
-        if held:
-            await self._calls([self.store.release(h.lease) for h in held])
-
-    def _spawn_release(self, lease: Lease) -> None:
-        task = asyncio.get_running_loop().create_task(self.store.release(lease))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def _calls(self, calls: list[Awaitable[_R]]) -> list[_R]:
-        """Run store calls together, then follow the store's health (mode changes)."""
-        results = list(await asyncio.gather(*calls))
-        self._observe()
-        return results
-
-    def _observe(self) -> None:
-        if self.health.available:
-            mode = CreditMode.SHARED
-        else:
-            mode = CreditMode.LOCAL if self.health.fail_open else CreditMode.CLOSED
-        if mode is self._mode:
-            return
-        before, self._mode = self._mode, mode
-        now_s = self.clock.now_s()
-        if mode is CreditMode.SHARED:
-            logger.warning("replica slot credits: shared state answers again; caps hold across instances")
+    def _mode_changed(self, mode: CreditMode) -> None:
+        if mode is CreditMode.SHARED:  # renew everything held at once
+            now_s = self.clock.now_s()
             for _, _, held in self._all_held():
                 held.renew_at_s = now_s
-        else:
-            self._probe_at_s = now_s + PROBE_INTERVAL_S
-            logger.warning(
-                "replica slot credits: shared state unreachable (was %s); %s",
-                before,
-                "each instance applies its own cap" if mode is CreditMode.LOCAL else "no new dispatch",
-            )
         for pc in self._pools.values():
             pc.on_credit()
-
-    def _lost(self, rc: ReplicaCredits) -> None:
-        self.leases_lost_total += 1
-        now_s = self.clock.now_s()
-        if self._last_loss_log_s is None or now_s - self._last_loss_log_s >= LOST_LOG_INTERVAL_S:
-            self._last_loss_log_s = now_s
-            logger.warning(
-                "replica %s: a slot credit expired before its renewal (%d lost so far)",
-                rc.resource_id,
-                self.leases_lost_total,
-            )

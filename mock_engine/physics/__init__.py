@@ -8,7 +8,8 @@
 
 Modules: `tokens` (token estimate, chained prefix-block hashes), `profile` (dataclasses and the
 memory/time formulas), `loader` (YAML), `kv_cache` (blocks and prefix cache), `sequence` (per-request
-state), `engine` (the scheduler/step loop), `calibration` (measured decode table vs targets).
+state), `scheduler` (planning a step), `engine` (the step loop), `calibration` (measured decode table
+vs targets).
 """
 
 from mock_engine.physics.calibration import CalibrationRow, calibrate, render_calibration_markdown

@@ -1,20 +1,8 @@
 """`PhysicsCore`: a continuous-batching engine over simulated seconds (an `EngineCore`).
 
-The engine runs one *step* (forward pass) at a time; a step is planned when it starts and its tokens
-appear when it ends. Planning a step at `start_s`, in vLLM's order:
-
-1. Decode: every running sequence whose prefill is done gets one token. When the KV blocks for those
-   tokens are not free, the youngest running sequence (last admitted) is preempted: its KV is freed
-   and it goes back to the *front* of the waiting queue, to be recomputed later (prompt + outputs).
-2. Prefill: running sequences mid-prefill continue, then waiting requests are admitted FIFO while
-   `max_num_seqs`, KV blocks (for the whole uncached context) and the chunked-prefill token budget
-   allow. Admission stops at the first request that does not fit (no overtaking), and is skipped in a
-   step that preempted. Cached prefix blocks count as computed (they skip prefill). The one exception,
-   vLLM's `max_loras` rule: a request for a LoRA adapter that would make more than `max_loras` distinct
-   adapters run is passed over (it keeps its place at the head of the queue) and the requests behind
-   it may be admitted — base-model requests, requests for an adapter already running.
-3. Duration: `profile.step_s(Σ decode ctx, prefill tokens)` (formula in `profile.py`), so a long
-   prefill delays the decode tokens of every sequence on the replica.
+The engine runs one *step* (forward pass) at a time; a step is planned when it starts, in vLLM's order
+(decode, with preemption; prefill and admission; duration: `scheduler.py`), and its tokens appear when
+it ends.
 
 At `end_s` each decoding sequence emits a token; each sequence whose prefill completed registers its
 prompt blocks in the prefix cache and emits its next token (the first one, for a fresh request).
@@ -38,34 +26,21 @@ a prompt when its first token is produced; `preemptions_total` counts each preem
 
 from __future__ import annotations
 
-import sys
-from collections import deque
-from dataclasses import dataclass
-
 from mock_engine.core import (
     DEFAULT_MAX_LORAS,
     EngineRequest,
     EngineStats,
     TokenEvent,
     distinct_adapters,
-    lora_blocked,
 )
-from mock_engine.physics.kv_cache import KvBlockPool
 from mock_engine.physics.profile import EngineProfile
+from mock_engine.physics.scheduler import Step, StepScheduler
 from mock_engine.physics.sequence import SequenceState, SequenceStatus
 from mock_engine.physics.tokens import prefix_block_hashes
 
 
 class RequestTooLargeError(ValueError):
     """prompt + max_tokens exceeds the replica's whole KV capacity: it could never be served."""
-
-
-@dataclass(slots=True)
-class _Step:
-    start_s: float
-    end_s: float
-    decode: list[SequenceState]
-    prefill: list[tuple[SequenceState, int]]
 
 
 class PhysicsCore:
@@ -75,19 +50,17 @@ class PhysicsCore:
         self._profile = profile
         self.max_loras = max_loras
         self._block_size_tokens = profile.scheduler.block_size_tokens
-        self._kv = KvBlockPool(profile.kv_capacity_blocks)
-        self._waiting: deque[SequenceState] = deque()
-        self._running: dict[str, SequenceState] = {}
+        self._scheduler = StepScheduler(profile)
+        self._kv = self._scheduler.kv  # the scheduler's own pool, queue and running set (never replaced)
+        self._waiting = self._scheduler.waiting
+        self._running = self._scheduler.running
         self._live: dict[str, SequenceState] = {}
-        self._step: _Step | None = None
+        self._step: Step | None = None
         self._clock_s = float("-inf")
-        self._preemptions_total = 0
         self._prompt_tokens_total = 0
         self._generation_tokens_total = 0
         self._inter_token_sum_s = 0.0
         self._inter_token_count = 0
-        self._prefix_queries_tokens = 0
-        self._prefix_hits_tokens = 0
 
     @property
     def profile(self) -> EngineProfile:
@@ -130,7 +103,7 @@ class PhysicsCore:
             return
         if sequence.status is SequenceStatus.RUNNING:
             del self._running[request_id]
-            self._release(sequence)
+            self._scheduler.release(sequence)
         else:
             self._waiting.remove(sequence)
         sequence.status = SequenceStatus.DONE
@@ -159,18 +132,18 @@ class PhysicsCore:
             running=len(self._running),
             waiting=len(self._waiting),
             kv_usage_ratio=self._kv.usage_ratio(),
-            prefix_cache_queries_tokens=self._prefix_queries_tokens,
-            prefix_cache_hits_tokens=self._prefix_hits_tokens,
+            prefix_cache_queries_tokens=self._scheduler.prefix_queries_tokens,
+            prefix_cache_hits_tokens=self._scheduler.prefix_hits_tokens,
             prompt_tokens_total=self._prompt_tokens_total,
             generation_tokens_total=self._generation_tokens_total,
-            preemptions_total=self._preemptions_total,
+            preemptions_total=self._scheduler.preemptions_total,
             inter_token_latency_sum_s=self._inter_token_sum_s,
             inter_token_latency_count=self._inter_token_count,
             running_adapters=distinct_adapters(s.request.adapter for s in self._running.values()),
             waiting_adapters=distinct_adapters(s.request.adapter for s in self._waiting),
         )
 
-    # -- planning ---------------------------------------------------------------------------------
+    # -- stepping ---------------------------------------------------------------------------------
 
     def _ensure_step(self, limit_s: float) -> None:
         """Start the next step if none is in flight, there is work, and it would start by `limit_s`."""
@@ -180,131 +153,11 @@ class PhysicsCore:
         if not self._running:
             start_s = max(start_s, self._waiting[0].request.arrival_s)
         if start_s <= limit_s:
-            self._step = self._plan(start_s)
-
-    def _plan(self, start_s: float) -> _Step | None:
-        preemptions_before = self._preemptions_total
-        decode = self._schedule_decode()
-        may_admit = self._preemptions_total == preemptions_before
-        prefill = self._schedule_prefill(start_s, len(decode), may_admit)
-        if not decode and not prefill:
-            return self._idle_until_transfer(start_s)
-        context_tokens = sum(sequence.kv_tokens for sequence in decode)
-        prefill_tokens = sum(tokens for _, tokens in prefill)
-        end_s = start_s + self._profile.step_s(context_tokens, prefill_tokens)
-        return _Step(start_s, end_s, decode, prefill)
-
-    def _idle_until_transfer(self, start_s: float) -> _Step | None:
-        """A step with no work that ends when the first KV transfer lands (or the next request arrives),
-        so a replica whose only sequences are waiting for their KV still wakes; None when there is none."""
-        pending = [s.transfer_done_s for s in self._running.values() if s.transferring(start_s)]
-        if not pending:
-            return None
-        end_s = min(pending)
-        if self._waiting and self._waiting[0].request.arrival_s > start_s:
-            end_s = min(end_s, self._waiting[0].request.arrival_s)
-        return _Step(start_s, end_s, [], [])
-
-    def _schedule_decode(self) -> list[SequenceState]:
-        """One KV slot per decoding sequence, preempting the youngest until the new blocks fit."""
-        block = self._block_size_tokens
-        decoding = [s for s in self._running.values() if s.prefill_done]
-        needed_blocks = sum(1 for s in decoding if s.kv_tokens % block == 0)
-        preempted = False
-        while needed_blocks > self._kv.free_blocks:
-            victim = next(reversed(self._running.values()))
-            if victim.prefill_done and victim.kv_tokens % block == 0:
-                needed_blocks -= 1
-            self._preempt(victim)
-            preempted = True
-        if preempted:
-            decoding = [s for s in decoding if s.status is SequenceStatus.RUNNING]
-        for sequence in decoding:
-            if sequence.kv_tokens % block == 0:
-                self._kv.allocate(1)
-                sequence.private_blocks += 1
-            sequence.kv_tokens += 1
-        return decoding
-
-    def _preempt(self, victim: SequenceState) -> None:
-        """Free the victim's KV and put it at the front of the waiting queue (recompute later)."""
-        del self._running[victim.request_id]
-        self._release(victim)
-        victim.status = SequenceStatus.WAITING
-        self._waiting.appendleft(victim)
-        self._preemptions_total += 1
-
-    def _schedule_prefill(
-        self, start_s: float, decode_tokens: int, may_admit: bool
-    ) -> list[tuple[SequenceState, int]]:
-        """Continue running prefills, then admit waiting requests FIFO, within the token budget."""
-        chunk_tokens = self._profile.prefill.chunk_tokens_per_step
-        budget_tokens = sys.maxsize if chunk_tokens is None else chunk_tokens - decode_tokens
-        scheduled: list[tuple[SequenceState, int]] = []
-        for sequence in self._running.values():
-            if budget_tokens <= 0:
-                break
-            if not sequence.prefill_done and not sequence.transferring(start_s):
-                tokens = min(sequence.prefill_remaining_tokens, budget_tokens)
-                scheduled.append((sequence, tokens))
-                budget_tokens -= tokens
-        max_num_seqs = self._profile.scheduler.max_num_seqs
-        adapters = set(distinct_adapters(s.request.adapter for s in self._running.values()))
-        passed_over: list[SequenceState] = []
-        while may_admit and self._waiting and budget_tokens > 0 and len(self._running) < max_num_seqs:
-            head = self._waiting[0]
-            if head.request.arrival_s > start_s:
-                break
-            if lora_blocked(head.request.adapter, adapters, self.max_loras):
-                passed_over.append(self._waiting.popleft())
-                continue
-            if not self._admit(head, start_s):
-                break
-            self._waiting.popleft()
-            if head.request.adapter is not None:
-                adapters.add(head.request.adapter)
-            if head.transferring(start_s):
-                continue
-            tokens = min(head.prefill_remaining_tokens, budget_tokens)
-            scheduled.append((head, tokens))
-            budget_tokens -= tokens
-        self._waiting.extendleft(reversed(passed_over))
-        return scheduled
-
-    def _admit(self, sequence: SequenceState, start_s: float) -> bool:
-        """Allocate KV for the whole context, reusing cached prefix blocks; False if it does not fit.
-
-        At most (target - 1) // block blocks may hit, so at least one token is computed (the step
-        that samples the next token needs one). A disaggregated decode's first admission starts its KV
-        transfer instead of a prefill (see `sequence.py`).
-        """
-        block = self._block_size_tokens
-        target_tokens = sequence.context_tokens_to_prefill()
-        candidates = sequence.prompt_block_hashes[: (target_tokens - 1) // block]
-        hit_blocks, evictable_hits = self._kv.match_prefix(candidates)
-        new_blocks = -(-target_tokens // block) - hit_blocks
-        if new_blocks + evictable_hits > self._kv.free_blocks:
-            return False
-        hit_hashes = candidates[:hit_blocks]
-        self._kv.pin(hit_hashes)
-        self._kv.allocate(new_blocks)
-        sequence.cached_hashes = list(hit_hashes)
-        sequence.private_blocks = new_blocks
-        sequence.prefill_target_tokens = sequence.kv_tokens = target_tokens
-        sequence.computed_tokens = hit_blocks * block
-        if sequence.request.kv_transfer_s > 0 and not sequence.kv_received:
-            sequence.kv_received = True
-            sequence.computed_tokens = target_tokens - 1
-            sequence.transfer_done_s = start_s + sequence.request.kv_transfer_s
-        sequence.status = SequenceStatus.RUNNING
-        self._running[sequence.request_id] = sequence
-        self._prefix_queries_tokens += target_tokens
-        self._prefix_hits_tokens += hit_blocks * block
-        return True
+            self._step = self._scheduler.plan(start_s, self.max_loras)
 
     # -- completion -------------------------------------------------------------------------------
 
-    def _finish(self, step: _Step, events: list[TokenEvent]) -> None:
+    def _finish(self, step: Step, events: list[TokenEvent]) -> None:
         for sequence in step.decode:
             if sequence.status is SequenceStatus.RUNNING:
                 self._emit(sequence, step.end_s, events)
@@ -331,7 +184,7 @@ class PhysicsCore:
         if finished:
             del self._running[sequence.request_id]
             del self._live[sequence.request_id]
-            self._release(sequence)
+            self._scheduler.release(sequence)
             sequence.status = SequenceStatus.DONE
 
     def _register_prompt_blocks(self, sequence: SequenceState) -> None:
@@ -340,7 +193,3 @@ class PhysicsCore:
         self._kv.register(new_hashes)
         sequence.cached_hashes.extend(new_hashes)
         sequence.private_blocks -= len(new_hashes)
-
-    def _release(self, sequence: SequenceState) -> None:
-        self._kv.release(sequence.private_blocks, sequence.cached_hashes)
-        sequence.reset_kv()

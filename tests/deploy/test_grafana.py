@@ -1,7 +1,7 @@
 """deploy/grafana/llm-gateway.json: valid dashboard JSON whose every PromQL expression names only
-metrics the gateway exports (gateway/base/metrics.py, parsed), that ALLOWED_METRICS lists (incl. planned), or
-that the recording rules generated for the example config write (gateway/fleet/alert_rules.py, shipped as
-deploy/kubernetes/prometheusrule.yaml)."""
+metrics the gateway exports (gateway/base/metrics.py and its families' modules, parsed), that
+ALLOWED_METRICS lists (incl. planned), or that the recording rules generated for the example config write
+(gateway/fleet/alert_rules.py, shipped as deploy/kubernetes/prometheusrule.yaml)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,17 @@ from tests.deploy.manifests import example_rules
 from tests.deploy.tools import REPO, require_executable
 
 DASHBOARD = REPO / "deploy" / "grafana" / "llm-gateway.json"
-METRICS_MODULE = REPO / "gateway" / "base" / "metrics.py"
+METRICS_MODULES = [
+    REPO / "gateway" / "base" / name
+    for name in (
+        "metric_naming.py",
+        "metrics.py",
+        "request_metrics.py",
+        "dispatch_metrics.py",
+        "replica_metrics.py",
+    )
+]
+"""`GatewayMetrics` and the modules of its families; `metric_naming.py` holds the prefix."""
 
 ALLOWED_METRICS: dict[str, str] = {
     # The metrics a dashboard expression may name (name -> kind; histograms also allow _bucket/_sum/_count).
@@ -65,10 +75,11 @@ HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 
 
 def exported_metrics() -> dict[str, str]:
-    """Metric name → kind from the Counter/Gauge/Histogram/Summary constructors in gateway/base/metrics.py."""
-    tree = ast.parse(METRICS_MODULE.read_text())
+    """Metric name → kind from the Counter/Gauge/Histogram/Summary constructors in `METRICS_MODULES`."""
+    trees = [ast.parse(module.read_text()) for module in METRICS_MODULES]
     constants = {
         node.targets[0].id: node.value.value
+        for tree in trees
         for node in tree.body
         if isinstance(node, ast.Assign)
         and isinstance(node.targets[0], ast.Name)
@@ -76,7 +87,7 @@ def exported_metrics() -> dict[str, str]:
         and isinstance(node.value.value, str)
     }
     found: dict[str, str] = {}
-    for node in ast.walk(tree):
+    for node in (node for tree in trees for node in ast.walk(tree)):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args):
             continue
         kind = node.func.id.lower()

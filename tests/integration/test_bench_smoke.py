@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from bench.cli import main
-from bench.fleet import EngineOptions, Fleet, GatewayOptions
+from bench.fleet import Fleet
+from bench.fleet_config import EngineOptions, GatewayOptions
 
 pytestmark = pytest.mark.slow
 

@@ -38,7 +38,8 @@ from bench.cpu_per_request import (
     render,
     summarize,
 )
-from bench.fleet import EngineOptions, Fleet
+from bench.fleet import Fleet
+from bench.fleet_config import EngineOptions
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 

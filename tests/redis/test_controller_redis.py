@@ -15,7 +15,8 @@ from admission.tenant_gate import TenantGate
 from admission.tenants import Tenant
 from admission.timers import ManualTimers
 from core.clock import FakeClock
-from core.shared_state import FailureMode, RedisBackend
+from core.shared_state import RedisBackend
+from core.state_outage import FailureMode
 from tests.unit.admission_controller.fakes import FakeFleet, Slot, req, settle
 
 from .conftest import CLOSED_PORT_URL, BackendFactory

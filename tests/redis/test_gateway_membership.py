@@ -14,7 +14,8 @@ import pytest
 from redis.asyncio import Redis
 
 from core.clock import FakeClock
-from core.shared_state import RedisBackend, RedisOperation
+from core.shared_state import RedisBackend
+from core.state_outage import RedisOperation
 from gateway.app import GatewayApp
 from gateway.base.metrics import GatewayMetrics
 from gateway.config.settings import parse_settings

@@ -13,7 +13,7 @@ import pytest
 from redis.asyncio import Redis
 
 from core.clock import FakeClock
-from core.shared_state import FailureMode, RedisOperation
+from core.state_outage import FailureMode, RedisOperation
 from gateway.base.errors import BadRequest, StateUnavailable
 from gateway.config.settings import IdempotencySettings
 from gateway.proxy.stores.idempotency import StoredResponse, body_digest

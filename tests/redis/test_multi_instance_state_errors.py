@@ -8,7 +8,7 @@ import pytest
 from admission.leases import LeaseScope
 from admission.redis_leases import RedisLeaseStore
 from core.clock import FakeClock
-from core.shared_state import FailureMode, RedisOperation
+from core.state_outage import FailureMode, RedisOperation
 from gateway.upstream.slot_credit_ledger import CreditMode
 from tests.unit.gateway.test_slot_credits import RIDS, TTL_S, instance, slots
 

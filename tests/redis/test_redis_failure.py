@@ -10,7 +10,8 @@ from admission.rate_limit import TenantRateLimits, TokenBucketLimit
 from admission.redis_leases import RedisLeaseStore
 from admission.redis_rate_limit import RedisRateLimitStore
 from core.clock import FakeClock
-from core.shared_state import FailureMode, RedisBackend, RedisOperation
+from core.shared_state import RedisBackend
+from core.state_outage import FailureMode, RedisOperation
 
 from .conftest import CLOSED_PORT_URL, REDIS_URL, BackendFactory, TcpProxy
 
@@ -74,7 +75,7 @@ async def test_errors_are_logged_once_per_interval(
     clock = FakeClock()
     backend = make_backend(CLOSED_PORT_URL, clock=clock, log_interval_s=30.0)
     limiter = RedisRateLimitStore(backend)
-    with caplog.at_level(logging.WARNING, logger="core.shared_state"):
+    with caplog.at_level(logging.WARNING, logger="core.state_outage"):
         for _ in range(10):
             await limiter.acquire("t", LIMITS, 0)
         clock.advance(29.0)
@@ -97,7 +98,7 @@ async def test_recovers_by_itself_when_redis_returns(
     assert await leases.acquire("r1", cap=5, ttl_s=30.0) is None
     assert not backend.available and backend.errors_total == 1
     await redis_proxy.start()  # same port
-    with caplog.at_level(logging.WARNING, logger="core.shared_state"):
+    with caplog.at_level(logging.WARNING, logger="core.state_outage"):
         lease = await leases.acquire("r1", cap=5, ttl_s=30.0)
     assert lease is not None and not lease.degraded
     assert backend.available and backend.errors_total == 1

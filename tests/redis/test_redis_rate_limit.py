@@ -7,7 +7,7 @@ from admission.rate_limit import LimitKind, MemoryRateLimitStore, TenantRateLimi
 from admission.redis_rate_limit import RedisRateLimitStore
 from admission.retry_after import rate_limit_retry_after_s
 from core.clock import FakeClock
-from core.shared_state import FailureMode, RedisOperation
+from core.state_outage import FailureMode, RedisOperation
 
 from .conftest import BURST_TIMEOUT_S, CLOSED_PORT_URL, BackendFactory
 

@@ -13,7 +13,7 @@ import redis
 from redis.asyncio import Redis
 
 from core.clock import FakeClock
-from core.shared_state import FailureMode
+from core.state_outage import FailureMode
 from gateway.base.errors import StateUnavailable
 from gateway.proxy.stores.response_state import MemoryResponseState, RedisResponseState, ResponseLocation
 from tests.servers import ServerThread, free_port, gateway_settings

@@ -10,7 +10,7 @@ the sources (no package is imported):
     modules of its own layer or a lower one. A layer may name a higher one's types in annotations only
     where `TYPE_ONLY_UPWARD` says so, and only under `if TYPE_CHECKING:` (never run). The gateway's root
     holds only the app, the composition root and the runner;
-(d) every module of the packages has at most 400 lines.
+(d) every module of the packages has at most 300 lines.
 
 Every import statement counts, wherever it is: at module level, inside a function (a lazy import), or
 under `if TYPE_CHECKING:`. The packages are the ones pyproject.toml packages.
@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-MAX_MODULE_LINES = 400
+MAX_MODULE_LINES = 300
 
 ROUTER_MAY_IMPORT = ("xxhash", "core.tokens")
 CORE_MAY_IMPORT = ("redis",)
@@ -81,7 +81,7 @@ GATEWAY_LAYERS = (
     "gateway.upstream",  # replicas: registry, slots, discovery, health checks, scraping
     "gateway.api",  # the ASGI edge: request parsing, I/O, the connection guard, OpenAPI
     "gateway.observability",  # the event port, the request's record, spans, the access log
-    "gateway.fleet",  # instance membership, autoscaling signal, prefix sharing, alert rules
+    "gateway.fleet",  # instance membership, autoscaling signal, prefix sharing, alert rules, shared state
     "gateway.proxy.stores",  # idempotency, quarantine, poison evidence, response state
     "gateway.proxy",  # the serve path (gateway.proxy.disagg: the disaggregated legs)
     "gateway.ops",  # the admin API
@@ -317,6 +317,6 @@ def test_every_type_only_upward_pair_is_used() -> None:
 
 
 @pytest.mark.parametrize("module", [_case(_rel(p)) for package in PACKAGES for p in _modules(package)])
-def test_module_is_at_most_400_lines(module: str) -> None:
+def test_module_is_at_most_300_lines(module: str) -> None:
     lines = len((REPO / module).read_text().splitlines())
     assert lines <= MAX_MODULE_LINES, f"{module} has {lines} lines (at most {MAX_MODULE_LINES}): split it"

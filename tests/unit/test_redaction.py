@@ -9,7 +9,8 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from core.redaction import REDACTED, redact
-from core.shared_state import RedisBackend, RedisOperation, make_redis_client
+from core.shared_state import RedisBackend, make_redis_client
+from core.state_outage import RedisOperation
 from gateway.base.errors import BadRequest, UpstreamConnectError
 from gateway.config.settings import ConfigError, parse_settings
 from gateway.uvicorn_runner import log_shared_state

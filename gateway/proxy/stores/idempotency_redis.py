@@ -47,7 +47,8 @@ from dataclasses import dataclass
 import orjson
 
 from core.clock import Clock
-from core.shared_state import RedisBackend, RedisOperation
+from core.shared_state import RedisBackend
+from core.state_outage import RedisOperation
 from gateway.base.errors import BadRequest, StateUnavailable
 from gateway.config.settings import (
     DEFAULT_IDEMPOTENCY_LEASE_S,

@@ -24,7 +24,8 @@ protection, not an admission decision: `state.on_error` does not apply.
 from __future__ import annotations
 
 from core.clock import Clock
-from core.shared_state import LUA_PRELUDE, RedisBackend, RedisOperation
+from core.shared_state import LUA_PRELUDE, RedisBackend
+from core.state_outage import RedisOperation
 from gateway.proxy.stores.poison_evidence import MemoryEvidence, Sighting
 from gateway.upstream.failure_kinds import FailureKind
 

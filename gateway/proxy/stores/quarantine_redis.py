@@ -26,7 +26,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 from core.clock import Clock
-from core.shared_state import LUA_PRELUDE, RedisBackend, RedisOperation
+from core.shared_state import LUA_PRELUDE, RedisBackend
+from core.state_outage import RedisOperation
 from core.tasks import cancel_and_wait
 from gateway.proxy.stores.quarantine import MemoryQuarantine
 

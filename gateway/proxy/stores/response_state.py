@@ -31,7 +31,8 @@ from typing import NamedTuple, Protocol
 import orjson
 
 from core.clock import Clock
-from core.shared_state import RedisBackend, RedisOperation
+from core.shared_state import RedisBackend
+from core.state_outage import RedisOperation
 from gateway.base.errors import StateUnavailable
 
 DEFAULT_TTL_S = 24 * 3600.0

@@ -148,7 +148,7 @@ async def test_try_dispatch_refusal_propagates_on_the_fast_path_and_fails_only_t
             raise no_replica
         return h.fleet.try_dispatch(request)
 
-    h.controller._try_dispatch = try_dispatch  # test seam: same controller, refusing dispatcher
+    h.controller._try_dispatch = h.controller._queue_pump._try_dispatch = try_dispatch  # test seam
     with pytest.raises(AdmissionRefused) as fast:
         await h.controller.admit(req("x"))
     assert fast.value.reason is RejectReason.NO_REPLICA and fast.value.retry_after_s == 7

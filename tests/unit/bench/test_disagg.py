@@ -12,7 +12,8 @@ import pytest
 from bench import commands
 from bench.compare_presets import PresetParser
 from bench.disagg import DisaggSpec, disaggregate, parse_disagg
-from bench.fleet import EngineOptions, Fleet, GatewayOptions, gateway_config
+from bench.fleet import Fleet
+from bench.fleet_config import EngineOptions, GatewayOptions, gateway_config
 from bench.report import row
 from bench.summary import RunResult
 from gateway.config.settings import parse_settings

@@ -23,7 +23,7 @@ from bench.faults import (
     parse_schedule,
     with_poison,
 )
-from bench.fleet import merge_into
+from bench.fleet_config import merge_into
 from bench.options import pool_overrides
 from bench.runner import LoadPlan, run_load
 from bench.workload import RequestSpec

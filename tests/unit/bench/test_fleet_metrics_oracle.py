@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bench.engine_metrics import EngineSnapshot, LoadSeries, parse_metrics, prefix_hit_ratio
-from bench.fleet import EngineOptions, GatewayOptions, gateway_config
+from bench.fleet_config import EngineOptions, GatewayOptions, gateway_config
 from bench.oracle import PrefixOracle, block_hashes
 from bench.proc import CpuReading, cpu_ns, cpu_seconds
 from bench.workload import RequestSpec

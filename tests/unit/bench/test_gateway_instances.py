@@ -17,7 +17,8 @@ from bench.arrivals import Constant
 from bench.client import BenchClient, ClientOptions
 from bench.engine_metrics import EngineSampler
 from bench.execute import RoundRobinUrls, Target
-from bench.fleet import EngineOptions, Fleet
+from bench.fleet import Fleet
+from bench.fleet_config import EngineOptions
 from bench.gateway_metrics import parse_breakers, parse_requests, sum_counters
 from bench.gateway_rejections import sum_histograms
 from bench.report import render_markdown

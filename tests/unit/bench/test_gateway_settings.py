@@ -10,7 +10,8 @@ import pytest
 
 from bench import commands
 from bench.compare_presets import PresetParser
-from bench.fleet import EngineOptions, Fleet, GatewayOptions, gateway_config
+from bench.fleet import Fleet
+from bench.fleet_config import EngineOptions, GatewayOptions, gateway_config
 from gateway.config.settings import parse_settings
 
 URLS = ["http://127.0.0.1:9101", "http://127.0.0.1:9102"]

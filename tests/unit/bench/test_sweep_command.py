@@ -54,7 +54,7 @@ def test_entries_are_defaults_then_no_admission_then_the_variants() -> None:
 
 def test_no_admission_overrides_a_template_cap(tmp_path: Path) -> None:
     """A `--gateway-config` with a cap of its own: no-admission sets it back to none."""
-    from bench.fleet import gateway_config
+    from bench.fleet_config import gateway_config
 
     template = tmp_path / "gw.yaml"
     template.write_text(

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from capacity.autoscale_window import AutoscaleWindow, least_squares_slope, percentile
+from capacity.autoscale_window import AutoscaleWindow
+from capacity.window_series import least_squares_slope, percentile
 from core.clock import FakeClock
 
 

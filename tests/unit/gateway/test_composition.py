@@ -6,6 +6,7 @@ import pytest
 
 from gateway.composition import Components
 from gateway.config.settings import parse_settings
+from gateway.fleet.shared_state_assembly import state_backend
 from gateway.upstream.health import HealthChecker
 from tests.servers import free_port
 
@@ -78,7 +79,8 @@ def test_a_redis_timeout_that_outlasts_a_renewal_period_is_warned_at_start(
             "idempotency": {"lease_s": 30},
         }
     )
-    with caplog.at_level("WARNING", logger="gateway.composition"):
-        Components(config)._state_backend()
+    metrics = Components(config).metrics
+    with caplog.at_level("WARNING", logger="gateway.fleet.shared_state_assembly"):
+        state_backend(config, metrics)
     named = [p for p in ("state.replica_lease_ttl_s / 3", "idempotency.lease_s / 3") if p in caplog.text]
     assert named == warned

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from core.clock import FakeClock
-from core.shared_state import FailureMode, RedisBackend, make_redis_client
+from core.shared_state import RedisBackend, make_redis_client
+from core.state_outage import FailureMode
 from gateway.base.error_mapping import to_response
 from gateway.base.errors import StateUnavailable
 from gateway.config.settings import IdempotencySettings

@@ -14,15 +14,12 @@ from typing import Any, cast
 
 import pytest
 
-from core.shared_state import RedisBackend, RedisOperation
+from core.shared_state import RedisBackend
+from core.state_outage import RedisOperation
 from gateway.base.metrics import GatewayMetrics
 from gateway.fleet.prefix_records import IndexRecord, decode_batch, encode_batch
-from gateway.fleet.prefix_sharing import (
-    MAX_RECORDS_PER_BATCH,
-    PrefixIndexSharing,
-    SharingMetrics,
-    share_prefix_indexes,
-)
+from gateway.fleet.prefix_sharing import MAX_RECORDS_PER_BATCH, PrefixIndexSharing, SharingMetrics
+from gateway.fleet.shared_state_assembly import share_prefix_indexes
 from router.prefix_index import PrefixIndex
 from router.presets import PolicyContext, build_policy
 

@@ -247,7 +247,7 @@ async def test_idle_credits_go_back_after_the_linger_and_renewals_keep_busy_ones
         one.check_invariant()
     busy = one.grants[0].slot().decision.replica_id
     assert await store.count(slots(busy)) == 1 and one.held(busy) == 1
-    assert one.credits.leases_lost_total == 0
+    assert one.credits.link.leases_lost_total == 0
     await one.finish(1)
     clock.advance(LINGER_S)
     await one.step()
@@ -264,7 +264,7 @@ async def test_a_lease_that_expired_during_a_stall_is_dropped_and_the_replica_fi
     busy = one.grants[0].slot().decision.replica_id
     clock.advance(TTL_S + 1)  # no renewal happened: the instance was stalled
     await one.step()
-    assert one.credits.leases_lost_total >= 1
+    assert one.credits.link.leases_lost_total >= 1
     assert one.inflight(busy) == 1
     assert one.held(busy) == 0 and not one.pool.replicas[busy].view(clock.now_s()).has_free_slot
 
@@ -349,7 +349,7 @@ async def test_fail_closed_dispatches_nothing_new_until_the_store_answers(clock:
     clock.advance(1.0)
     await one.step()
     assert one.credits.mode is CreditMode.SHARED and len(one.grants) == 3
-    assert one.credits.leases_lost_total == 0  # renewed as soon as the store answered
+    assert one.credits.link.leases_lost_total == 0  # renewed as soon as the store answered
     one.check_invariant()
 
 

@@ -1,0 +1,221 @@
+"""The queue pump of one pool's admission: the waiters, and the three events that move them.
+
+Event-driven, never polling. Three events move the queue:
+- a release: the gateway calls `on_release()` (synchronous, on the loop's thread) whenever a replica
+  slot may have freed — a slot released, a replica added or back to healthy. It schedules one pump
+  (`call_soon`; never re-entered in place) that walks the waiters in dispatch order (highest class,
+  WFQ order) and asks `try_dispatch` for each, taking it out only when a slot came back. `None` stops
+  the round (no slot for anyone: the pool is uniform);
+- an arrival: its fast-path probe is its wake-up. When it probed and got None there is no free slot;
+  when it skipped the probe, others wait because there was none at the last release. Either way a
+  further `try_dispatch` would only repeat a known answer — unless the last round passed over held
+  waiters (`admission.holds`): a slot may be free, so a queued arrival schedules a pump;
+- one timer (`EarliestTimer`), at the queue's earliest deadline, answers expired waiters (re-armed
+  only when a new deadline is earlier; one that fires early re-arms itself); it also pumps when a hold
+  runs out.
+
+A waiter (`wait`) is refused `queue_full` when its class's queue is full, or displaces the youngest
+waiter of the lowest lower class (that one gets `queue_full`); past its class's `max_wait_s` it gets
+`queue_timeout`, always before it could be dispatched. A `try_dispatch` that raises fails that waiter
+with the exception and the round goes on. A waiter whose task is cancelled leaves the queue at once; a
+slot granted in the instant before the cancellation landed is given back (and its forecast entry
+dropped), and the cancellation is counted in `stats.cancelled`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic
+
+from admission.holds import Hold, Holds
+from admission.observer import AdmissionStats
+from admission.outcomes import AdmissionRefused, RejectReason
+from admission.priority_queue import PriorityQueue, QueueEntry
+from admission.refusals import Refusals
+from admission.release_forecast import ReleaseForecast
+from admission.ticket import AdmissionRequest, Dispatched, S
+from admission.timers import EarliestTimer, Timers
+from core.clock import Clock
+
+
+@dataclass(eq=False, slots=True)
+class Waiter(Generic[S]):
+    request: AdmissionRequest
+    future: asyncio.Future[tuple[Dispatched[S], float, int]]  # slot(s), queue wait, release-forecast key
+    hold: Hold | None = None  # its last answer from the prefer_wait hook
+    held_since_s: float | None = None  # its first hold, until reported ended (admission.holds)
+    held_for: str | None = None  # the key of its last hold
+
+    def answered(self) -> bool:
+        return self.future.done()
+
+
+class QueuePump(Generic[S]):
+    """The waiters of one pool's admission and their pump (see the module docstring). `dispatched`
+    counts a queued dispatch and returns its release-forecast key; `key_of` names a slot's replica (for
+    holds); `depths_changed` is told the classes whose depth changed."""
+
+    def __init__(
+        self,
+        queue: PriorityQueue[Waiter[S]],
+        try_dispatch: Callable[[AdmissionRequest], Dispatched[S] | None],
+        *,
+        clock: Clock,
+        timers: Timers,
+        holds: Holds,
+        refusals: Refusals,
+        forecast: ReleaseForecast,
+        stats: AdmissionStats,
+        dispatched: Callable[[AdmissionRequest, Dispatched[S], float], int],
+        key_of: Callable[[Dispatched[S]], str | None],
+        depths_changed: Callable[[set[str]], None],
+    ) -> None:
+        self._queue = queue
+        self._try_dispatch = try_dispatch
+        self._clock = clock
+        self._holds = holds
+        self._refusals = refusals
+        self._forecast = forecast
+        self._stats = stats
+        self._dispatched = dispatched
+        self._key_of = key_of
+        self._depths_changed = depths_changed
+        self._timer = EarliestTimer(timers, self._on_timer)
+        self._pump_handle: asyncio.Handle | None = None
+
+    async def wait(
+        self, request: AdmissionRequest, hold: Hold | None, *, probed: bool
+    ) -> tuple[Dispatched[S], float, int]:
+        """Queue `request` until a slot is dispatched to it (or it is refused); `hold`: its answer from
+        the hook at arrival; `probed`: whether it probed `try_dispatch` on the fast path."""
+        priority = request.priority
+        waiter: Waiter[S] = Waiter(request, asyncio.get_running_loop().create_future())
+        pushed = self._queue.push(
+            waiter, priority, request.tenant.name, request.estimated_tokens, request.weight
+        )
+        if pushed.entry is None:
+            raise self._refusals.queue(RejectReason.QUEUE_FULL, priority, f"the {priority} queue is full")
+        changed = {priority}
+        if pushed.displaced is not None:
+            self._refuse(pushed.displaced, RejectReason.QUEUE_FULL, "displaced by a higher-priority request")
+            changed.add(pushed.displaced.priority)
+        self._depths_changed(changed)
+        if hold is not None:
+            self._holds.set(waiter, hold)
+        self._arm_timer()
+        if not probed and self._holds.may_be_free:
+            self.on_release()  # waiters held out in the last round: a slot may be free for this one
+        try:
+            return await waiter.future
+        except asyncio.CancelledError:
+            self._abandon(pushed.entry)
+            raise
+        finally:
+            self._holds.left(waiter, cancelled=waiter.future.cancelled())
+
+    def on_release(self) -> None:
+        """A replica slot may be free: schedule one pump (`call_soon`), unless one is scheduled or
+        nobody waits."""
+        if self._pump_handle is None and len(self._queue):
+            self._pump_handle = asyncio.get_running_loop().call_soon(self._pump)
+
+    def reject_waiting(self, reason: RejectReason, retry_after_s: int, message: str) -> int:
+        """Refuse every waiter now; returns how many were refused."""
+        entries = self._queue.expire(math.inf)
+        for entry in entries:
+            if not entry.item.future.done():
+                entry.item.future.set_exception(
+                    AdmissionRefused(reason, retry_after_s, message, priority=entry.priority)
+                )
+        self._depths_changed({entry.priority for entry in entries})
+        self._arm_timer()
+        return len(entries)
+
+    def expire_due(self) -> None:
+        """Refuse the waiters past their class's `max_wait_s` (`queue_timeout`)."""
+        expired = self._queue.expire()
+        for entry in expired:
+            spec = self._queue.priority_class(entry.priority)
+            self._refuse(
+                entry, RejectReason.QUEUE_TIMEOUT, f"got no replica slot within {spec.max_wait_s:g} s"
+            )
+        self._depths_changed({entry.priority for entry in expired})
+
+    def _pump(self) -> None:
+        self._pump_handle = None
+        self.expire_due()
+        self._dispatch_ready()
+        self._arm_timer()
+
+    def _dispatch_ready(self) -> None:
+        self._holds.start_round()
+        for entry in self._queue.in_dispatch_order():
+            waiter = entry.item
+            if waiter.future.done():  # cancelled; its task has not run its handler yet
+                self._drop(entry)
+                continue
+            try:
+                waited_s = entry.waited_s(self._clock.now_s())
+                hold = self._holds.in_round(waiter, waited_s, entry.deadline_s)
+                slot = None if hold is not None else self._try_dispatch(waiter.request)
+            except Exception as exc:  # a refusal (e.g. no_replica) or a bug: this waiter gets it
+                self._drop(entry)
+                waiter.future.set_exception(exc)
+                continue
+            if hold is not None:
+                continue  # held out: the waiters behind it may take the slot it declined
+            if slot is None:
+                self._holds.end_round(stopped=True)
+                return
+            self._queue.take(entry)  # queued: walked in dispatch order, nothing removed it since
+            queue_wait_s = entry.waited_s(self._clock.now_s())
+            hold_key = self._dispatched(waiter.request, slot, queue_wait_s)
+            self._holds.dispatched(waiter, self._key_of(slot))
+            waiter.future.set_result((slot, queue_wait_s, hold_key))
+            self._depths_changed({entry.priority})
+        self._holds.end_round(stopped=False)
+
+    def _abandon(self, entry: QueueEntry[Waiter[S]]) -> None:
+        """The waiter's task was cancelled: leave the queue, or give back a slot granted meanwhile."""
+        future = entry.item.future
+        if self._queue.remove(entry):
+            self._depths_changed({entry.priority})
+            self._arm_timer()
+        if not future.done():
+            future.cancel()
+        if not future.cancelled() and future.exception() is not None:  # refused first; now retrieved
+            return
+        self._stats.cancelled[entry.priority] += 1
+        if future.cancelled():
+            return
+        slot, _, hold_key = future.result()  # dispatched in the instant before the cancellation landed
+        self._forecast.discard(hold_key)
+        slot.release()
+        self.on_release()
+
+    def _refuse(self, entry: QueueEntry[Waiter[S]], reason: RejectReason, why: str) -> None:
+        """Answer a waiter already taken out of the queue (displaced or expired)."""
+        if not entry.item.future.done():
+            refusal = self._refusals.queue(reason, entry.priority, f"{entry.priority} request {why}")
+            entry.item.future.set_exception(refusal)
+
+    def _drop(self, entry: QueueEntry[Waiter[S]]) -> None:
+        self._queue.remove(entry)
+        self._depths_changed({entry.priority})
+
+    def _arm_timer(self) -> None:
+        expiry_s, hold_s = self._queue.next_expiry_s(), self._holds.next_s()
+        next_s = expiry_s if hold_s is None else hold_s if expiry_s is None else min(expiry_s, hold_s)
+        self._timer.arm(next_s)  # re-armed only when earlier; `_on_timer` re-arms for the rest
+
+    def _on_timer(self) -> None:
+        if self._holds.pop_due():
+            if self._pump_handle is not None:  # this pump does its work now
+                self._pump_handle.cancel()
+            self._pump()  # a hold ran out: that waiter may now take a slot elsewhere
+            return
+        self.expire_due()
+        self._arm_timer()
