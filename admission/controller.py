@@ -32,7 +32,9 @@ propagates; from the queue, that waiter gets it and the round continues with the
 exception fails that waiter the same way.
 
 Refusals and their Retry-After — early refusal at arrival, a waiter's refusal — are
-`admission.refusals`'.
+`admission.refusals`'. `try_at_deadline(request) -> slot | None` (optional) is a waiter's last chance
+when its class's `max_wait_s` runs out: a slot it returns is dispatched as any queued one
+(`admission.queue_pump`), None lets the `queue_timeout` refusal stand.
 
 Every refusal raised by `admit` is counted in `stats.rejected` and reported to the observer once.
 Tokens charged by the rate limiter are refunded when the request does not run (see `TenantGate`).
@@ -76,6 +78,7 @@ class AdmissionController(Generic[S]):
         output_tokens: Callable[[AdmissionRequest], int | None] | None = None,
         seconds_per_token: Callable[[], float | None] | None = None,
         slots_over_caps: Callable[[AdmissionRequest], int] | None = None,
+        try_at_deadline: Callable[[AdmissionRequest], Dispatched[S] | None] | None = None,
     ) -> None:
         self._config = config or AdmissionConfig()
         self._try_dispatch = try_dispatch
@@ -113,6 +116,7 @@ class AdmissionController(Generic[S]):
             ),
             key_of=self._key_of,
             depths_changed=self._publish_depths,
+            try_at_deadline=try_at_deadline,
         )
 
     def __len__(self) -> int:

@@ -16,10 +16,12 @@ Event-driven, never polling. Three events move the queue:
 
 A waiter (`wait`) is refused `queue_full` when its class's queue is full, or displaces the youngest
 waiter of the lowest lower class (that one gets `queue_full`); past its class's `max_wait_s` it gets
-`queue_timeout`, always before it could be dispatched. A `try_dispatch` that raises fails that waiter
-with the exception and the round goes on. A waiter whose task is cancelled leaves the queue at once; a
-slot granted in the instant before the cancellation landed is given back (and its forecast entry
-dropped), and the cancellation is counted in `stats.cancelled`.
+`queue_timeout`, always before it could be dispatched — unless `try_at_deadline` (optional; the gateway
+lets it take a slot in the headroom above a learned cap, `PoolAdmission.try_at_deadline`) finds it a
+slot at that moment, which is then dispatched as any queued waiter. A `try_dispatch` that raises fails
+that waiter with the exception and the round goes on. A waiter whose task is cancelled leaves the queue
+at once; a slot granted in the instant before the cancellation landed is given back (and its forecast
+entry dropped), and the cancellation is counted in `stats.cancelled`.
 """
 
 from __future__ import annotations
@@ -72,8 +74,10 @@ class QueuePump(Generic[S]):
         dispatched: Callable[[AdmissionRequest, Dispatched[S], float], int],
         key_of: Callable[[Dispatched[S]], str | None],
         depths_changed: Callable[[set[str]], None],
+        try_at_deadline: Callable[[AdmissionRequest], Dispatched[S] | None] | None = None,
     ) -> None:
         self._queue = queue
+        self._try_at_deadline = try_at_deadline
         self._try_dispatch = try_dispatch
         self._clock = clock
         self._holds = holds
@@ -135,14 +139,41 @@ class QueuePump(Generic[S]):
         return len(entries)
 
     def expire_due(self) -> None:
-        """Refuse the waiters past their class's `max_wait_s` (`queue_timeout`)."""
+        """Answer the waiters past their class's `max_wait_s`: a slot from `try_at_deadline` when it
+        finds one, else `queue_timeout`."""
         expired = self._queue.expire()
         for entry in expired:
+            if self._last_chance(entry):
+                continue
             spec = self._queue.priority_class(entry.priority)
             self._refuse(
                 entry, RejectReason.QUEUE_TIMEOUT, f"got no replica slot within {spec.max_wait_s:g} s"
             )
         self._depths_changed({entry.priority for entry in expired})
+
+    def _last_chance(self, entry: QueueEntry[Waiter[S]]) -> bool:
+        """`try_at_deadline` for an expired waiter (already out of the queue); True when it was
+        dispatched or failed with what the hook raised."""
+        waiter = entry.item
+        if self._try_at_deadline is None or waiter.future.done():
+            return False
+        try:
+            slot = self._try_at_deadline(waiter.request)
+        except Exception as exc:  # a refusal (e.g. no_replica) or a bug: this waiter gets it
+            waiter.future.set_exception(exc)
+            return True
+        if slot is None:
+            return False
+        self._grant(entry, slot)
+        return True
+
+    def _grant(self, entry: QueueEntry[Waiter[S]], slot: Dispatched[S]) -> None:
+        """Dispatch `slot` to a waiter already out of the queue."""
+        waiter = entry.item
+        queue_wait_s = entry.waited_s(self._clock.now_s())
+        hold_key = self._dispatched(waiter.request, slot, queue_wait_s)
+        self._holds.dispatched(waiter, self._key_of(slot))
+        waiter.future.set_result((slot, queue_wait_s, hold_key))
 
     def _pump(self) -> None:
         self._pump_handle = None
@@ -171,10 +202,7 @@ class QueuePump(Generic[S]):
                 self._holds.end_round(stopped=True)
                 return
             self._queue.take(entry)  # queued: walked in dispatch order, nothing removed it since
-            queue_wait_s = entry.waited_s(self._clock.now_s())
-            hold_key = self._dispatched(waiter.request, slot, queue_wait_s)
-            self._holds.dispatched(waiter, self._key_of(slot))
-            waiter.future.set_result((slot, queue_wait_s, hold_key))
+            self._grant(entry, slot)
             self._depths_changed({entry.priority})
         self._holds.end_round(stopped=False)
 

@@ -126,6 +126,7 @@ _STRONG: dict[str, tuple[str, ...]] = {
         "gateway/base/request_metrics.py",
         "gateway/base/dispatch_metrics.py",
         "gateway/base/replica_metrics.py",
+        "gateway/proxy/admission_metrics.py",
         "gateway/fleet/autoscaling.py",
         "gateway/proxy/account.py",
         "gateway/observability/events.py",

@@ -133,8 +133,9 @@ class RoutingRequest:
     the gateway's Responses state affinity); its decision's branch is `pinned`, whatever the policy."""
     cap_share: float = 1.0
     """The share of a replica's learned cap this request may fill (1.0; less for the lowest priority
-    class while the classes above have demand: `admission.lowest_class_reserve`): the gateway builds
-    the replicas' views for this request with it."""
+    class while the classes above have demand: `admission.lowest_class_reserve`; more for a waiter at
+    its deadline: the gateway's `PoolAdmission.try_at_deadline`): the gateway builds the replicas'
+    views for this request with it."""
     lora_adapter: bool = False
     """`model` is a LoRA adapter (one a replica lists with a parent, or the pool may load): routing keeps
     it off replicas whose LoRA slots are full of other adapters (`router.lora`)."""

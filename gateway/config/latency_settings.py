@@ -61,6 +61,11 @@ class LatencyModelSettings(BaseModel):
     """The learned cap's set point as a share of `slo.tpot_s`: the limit holds the mean token latency
     there and requests scatter around the mean. With the engine's token latency this is where the set
     point starts; finished requests then trim it (`gateway.upstream.tpot_limit`)."""
+    deadline_headroom: bool = True
+    """A queued request whose class's wait runs out may take a slot in the headroom the learned cap
+    leaves below the objective (the cap × 1 / `tpot_target_ratio`) instead of being refused
+    `queue_timeout`: it was admitted on a forecast a later cut broke (`PoolAdmission.try_at_deadline`).
+    False: it is refused."""
     cap_paced_by_generation: bool = True
     """Each update of the learned cap takes its share (update_every / requests running) of one
     generation's step, so the late TPOT feedback neither compounds cuts nor overshoots growth, and the

@@ -28,12 +28,13 @@ from admission.config import AdmissionConfig
 from admission.controller import AdmissionController
 from admission.holds import Hold, WaitContext
 from admission.lowest_class_reserve import cap_share
-from admission.outcomes import AdmissionRefused, HoldOutcome, RejectReason
+from admission.outcomes import AdmissionRefused, RejectReason
 from admission.tenant_gate import TenantGate
 from admission.ticket import AdmissionRequest, Ticket
 from core.clock import Clock
 from gateway.base.errors import from_refusal
 from gateway.base.metrics import GatewayMetrics
+from gateway.proxy.admission_metrics import MetricsObserver
 from gateway.proxy.route import Router
 from gateway.upstream.registry import Pool, ReplicaRegistry
 from gateway.upstream.slot import Slot
@@ -42,29 +43,6 @@ from router.prefix_index import policy_prefix_index
 from router.prefix_wait import QueueState, key_owner_wait, owner_wait
 from router.profile import Profile
 from router.types import Decision, RoutingRequest
-
-
-class MetricsObserver:
-    """Admission events → Prometheus."""
-
-    def __init__(self, metrics: GatewayMetrics, model: str) -> None:
-        self._metrics = metrics
-        self._model = model
-
-    def queue_depth_changed(self, priority: str, depth: int) -> None:
-        self._metrics.queue_depth.labels(self._model, priority).set(depth)
-
-    def dispatched(self, priority: str, queue_wait_s: float) -> None:
-        self._metrics.queue_wait_seconds.labels(priority).observe(queue_wait_s)
-
-    def rejected(self, reason: RejectReason, priority: str) -> None:
-        """Counted by the handler with every other rejection (`rejections_total`)."""
-
-    def held(self, outcome: HoldOutcome, held_s: float) -> None:
-        """A `prefix_wait` hold began or ended (`prefix_wait_total`; `prefix_wait_seconds` when ended)."""
-        self._metrics.prefix_wait_total.labels(self._model, outcome.value).inc()
-        if outcome is not HoldOutcome.HELD:
-            self._metrics.prefix_wait_seconds.labels(self._model, outcome.value).observe(held_s)
 
 
 class PoolAdmission:
@@ -120,8 +98,13 @@ class PoolAdmission:
                 output_tokens=_output_budget,
                 seconds_per_token=self.token_latency_s,
                 slots_over_caps=self.slots_over_caps,
+                try_at_deadline=self.try_at_deadline if self._deadline_headroom() else None,
             )
         return controller
+
+    def _deadline_headroom(self) -> bool:
+        latency = self.pool.settings.latency_model
+        return latency.enabled and latency.adaptive_cap and latency.deadline_headroom
 
     async def admit(self, request: AdmissionRequest) -> Ticket[Slot]:
         """A ticket holding a slot, or the refusal as the gateway error that answers it."""
@@ -233,6 +216,18 @@ class PoolAdmission:
         if slot is None and not self.pool.has_eligible_replica(request.routing.model):
             raise self.no_replica(request.routing.model)
         return slot
+
+    def try_at_deadline(self, request: AdmissionRequest) -> Slot | None:
+        """Admission's last chance for a waiter whose class's wait ran out
+        (`latency_model.deadline_headroom`): a slot within the headroom a learned cap leaves below the
+        objective — the cap scaled by objective ÷ set point, 1 / `tpot_target_ratio` (1.25 by default) —
+        instead of `queue_timeout`. Such a waiter was admitted on a forecast that a later cut of the cap
+        broke; served now it still has the rest of its TTFT objective (`slo.queue_wait_ratio`), while
+        the one extra sequence costs the replica's batch less than the set point's margin. A configured
+        cap is not scaled, so without a learned one this is one more ordinary try."""
+        assert request.routing is not None
+        share = self.cap_share(request) / self.pool.settings.latency_model.tpot_target_ratio
+        return self.claim(replace(request.routing, cap_share=share))
 
     def prefer_wait(self, request: AdmissionRequest, context: WaitContext) -> Hold | None:
         """Admission's hold hook (`prefix_wait.enabled`): keep waiting for the replica that holds the

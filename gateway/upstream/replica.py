@@ -117,7 +117,8 @@ class Replica:
         learned cap when one is set (never above `max_concurrency`), lowered to this instance's credits
         when shared. A learned cap fed by the engine's token latency is on the engine's whole batch, so
         the requests other senders run there (`ReplicaCost.foreign_requests`) come off it first.
-        `cap_share` (a priority class's, ≤ 1: `admission.lowest_class_reserve`) scales the learned cap down to
+        `cap_share` (a priority class's, ≤ 1: `admission.lowest_class_reserve`; above 1 for a waiter at
+        its deadline: `PoolAdmission.try_at_deadline`) scales the learned cap to
         max(1, ⌊learned × cap_share⌋) before the rest; a cap without a learned one is not scaled."""
         cost = self.cost
         learned = cost.learned_cap

@@ -32,7 +32,8 @@ from gateway.base.errors import from_refusal
 from gateway.base.metrics import GatewayMetrics
 from gateway.config.settings import Settings
 from gateway.proxy.admission_assembly import Admission, admission_config
-from gateway.proxy.admit import MetricsObserver, PoolAdmission
+from gateway.proxy.admission_metrics import MetricsObserver
+from gateway.proxy.admit import PoolAdmission
 from gateway.upstream.registry import ReplicaRegistry
 from gateway.upstream.slot import Slot
 from router.types import RoutingRequest

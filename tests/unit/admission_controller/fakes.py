@@ -42,6 +42,8 @@ class FakeFleet:
 
     slots: int
     in_use: int = 0
+    headroom: int = 0
+    """Slots above `slots` that only `try_at_deadline` may take (a learned cap's headroom)."""
     asked: list[str] = field(default_factory=list)
     dispatched: list[str] = field(default_factory=list)
     controller: AdmissionController[Slot] | None = None
@@ -50,6 +52,15 @@ class FakeFleet:
         label = label_of(request)
         self.asked.append(label)
         if self.in_use >= self.slots:
+            return None
+        self.in_use += 1
+        self.dispatched.append(label)
+        return Slot(self, label)
+
+    def try_at_deadline(self, request: AdmissionRequest) -> Slot | None:
+        label = label_of(request)
+        self.asked.append(f"deadline:{label}")
+        if self.in_use >= self.slots + self.headroom:
             return None
         self.in_use += 1
         self.dispatched.append(label)
@@ -76,10 +87,11 @@ def make_harness(
     output_tokens: Callable[[AdmissionRequest], int | None] | None = None,
     seconds_per_token: Callable[[], float | None] | None = None,
     slots_over_caps: Callable[[AdmissionRequest], int] | None = None,
+    headroom: int | None = None,
 ) -> Harness:
     clock = FakeClock(start_s=1000.0)
     timers = ManualTimers(clock)
-    fleet = FakeFleet(slots)
+    fleet = FakeFleet(slots, headroom=headroom or 0)
     gate = TenantGate.in_memory(clock, timers, lease_ttl_s=lease_ttl_s)
     config = AdmissionConfig(
         classes=tuple(classes),
@@ -96,6 +108,7 @@ def make_harness(
         output_tokens=output_tokens,
         seconds_per_token=seconds_per_token,
         slots_over_caps=slots_over_caps,
+        try_at_deadline=None if headroom is None else fleet.try_at_deadline,
     )
     fleet.controller = controller
     return Harness(clock, timers, fleet, gate, controller)

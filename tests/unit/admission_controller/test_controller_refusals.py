@@ -1,5 +1,5 @@
-"""queue_full (full queue, displacement), queue_timeout (timer and before dispatch), cancellation,
-draining — each with a computed Retry-After."""
+"""queue_full (full queue, displacement), queue_timeout (timer and before dispatch; the headroom at the
+deadline), cancellation, draining — each with a computed Retry-After."""
 
 import asyncio
 import math
@@ -9,7 +9,7 @@ import pytest
 from admission.outcomes import AdmissionRefused, RejectReason
 from admission.priority_classes import PriorityClass
 from admission.retry_after import queue_retry_after_s
-from admission.ticket import Ticket
+from admission.ticket import AdmissionRequest, Ticket
 
 from .fakes import Harness, Slot, make_harness, req, run_scheduled_pump, settle
 
@@ -84,6 +84,57 @@ async def test_expiry_timer_answers_queue_timeout_without_dispatching() -> None:
     await first.release()
     assert h.fleet.asked.count("slow") == 1  # only its fast-path probe, never after queueing
     assert h.fleet.in_use == 0
+
+
+async def test_at_its_deadline_a_waiter_takes_a_slot_in_the_headroom_instead_of_queue_timeout() -> None:
+    h = make_harness(slots=1, headroom=1)
+    first = await h.controller.admit(req("running"))
+    waiter = asyncio.create_task(h.controller.admit(req("late", "interactive")))
+    await settle()
+    h.timers.advance(9.999)
+    await settle()
+    assert not waiter.done() and "deadline:late" not in h.fleet.asked, "the headroom is for the deadline only"
+    h.timers.advance(0.001)
+    await settle()
+    grant = waiter.result()
+    assert grant.slot().label == "late" and grant.queue_wait_s == pytest.approx(10.0)
+    assert h.controller.stats.dispatched["interactive"] == 2
+    assert not h.controller.stats.rejected and len(h.controller) == 0 and h.timers.pending == 0
+    await grant.release()
+    await first.release()
+    assert h.fleet.in_use == 0
+
+
+async def test_without_headroom_left_the_deadline_still_answers_queue_timeout() -> None:
+    h = make_harness(slots=1, headroom=1)
+    first = await h.controller.admit(req("running"))
+    extra = h.fleet.try_at_deadline(req("other"))  # somebody else holds the headroom
+    assert extra is not None
+    waiter = asyncio.create_task(h.controller.admit(req("late", "interactive")))
+    await settle()
+    h.timers.advance(10.0)
+    await settle()
+    assert refusal_of(waiter).reason is RejectReason.QUEUE_TIMEOUT
+    assert h.fleet.asked.count("deadline:late") == 1
+    extra.release()
+    await first.release()
+    assert h.fleet.in_use == 0
+
+
+async def test_a_refusal_raised_at_the_deadline_is_the_waiters_answer() -> None:
+    h = make_harness(slots=1, headroom=1)
+    first = await h.controller.admit(req("running"))
+
+    def no_replica(request: AdmissionRequest) -> Slot | None:
+        raise AdmissionRefused(RejectReason.NO_REPLICA, 5, "every replica is down")
+
+    h.controller._queue_pump._try_at_deadline = no_replica  # the seam the gateway's hook fills
+    waiter = asyncio.create_task(h.controller.admit(req("late", "interactive")))
+    await settle()
+    h.timers.advance(10.0)
+    await settle()
+    assert refusal_of(waiter).reason is RejectReason.NO_REPLICA
+    await first.release()
 
 
 async def test_a_waiter_past_its_deadline_gets_queue_timeout_before_it_could_be_dispatched() -> None:
