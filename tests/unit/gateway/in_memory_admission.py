@@ -13,6 +13,7 @@ from gateway.proxy.admission_assembly import build_admission
 from gateway.proxy.admit import PoolAdmission
 from gateway.proxy.route import Router
 from gateway.upstream.registry import ReplicaRegistry
+from gateway.upstream.replica import Replica
 
 
 def pool_admission(settings: Settings, model: str, seed: int = 1) -> tuple[PoolAdmission, ReplicaRegistry]:
@@ -30,3 +31,11 @@ def pool_admission(settings: Settings, model: str, seed: int = 1) -> tuple[PoolA
         metrics=metrics,
     )
     return admission.pool(model), registry
+
+
+def learn_a_cap_of_50(replica: Replica) -> None:
+    """Eight finished streams at twice a 50 ms TPOT objective with 100 in flight: the replica's learned
+    cap becomes 50 (the first cut, 100 × 0.5; `gateway.upstream.tpot_limit`)."""
+    for _ in range(8):
+        replica.cost.learn_tpot(running=90, engine=None, tpot_s=0.1, inflight=100)
+    assert replica.cost.learned_cap == 50

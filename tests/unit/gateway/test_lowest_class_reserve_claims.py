@@ -9,7 +9,7 @@ from gateway.config.settings import parse_settings
 from gateway.proxy.admit import PoolAdmission
 from gateway.upstream.replica import Replica
 from router.keys import build_routing_request
-from tests.unit.gateway.in_memory_admission import pool_admission
+from tests.unit.gateway.in_memory_admission import learn_a_cap_of_50, pool_admission
 
 MODEL = "m"
 TENANT = Tenant("t")
@@ -27,9 +27,7 @@ def one_replica_pool(reserve: float = 0.1) -> tuple[PoolAdmission, Replica]:
     )
     admission, registry = pool_admission(settings, MODEL)
     (replica,) = registry.pools[MODEL].replicas.values()
-    for _ in range(8):
-        replica.cost.learn_tpot(running=90, engine=None, tpot_s=0.1, inflight=100)
-    assert replica.cost.learned_cap == 50
+    learn_a_cap_of_50(replica)
     return admission, replica
 
 
