@@ -29,7 +29,7 @@ import random
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from router.load import request_load
 from router.pickers import best_score_index
@@ -117,7 +117,6 @@ class PrefixIndex:
         return tuple(self._lrus)
 
 
-@runtime_checkable
 class IndexedPolicy(Protocol):
     """A policy that routes on a prefix index (None when its profile has no picker that routes on one;
     the ring pickers' private witness index is not exposed)."""
@@ -127,8 +126,12 @@ class IndexedPolicy(Protocol):
 
 
 def policy_prefix_index(policy: object) -> PrefixIndex | None:
-    """The prefix index `policy` keeps, or None when it keeps none."""
-    return policy.prefix_index if isinstance(policy, IndexedPolicy) else None
+    """The prefix index `policy` keeps (its `IndexedPolicy.prefix_index`), or None when it keeps none or
+    has no such attribute. Read with `getattr`, not an `isinstance` check against a runtime-checkable
+    protocol: that check walks the protocol's members on every call, and the serve path asks once per
+    request (`gateway.proxy.admit.PoolAdmission.prefer_wait`)."""
+    index: PrefixIndex | None = getattr(policy, "prefix_index", None)
+    return index
 
 
 class PrefixMatchScorer:
