@@ -181,10 +181,17 @@ def block_hashes(model: str, prompt_text: str, settings: KeySettings) -> tuple[i
     """Chained xxh3-64 hashes of the prompt's blocks, seeded by the model (see module docstring)."""
     text = prompt_text[: settings.max_prefix_chars]
     size = settings.block_size_chars
-    chained = xxhash.xxh3_64_intdigest(_utf8(model))
+    hash64 = xxhash.xxh3_64_intdigest
+    chained = hash64(_utf8(model))
     hashes: list[int] = []
+    if text.isascii():  # one character per byte: the blocks are slices of one encoding (same bytes)
+        data = text.encode("ascii")
+        for start in range(0, len(data), size):
+            chained = hash64(data[start : start + size], seed=chained)
+            hashes.append(chained)
+        return tuple(hashes)
     for start in range(0, len(text), size):
-        chained = xxhash.xxh3_64_intdigest(_utf8(text[start : start + size]), seed=chained)
+        chained = hash64(_utf8(text[start : start + size]), seed=chained)
         hashes.append(chained)
     return tuple(hashes)
 
