@@ -135,10 +135,14 @@ def render_chat_messages(messages: object) -> str:
     """
     if not isinstance(messages, list):
         return ""
-    valid = [m for m in messages if isinstance(m, Mapping)]
-    leading = [m for m in valid if _is_leading(m.get("role"))]
-    rest = [m for m in valid if not _is_leading(m.get("role"))]
-    return "".join(f"<|{m.get('role')}|>\n{_render_content(m.get('content'))}\n" for m in leading + rest)
+    leading: list[str] = []
+    rest: list[str] = []
+    for message in messages:  # one pass: this runs on every chat request
+        if type(message) is dict or isinstance(message, Mapping):
+            role = message.get("role")
+            section = f"<|{role}|>\n{_render_content(message.get('content'))}\n"
+            (leading if _is_leading(role) else rest).append(section)
+    return "".join(leading + rest)
 
 
 def _render_token(token: object) -> str:
