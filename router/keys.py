@@ -135,10 +135,14 @@ def render_chat_messages(messages: object) -> str:
     """
     if not isinstance(messages, list):
         return ""
-    valid = [m for m in messages if isinstance(m, Mapping)]
-    leading = [m for m in valid if _is_leading(m.get("role"))]
-    rest = [m for m in valid if not _is_leading(m.get("role"))]
-    return "".join(f"<|{m.get('role')}|>\n{_render_content(m.get('content'))}\n" for m in leading + rest)
+    leading: list[str] = []
+    rest: list[str] = []
+    for message in messages:  # one pass: this runs on every chat request
+        if type(message) is dict or isinstance(message, Mapping):
+            role = message.get("role")
+            section = f"<|{role}|>\n{_render_content(message.get('content'))}\n"
+            (leading if _is_leading(role) else rest).append(section)
+    return "".join(leading + rest)
 
 
 def _render_token(token: object) -> str:
@@ -181,10 +185,17 @@ def block_hashes(model: str, prompt_text: str, settings: KeySettings) -> tuple[i
     """Chained xxh3-64 hashes of the prompt's blocks, seeded by the model (see module docstring)."""
     text = prompt_text[: settings.max_prefix_chars]
     size = settings.block_size_chars
-    chained = xxhash.xxh3_64_intdigest(_utf8(model))
+    hash64 = xxhash.xxh3_64_intdigest
+    chained = hash64(_utf8(model))
     hashes: list[int] = []
+    if text.isascii():  # one character per byte: the blocks are slices of one encoding (same bytes)
+        data = text.encode("ascii")
+        for start in range(0, len(data), size):
+            chained = hash64(data[start : start + size], seed=chained)
+            hashes.append(chained)
+        return tuple(hashes)
     for start in range(0, len(text), size):
-        chained = xxhash.xxh3_64_intdigest(_utf8(text[start : start + size]), seed=chained)
+        chained = hash64(_utf8(text[start : start + size]), seed=chained)
         hashes.append(chained)
     return tuple(hashes)
 

@@ -29,7 +29,7 @@ import random
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from router.load import request_load
 from router.pickers import best_score_index
@@ -59,6 +59,11 @@ class PrefixIndex:
         self.max_replicas = max_replicas
         self._lrus: OrderedDict[str, OrderedDict[int, None]] = OrderedDict()
         self._listener: RecordListener | None = None
+        self._version = 0
+        """Bumped by every change of what the LRUs hold (`merge`, `retain`): the memo's validity."""
+        self._memo_hashes: tuple[int, ...] | None = None
+        self._memo_version = -1
+        self._memo: dict[str, int] = {}
 
     def listen(self, listener: RecordListener | None) -> None:
         """Hand every later local `record` to `listener` too (None: stop); one listener at a time."""
@@ -78,6 +83,7 @@ class PrefixIndex:
         to the listener; the same bounds hold."""
         if not prefix_hashes:
             return
+        self._version += 1
         lru = self._lrus.pop(replica_id, None)
         if lru is None:
             lru = OrderedDict()
@@ -91,7 +97,25 @@ class PrefixIndex:
             lru.popitem(last=False)
 
     def matched_blocks(self, replica_id: str, prefix_hashes: Sequence[int]) -> int:
-        """How many leading blocks of `prefix_hashes` the replica is believed to hold."""
+        """How many leading blocks of `prefix_hashes` the replica is believed to hold.
+
+        One decision asks this of the same replicas with the same hashes more than once (the
+        prefix-match scorer over the candidates, the picker over the pool, the prefix wait over the
+        candidates), each a walk of up to 256 blocks: the answers for the last tuple of hashes asked
+        about are kept until the index changes (`merge`, `retain`) or another tuple is asked about."""
+        if type(prefix_hashes) is tuple:  # immutable: the same object always holds the same hashes
+            if prefix_hashes is not self._memo_hashes or self._memo_version != self._version:
+                self._memo_hashes, self._memo_version, self._memo = prefix_hashes, self._version, {}
+            else:
+                known = self._memo.get(replica_id)
+                if known is not None:
+                    return known
+            matched = self._walk(replica_id, prefix_hashes)
+            self._memo[replica_id] = matched
+            return matched
+        return self._walk(replica_id, prefix_hashes)
+
+    def _walk(self, replica_id: str, prefix_hashes: Sequence[int]) -> int:
         lru = self._lrus.get(replica_id)
         if lru is None:
             return 0
@@ -106,6 +130,7 @@ class PrefixIndex:
         """Forget every replica not in `replica_ids` (called when the pool's membership changes)."""
         for replica_id in [r for r in self._lrus if r not in replica_ids]:
             del self._lrus[replica_id]
+            self._version += 1
 
     def blocks(self, replica_id: str) -> int:
         """How many block hashes are held for `replica_id`."""
@@ -117,7 +142,6 @@ class PrefixIndex:
         return tuple(self._lrus)
 
 
-@runtime_checkable
 class IndexedPolicy(Protocol):
     """A policy that routes on a prefix index (None when its profile has no picker that routes on one;
     the ring pickers' private witness index is not exposed)."""
@@ -127,8 +151,12 @@ class IndexedPolicy(Protocol):
 
 
 def policy_prefix_index(policy: object) -> PrefixIndex | None:
-    """The prefix index `policy` keeps, or None when it keeps none."""
-    return policy.prefix_index if isinstance(policy, IndexedPolicy) else None
+    """The prefix index `policy` keeps (its `IndexedPolicy.prefix_index`), or None when it keeps none or
+    has no such attribute. Read with `getattr`, not an `isinstance` check against a runtime-checkable
+    protocol: that check walks the protocol's members on every call, and the serve path asks once per
+    request (`gateway.proxy.admit.PoolAdmission.prefer_wait`)."""
+    index: PrefixIndex | None = getattr(policy, "prefix_index", None)
+    return index
 
 
 class PrefixMatchScorer:

@@ -17,6 +17,9 @@ the loop in `gateway.proxy.serving` (its policy in `gateway.proxy.retry_policy`)
 from __future__ import annotations
 
 import asyncio
+import functools
+from collections.abc import Awaitable
+from typing import TypeVar
 
 import aiohttp
 
@@ -30,6 +33,11 @@ from gateway.proxy.attempt import Attempt
 from gateway.proxy.context import RequestContext
 
 MAX_ERROR_BODY_BYTES = 64 * 1024
+TIMEOUT_CACHE_SIZE = 64
+"""Distinct (connect, read) timeout pairs kept built (`client_timeout`): the pools' settings and the
+few values the timer override headers bring."""
+
+T = TypeVar("T")
 
 
 def forget_frames(exc: BaseException) -> BaseException:
@@ -43,6 +51,53 @@ def forget_frames(exc: BaseException) -> BaseException:
     exc.__traceback__ = None
     exc.__context__ = None
     return exc
+
+
+@functools.lru_cache(maxsize=TIMEOUT_CACHE_SIZE)
+def client_timeout(connect_s: float, sock_read_s: float) -> aiohttp.ClientTimeout:
+    """aiohttp's timeouts for one try: no total, `connect_s` to get a connection (and for the socket's
+    connect), `sock_read_s` between reads. Built once per pair (the object is frozen, so tries share
+    it): building one costs more than the cache's look-up."""
+    return aiohttp.ClientTimeout(total=None, connect=connect_s, sock_connect=connect_s, sock_read=sock_read_s)
+
+
+async def within(delay_s: float, awaitable: Awaitable[T]) -> T:
+    """`await awaitable`, cut after `delay_s` seconds: the same as awaiting it inside
+    `async with asyncio.timeout(delay_s)` — the deadline cancels the current task (on the loop's next
+    iteration when `delay_s` is not positive), and the cancellation it caused comes out as
+    `TimeoutError`, while a cancellation someone else asked for (the client left) stays a
+    `CancelledError` — with one timer handle and no context-manager object or coroutines of its own.
+    Must run inside a task."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    if task is None:
+        raise RuntimeError("within() must run inside a task")
+    cancelling = task.cancelling()
+    fired = False
+
+    def on_deadline() -> None:
+        nonlocal fired
+        fired = True
+        task.cancel()
+
+    when = loop.time() + delay_s
+    handle = loop.call_soon(on_deadline) if when <= loop.time() else loop.call_at(when, on_deadline)
+    try:
+        result = await awaitable
+    except asyncio.CancelledError as exc:
+        handle.cancel()
+        if fired and task.uncancel() <= cancelling:
+            raise TimeoutError from exc
+        raise
+    except BaseException:
+        handle.cancel()
+        if fired:
+            task.uncancel()
+        raise
+    handle.cancel()
+    if fired:
+        task.uncancel()
+    return result
 
 
 class StaleConnection(Exception):
@@ -88,22 +143,16 @@ class UpstreamClient:
 
     async def _post(self, ctx: RequestContext, attempt: Attempt) -> aiohttp.ClientResponse:
         timers = ctx.timers
-        timeout = aiohttp.ClientTimeout(
-            total=None,
-            connect=timers.connect_s,
-            sock_connect=timers.connect_s,
-            sock_read=timers.idle_s if ctx.stream else timers.nonstream_s,
-        )
+        stream = ctx.stream
         request = self._session.request(
             ctx.parsed.method,
             attempt.slot.replica.url + ctx.parsed.upstream_path,
             data=ctx.upstream_body or None,
             headers=ctx.record.upstream_headers(ctx.upstream_headers),  # + the try's traceparent, if traced
-            timeout=timeout,
+            timeout=client_timeout(timers.connect_s, timers.idle_s if stream else timers.nonstream_s),
         )
-        deadline_s = timers.ttft_s if ctx.stream else timers.nonstream_s
-        async with asyncio.timeout(deadline_s - attempt.elapsed_s()):
-            return await request
+        deadline_s = timers.ttft_s if stream else timers.nonstream_s
+        return await within(deadline_s - attempt.elapsed_s(), request)
 
     async def _status_error(self, response: aiohttp.ClientResponse, replica_id: str) -> UpstreamStatusError:
         try:

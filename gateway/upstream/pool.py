@@ -133,10 +133,14 @@ class Pool:
         return self._evaluate_panic(self._clock.now_s())
 
     def _evaluate_panic(self, now_s: float) -> bool:
-        serving = [r for r in self.replicas.values() if not r.is_draining]
-        routable = sum(1 for r in serving if r.routable_ignoring_panic(now_s))
+        serving = routable = 0  # one plain loop: this runs on every snapshot, twice per request
+        for r in self.replicas.values():
+            if not r.is_draining:
+                serving += 1
+                if r.routable_ignoring_panic(now_s):
+                    routable += 1
         threshold = self.settings.breaker.panic_threshold
-        panic = routable < threshold * len(serving)
+        panic = routable < threshold * serving
         if panic != self.panic:
             self.panic = panic
             for replica in self.replicas.values():
@@ -146,7 +150,7 @@ class Pool:
                 self.model,
                 "enters" if panic else "leaves",
                 routable,
-                len(serving),
+                serving,
                 threshold,
                 "; routing ignores breakers" if panic else "",
             )

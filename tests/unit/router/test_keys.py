@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import xxhash
 
 from router.keys import (
     KeySettings,
@@ -110,6 +111,29 @@ class TestBlockHashes:
 
     def test_lone_surrogates_do_not_raise(self) -> None:
         assert len(block_hashes("m", "ab\ud800cd", SMALL)) == 2
+
+    @pytest.mark.parametrize(
+        "text",
+        [
+            "",
+            "abc",
+            "abcdefghij" * 10,
+            "héllo wörld, ünïcode blocks",
+            "ab\ud800cd" * 3,
+            "x" * 63 + "é" + "y" * 9,
+        ],
+    )
+    def test_hashes_follow_the_formula_for_ascii_and_other_text(self, text: str) -> None:
+        """Block i is characters [i·B, (i+1)·B) of the capped text, encoded alone (the ASCII fast path
+        hashes slices of one encoding: the same bytes)."""
+        capped = text[: SMALL.max_prefix_chars]
+        chained = xxhash.xxh3_64_intdigest(b"m")
+        expected = []
+        for start in range(0, len(capped), SMALL.block_size_chars):
+            block = capped[start : start + SMALL.block_size_chars].encode("utf-8", "surrogatepass")
+            chained = xxhash.xxh3_64_intdigest(block, seed=chained)
+            expected.append(chained)
+        assert block_hashes("m", text, SMALL) == tuple(expected)
 
     def test_defaults(self) -> None:
         settings = KeySettings()

@@ -52,6 +52,30 @@ class TestIndex:
         index.retain({"b"})
         assert index.replica_ids() == ("b",)
 
+    def test_a_repeated_question_sees_every_change_of_the_index(self) -> None:
+        """`matched_blocks` keeps the answers for the last tuple asked about: a record, a merge or a
+        retain in between, another tuple, or a list (mutable) are never answered from it."""
+        index = PrefixIndex(capacity_blocks_per_replica=3)
+        hashes = (1, 2, 3)
+        assert index.matched_blocks("r0", hashes) == 0
+        index.record("r0", (1, 2))
+        assert index.matched_blocks("r0", hashes) == 2
+        index.merge("r0", (1, 2, 3))
+        assert index.matched_blocks("r0", hashes) == 3
+        assert index.matched_blocks("r0", hashes) == 3 and index.matched_blocks("r1", hashes) == 0
+        index.merge("r0", (7, 8, 9))  # evicts 1, 2, 3
+        assert index.matched_blocks("r0", hashes) == 0
+        index.merge("r0", (1, 2, 3))
+        assert index.matched_blocks("r0", hashes) == 3
+        index.retain(frozenset({"r1"}))
+        assert index.matched_blocks("r0", hashes) == 0
+        index.merge("r1", (1,))
+        assert index.matched_blocks("r1", (1, 2, 3)) == 1 and index.matched_blocks("r1", hashes) == 1
+        mutable = [1, 5]
+        assert index.matched_blocks("r1", mutable) == 1
+        mutable[0] = 5
+        assert index.matched_blocks("r1", mutable) == 0
+
     def test_bounds_must_be_positive(self) -> None:
         with pytest.raises(ValueError, match="capacity_blocks_per_replica"):
             PrefixIndex(capacity_blocks_per_replica=0)
