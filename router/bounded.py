@@ -29,9 +29,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from router.indexed_picker import IndexedPicker
 from router.load import LoadUnit, inflight_load
 from router.pickers import best_score_index
-from router.prefix_index import IndexedPicker, PrefixIndex
+from router.prefix_index import PrefixIndex
 from router.profile import KeyOwner, Pick
 from router.ring import DEFAULT_VIRTUAL_NODES_PER_REPLICA, RingCache, hash_key
 from router.types import Branch, ReplicaView, RoutingRequest

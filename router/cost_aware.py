@@ -66,10 +66,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from router.bounded import LoadBound
+from router.indexed_picker import IndexedPicker
 from router.latency_model import PREFILL_TOKENS_SCALE, LatencyEstimate
 from router.load import queued_prefill_tokens, running_sequences, waiting_requests
 from router.pickers import best_score_index
-from router.prefix_index import IndexedPicker, PrefixIndex
+from router.prefix_index import PrefixIndex
 from router.profile import Pick
 from router.ring import DEFAULT_VIRTUAL_NODES_PER_REPLICA, RingCache
 from router.scorers import kv_usage

@@ -69,6 +69,7 @@ from router.cost_aware import (
     prefill_tokens_metric,
 )
 from router.filters import ImbalanceFilter, LoadBoundFilter
+from router.indexed_picker import PrefixIndexPicker
 from router.load import LoadUnit, running_sequences
 from router.options import OptionReader
 from router.pickers import MaxScorePicker, PowerOfTwoPicker, RoundRobinPicker
@@ -78,7 +79,6 @@ from router.prefix_index import (
     DEFAULT_IMBALANCE_REL_RATIO,
     ImbalanceGuard,
     PrefixIndex,
-    PrefixIndexPicker,
     PrefixMatchScorer,
 )
 from router.profile import Filter, Picker, Scorer

@@ -163,7 +163,7 @@ class RouteDetail(TypedDict, total=False):
       (`bounded-ring`, `ring`), or candidates passed in `sticky-prefix`'s preference order (also
       `predicted-latency`'s while its models are cold); the header shows 0 when it is absent;
     - `matched_prefix_blocks`: leading blocks of the request the chosen replica is believed to hold
-      (every picker that keeps a prefix index: `router.prefix_index.IndexedPicker`);
+      (every picker that keeps a prefix index: `router.indexed_picker.IndexedPicker`);
     - `shared_prefix_blocks` / `common_prefix_blocks`: the longest and the shortest match of the
       request's prefix over the whole pool, chosen or not (the same pickers). The blocks between the two
       are held by some replicas and not others: what the choice of replica wins or loses, whatever this

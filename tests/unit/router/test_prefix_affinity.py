@@ -7,9 +7,10 @@ from collections.abc import Mapping
 import pytest
 
 from router.bounded import LoadBound
+from router.indexed_picker import IndexedPicker
 from router.keys import KeySettings, build_routing_request
 from router.load import LoadUnit
-from router.prefix_index import IndexedPicker, PrefixIndex
+from router.prefix_index import PrefixIndex
 from router.types import Branch, Decision
 from tests.unit.router.snapshots import IDS, decided, fleet, policy, prefix_request, ring_order
 
