@@ -36,10 +36,12 @@ from gateway.api.connection_limit import ConnectionGuard
 from gateway.app import GatewayApp, create_app
 from gateway.base.gc_tuning import tune_collector
 from gateway.config.settings import Settings
-from gateway.ops.workers import Supervisor
+from gateway.ops.workers import Supervisor, bind_listener, worker_listener
 
 logger = logging.getLogger("uvicorn.error")  # configured by uvicorn: these lines join its start-up log
 
+STARTUP_FAILURE = 3
+"""The exit status when the gateway cannot start (as uvicorn's own: the address cannot be bound)."""
 KEEP_ALIVE_S = 75
 """Idle keep-alive connections are closed after this (uvicorn's `timeout_keep_alive`): longer than the
 usual 60 s idle timeout of load balancers, so the balancer closes first and never reuses a closing one."""
@@ -139,15 +141,18 @@ def serve(settings: Settings, log_level: str = "info") -> int:
     if count == 1:
         run_server(settings, log_level)
         return 0
-    parent = uvicorn.Config(
-        "gateway", host=settings.server.host, port=settings.server.port, log_level=log_level
-    )
-    return Supervisor(settings, log_level, _worker_main, parent.bind_socket(), count).run()
+    uvicorn.Config("gateway", log_level=log_level)  # configures the logging of the supervisor's lines
+    try:
+        sock = bind_listener(settings.server.host, settings.server.port)
+    except OSError as exc:
+        logger.error("cannot bind %s:%d: %s", settings.server.host, settings.server.port, exc)
+        return STARTUP_FAILURE
+    return Supervisor(settings, log_level, _worker_main, sock, count).run()
 
 
 def _worker_main(settings: Settings, log_level: str, sock: socket.socket, drain_pipe: Connection) -> None:
     """A worker process's entry point (`gateway.ops.workers.WorkerMain`)."""
-    run_server(settings, log_level, sock, drain_pipe)
+    run_server(settings, log_level, worker_listener(sock), drain_pipe)
 
 
 def run_server(

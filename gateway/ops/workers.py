@@ -1,10 +1,14 @@
-"""Several gateway processes on one listening socket (`server.workers` > 1): the supervisor.
+"""Several gateway processes on one address (`server.workers` > 1): the supervisor.
 
-- **The socket** is bound once, here, and handed to every worker, rather than each worker binding its
-  own with SO_REUSEPORT: every `server.host`/`port` form works as with one process (port 0 included),
-  no other process can join the port, the workers take connections from the one accept queue as each
-  is free, and a worker that dies strands no queued connection (with SO_REUSEPORT the connections
-  queued on its own socket would be reset).
+- **The socket**: the supervisor binds the address once (port 0 resolved to one port, the address
+  reserved: `bind_listener`) and hands the socket to every worker. On Linux each worker then binds a
+  socket of its own to that address with SO_REUSEPORT and listens on it (`worker_listener`): the kernel
+  spreads new connections over the workers by a hash of their addresses, independent of timing. One
+  shared accept queue does not: the worker that wakes first accepts every connection pending at that
+  moment (uvloop accepts until the queue is empty), so a burst of connections (a client opening its
+  pool) can land mostly on one worker. The cost: connections still queued on a worker's own socket
+  when it dies unasked are reset, and another process of the same user could bind the port too.
+  Elsewhere (SO_REUSEPORT does not balance) the workers share the supervisor's socket.
 - **Workers are fresh interpreters** (multiprocessing's `spawn`, the socket's descriptor passed to
   each), not forks: nothing of the supervisor is shared by accident (no event loop, no connection, no
   metric value). Each builds its own `GatewayApp` and is one gateway instance of the fleet, sharing
@@ -39,6 +43,7 @@ import os
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
@@ -57,6 +62,38 @@ WorkerMain = Callable[[Settings, str, socket.socket, Connection], None]
 a module-level function (spawn passes it by name)."""
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+BALANCED_REUSEPORT = sys.platform == "linux" and hasattr(socket, "SO_REUSEPORT")
+"""Whether each worker listens on a socket of its own (module docstring, "The socket")."""
+
+
+def bind_listener(host: str, port: int) -> socket.socket:
+    """The supervisor's socket, bound and not listening (it takes no connection itself); OSError when the
+    address cannot be bound."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP: asyncio turns Nagle off only on sockets of that protocol
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if BALANCED_REUSEPORT:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def worker_listener(inherited: socket.socket) -> socket.socket:
+    """A worker's socket to listen on: on Linux its own, bound to the supervisor's address with
+    SO_REUSEPORT (the inherited one closed); elsewhere the inherited one."""
+    if not BALANCED_REUSEPORT:
+        return inherited
+    own = socket.socket(inherited.family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    own.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    own.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    own.bind(inherited.getsockname())
+    inherited.close()
+    return own
 
 
 class Supervisor:
@@ -85,12 +122,16 @@ class Supervisor:
             for _ in range(self._count):
                 self._start_worker()
             self._drain_reader.close()  # the workers hold the read ends now
+            address = self._sock.getsockname()
             self._sock.close()
             logger.info(
-                "supervisor %d: %d workers (%s) on one socket; merged metrics in %s",
+                "supervisor %d: %d workers (%s) on %s port %d%s; merged metrics in %s",
                 os.getpid(),
                 self._count,
                 ", ".join(str(p.pid) for p in self._running),
+                address[0],
+                address[1],
+                " (SO_REUSEPORT)" if BALANCED_REUSEPORT else "",
                 self._metrics_dir,
             )
             return self._watch()
