@@ -14,10 +14,10 @@ connection limit is held to at most half of it. Both are logged at start.
 Once the app has started, the garbage collector is set for serving (`gateway.base.gc_tuning`: what start-up
 built is frozen, the youngest generation is collected less often).
 
-`server.workers` > 1 (or `auto`): this process binds the socket and supervises that many workers
-(`gateway.ops.workers`), each running `_worker_main`: the same server on the inherited socket, which also
-drains when the supervisor's drain pipe closes. With 1, `serve` runs the server in this process, as
-without the setting.
+`server.workers` > 1 (or `auto`): this process binds the address and supervises that many workers
+(`gateway.ops.workers`), each running `_worker_main`: the same server on that address (on Linux a
+SO_REUSEPORT socket of its own), which also drains when the supervisor's drain pipe closes. With 1,
+`serve` runs the server in this process, as without the setting.
 """
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ class ServerSettings(StrictModel):
     its request gets 503 `connection_limit` with Retry-After; past 1.25 × it a new connection is closed
     as soon as it is accepted."""
     workers: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
-    """Gateway processes serving the one listening socket (`gateway.ops.workers`): each a full gateway
+    """Gateway processes serving the one address (`gateway.ops.workers`): each a full gateway
     that counts as one instance. 1 (default): one process, no supervisor. `auto`: one per usable core
     (`os.sched_getaffinity`, else `os.cpu_count()`). More than 1, or `auto`, needs `state.backend: redis`
     (caps, rate limits, the prefix index, quarantine and response state are shared as across instances);
@@ -207,8 +207,8 @@ class Settings(StrictModel):
         workers = self.server.workers
         if workers != 1 and self.state.backend != "redis":
             raise ValueError(
-                f"server.workers: {workers} worker processes need shared state (caps, rate limits, the "
-                "prefix index, quarantine, response state): set state.backend: redis, or server.workers: 1"
+                f"server.workers: {workers}: several worker processes need shared state (caps, rate limits, "
+                "the prefix index, quarantine, response state): set state.backend: redis, or server.workers: 1"
             )
         return self
 
