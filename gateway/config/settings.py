@@ -207,8 +207,9 @@ class Settings(StrictModel):
         workers = self.server.workers
         if workers != 1 and self.state.backend != "redis":
             raise ValueError(
-                f"server.workers: {workers}: several worker processes need shared state (caps, rate limits, "
-                "the prefix index, quarantine, response state): set state.backend: redis, or server.workers: 1"
+                f"server.workers: {workers}: several worker processes need shared state (caps, rate "
+                "limits, the prefix index, quarantine, response state): set state.backend: redis, or "
+                "server.workers: 1"
             )
         return self
 
