@@ -67,8 +67,8 @@ BALANCED_REUSEPORT = sys.platform == "linux" and hasattr(socket, "SO_REUSEPORT")
 
 
 def bind_listener(host: str, port: int) -> socket.socket:
-    """The supervisor's socket, bound and not listening (it takes no connection itself); OSError when the
-    address cannot be bound."""
+    """The supervisor's socket, bound and never listening (it takes no connection itself; it keeps the
+    address reserved until the supervisor exits); OSError when the address cannot be bound."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP: asyncio turns Nagle off only on sockets of that protocol
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
@@ -123,7 +123,6 @@ class Supervisor:
                 self._start_worker()
             self._drain_reader.close()  # the workers hold the read ends now
             address = self._sock.getsockname()
-            self._sock.close()
             logger.info(
                 "supervisor %d: %d workers (%s) on %s port %d%s; merged metrics in %s",
                 os.getpid(),
@@ -139,6 +138,7 @@ class Supervisor:
             for process in self._running:  # only after a failure of the supervisor itself
                 process.kill()
                 process.join()
+            self._sock.close()  # held until now: the address stays reserved while a worker binds late
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             os.environ.pop(MULTIPROC_DIR_ENV, None)
