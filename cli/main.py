@@ -2,8 +2,9 @@
 `alerts` (cli/alerts.py), `plan`, `bench` and `mock-engine` are wired to their modules' `add_arguments` /
 `run`.
 
-Exit codes: 0 ok, 2 an invalid config or bad arguments; `plan`, `bench` and `mock-engine` return their
-own (see each package's `cli` module).
+Exit codes: 0 ok, 1 `serve` with several workers when one exited unasked or not cleanly
+(`gateway.ops.workers`), 2 an invalid config or bad arguments, 3 `serve` cannot start (the address
+cannot be bound); `plan`, `bench` and `mock-engine` return their own (see each package's `cli` module).
 """
 
 from __future__ import annotations
@@ -34,8 +35,7 @@ def _serve(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if settings is None:
         return 2
-    serve(settings, log_level=args.log_level)
-    return 0
+    return serve(settings, log_level=args.log_level)
 
 
 def _check_config(args: argparse.Namespace) -> int:

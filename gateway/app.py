@@ -243,7 +243,9 @@ def _build_ops_app(state: Components) -> FastAPI:
         `application/openmetrics-text` (the only format that carries exemplars: trace ids on the
         duration and TTFT histograms when tracing is on)."""
         encoder, content_type = choose_encoder(request.headers.get("accept", ""))
-        return Response(content=encoder(state.metrics.registry), headers={"content-type": content_type})
+        return Response(
+            content=encoder(state.metrics.scrape_registry), headers={"content-type": content_type}
+        )
 
     openapi_body = orjson.dumps(openapi_document())
 

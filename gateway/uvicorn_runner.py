@@ -13,6 +13,11 @@ connection limit is held to at most half of it. Both are logged at start.
 
 Once the app has started, the garbage collector is set for serving (`gateway.base.gc_tuning`: what start-up
 built is frozen, the youngest generation is collected less often).
+
+`server.workers` > 1 (or `auto`): this process binds the address and supervises that many workers
+(`gateway.ops.workers`), each running `_worker_main`: the same server on that address (on Linux a
+SO_REUSEPORT socket of its own), which also drains when the supervisor's drain pipe closes. With 1,
+`serve` runs the server in this process, as without the setting.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from multiprocessing.connection import Connection
 from types import FrameType
 
 import uvicorn
@@ -30,9 +36,12 @@ from gateway.api.connection_limit import ConnectionGuard
 from gateway.app import GatewayApp, create_app
 from gateway.base.gc_tuning import tune_collector
 from gateway.config.settings import Settings
+from gateway.ops.workers import Supervisor, bind_listener, worker_listener
 
 logger = logging.getLogger("uvicorn.error")  # configured by uvicorn: these lines join its start-up log
 
+STARTUP_FAILURE = 3
+"""The exit status when the gateway cannot start (as uvicorn's own: the address cannot be bound)."""
 KEEP_ALIVE_S = 75
 """Idle keep-alive connections are closed after this (uvicorn's `timeout_keep_alive`): longer than the
 usual 60 s idle timeout of load balancers, so the balancer closes first and never reuses a closing one."""
@@ -41,11 +50,14 @@ usual 60 s idle timeout of load balancers, so the balancer closes first and neve
 class DrainingServer(uvicorn.Server):
     """uvicorn.Server whose first exit signal drains the app before the server stops."""
 
-    def __init__(self, config: uvicorn.Config, app: GatewayApp) -> None:
+    def __init__(self, config: uvicorn.Config, app: GatewayApp, drain_pipe: Connection | None = None) -> None:
+        """`drain_pipe`: a worker's read end of its supervisor's drain pipe (`gateway.ops.workers`); its
+        closing (the supervisor asks, or is gone) counts as the first exit signal."""
         super().__init__(config)
         self._app = app
         self._drain_requested = False
         self._drain_task: asyncio.Task[None] | None = None
+        self._drain_pipe = drain_pipe
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self._drain_requested:
@@ -58,8 +70,16 @@ class DrainingServer(uvicorn.Server):
         """uvicorn's start-up (the app's lifespan, then the listeners); then the collector is set for
         serving (`gateway.base.gc_tuning`), before the first request is read."""
         await super().startup(sockets)
+        if self._drain_pipe is not None:
+            asyncio.get_running_loop().add_reader(self._drain_pipe.fileno(), self._supervisor_drains)
         if not self.should_exit:
             tune_collector()
+
+    def _supervisor_drains(self) -> None:
+        """The drain pipe closed (readable at its end): drain as on a first signal."""
+        if self._drain_pipe is not None:
+            asyncio.get_running_loop().remove_reader(self._drain_pipe.fileno())
+        self._drain_requested = True
 
     async def on_tick(self, counter: int) -> bool:
         if self._drain_requested and self._drain_task is None:
@@ -115,7 +135,34 @@ def uvicorn_config(
     )
 
 
-def serve(settings: Settings, log_level: str = "info") -> None:
+def serve(settings: Settings, log_level: str = "info") -> int:
+    """Run the gateway until it is stopped (module docstring); the exit status."""
+    count = settings.server.worker_count()
+    if count == 1:
+        run_server(settings, log_level)
+        return 0
+    uvicorn.Config("gateway", log_level=log_level)  # configures the logging of the supervisor's lines
+    try:
+        sock = bind_listener(settings.server.host, settings.server.port)
+    except OSError as exc:
+        logger.error("cannot bind %s:%d: %s", settings.server.host, settings.server.port, exc)
+        return STARTUP_FAILURE
+    return Supervisor(settings, log_level, _worker_main, sock, count).run()
+
+
+def _worker_main(settings: Settings, log_level: str, sock: socket.socket, drain_pipe: Connection) -> None:
+    """A worker process's entry point (`gateway.ops.workers.WorkerMain`)."""
+    run_server(settings, log_level, worker_listener(sock), drain_pipe)
+
+
+def run_server(
+    settings: Settings,
+    log_level: str = "info",
+    sock: socket.socket | None = None,
+    drain_pipe: Connection | None = None,
+) -> None:
+    """One gateway server: on `settings.server`'s host and port, or on `sock` (a worker's inherited
+    socket), draining on its first exit signal or when `drain_pipe` closes."""
     limits = raise_file_limit()
     app = create_app(settings)
     file_limit = None if limits is None else limits[1]
@@ -139,7 +186,7 @@ def serve(settings: Settings, log_level: str = "info") -> None:
                 guard.max_connections,
             )
     log_shared_state(settings)
-    DrainingServer(config, app).run()
+    DrainingServer(config, app, drain_pipe).run(None if sock is None else [sock])
 
 
 def log_shared_state(settings: Settings) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from gateway.base.metric_naming import PREFIX
+from gateway.base.metric_naming import PREFIX, WORKERS_SUM
 
 _DECIDE_BUCKETS_S = (1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3)
 
@@ -18,7 +18,11 @@ class DispatchMetrics:
 
     def __init__(self, r: CollectorRegistry) -> None:
         self.queue_depth = Gauge(
-            f"{PREFIX}_queue_depth", "Requests waiting for a replica slot", ["model", "priority"], registry=r
+            f"{PREFIX}_queue_depth",
+            "Requests waiting for a replica slot",
+            ["model", "priority"],
+            registry=r,
+            multiprocess_mode=WORKERS_SUM,
         )
         self.queue_wait_seconds = Histogram(
             f"{PREFIX}_queue_wait_seconds",

@@ -7,46 +7,61 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from gateway.base.metric_naming import PREFIX
+from gateway.base.metric_naming import PREFIX, WORKERS_MAX, WORKERS_MIN, WORKERS_SUM
 
 
 class ReplicaMetrics:
     """The replica family of `GatewayMetrics` (see the module docstring)."""
 
     def __init__(self, r: CollectorRegistry) -> None:
-        self.inflight = Gauge(f"{PREFIX}_inflight", "Requests in flight per replica", ["replica"], registry=r)
+        self.inflight = Gauge(
+            f"{PREFIX}_inflight",
+            "Requests in flight per replica",
+            ["replica"],
+            registry=r,
+            multiprocess_mode=WORKERS_SUM,
+        )
         self.prefill_tokens_inflight = Gauge(
             f"{PREFIX}_prefill_tokens_inflight",
             "Uncached prompt tokens dispatched to the replica that have no first token yet",
             ["replica"],
             registry=r,
+            multiprocess_mode=WORKERS_SUM,
         )
         self.latency_model_error_ratio = Gauge(
             f"{PREFIX}_latency_model_error_ratio",
             "Mean absolute percentage error of the replica's learned latency model (EW, target=ttft|tpot)",
             ["replica", "target"],
             registry=r,
+            multiprocess_mode=WORKERS_MAX,
         )
         self.learned_max_concurrency = Gauge(
             f"{PREFIX}_learned_max_concurrency",
             "Largest batch the replica's TPOT model predicts within the pool's TPOT SLO (0: none)",
             ["replica"],
             registry=r,
+            multiprocess_mode=WORKERS_MAX,
         )
         self.replica_up = Gauge(
             f"{PREFIX}_replica_up",
             "1 when the replica is eligible for traffic health-wise",
             ["replica"],
             registry=r,
+            multiprocess_mode=WORKERS_MIN,
         )
         self.replicas = Gauge(
-            f"{PREFIX}_replicas", "Replicas per pool by state", ["pool", "state"], registry=r
+            f"{PREFIX}_replicas",
+            "Replicas per pool by state",
+            ["pool", "state"],
+            registry=r,
+            multiprocess_mode=WORKERS_MAX,
         )
         self.breaker_state = Gauge(
             f"{PREFIX}_breaker_state",
             "Circuit breaker per replica: 0 closed, 1 half-open, 2 open",
             ["replica"],
             registry=r,
+            multiprocess_mode=WORKERS_MAX,
         )
         self.breaker_transitions_total = Counter(
             f"{PREFIX}_breaker_transitions_total",
@@ -66,24 +81,42 @@ class ReplicaMetrics:
             "1 while the pool routes in panic mode (too few routable replicas: breakers ignored)",
             ["model"],
             registry=r,
+            multiprocess_mode=WORKERS_MAX,
         )
         self.replica_draining = Gauge(
-            f"{PREFIX}_replica_draining", "1 while the replica is draining", ["replica"], registry=r
+            f"{PREFIX}_replica_draining",
+            "1 while the replica is draining",
+            ["replica"],
+            registry=r,
+            multiprocess_mode=WORKERS_MAX,
         )
         self.replica_engine_running = Gauge(
-            f"{PREFIX}_replica_engine_running", "Requests the engine reports running", ["replica"], registry=r
+            f"{PREFIX}_replica_engine_running",
+            "Requests the engine reports running",
+            ["replica"],
+            registry=r,
+            multiprocess_mode=WORKERS_MAX,
         )
         self.replica_engine_waiting = Gauge(
-            f"{PREFIX}_replica_engine_waiting", "Requests the engine reports waiting", ["replica"], registry=r
+            f"{PREFIX}_replica_engine_waiting",
+            "Requests the engine reports waiting",
+            ["replica"],
+            registry=r,
+            multiprocess_mode=WORKERS_MAX,
         )
         self.replica_kv_usage_ratio = Gauge(
-            f"{PREFIX}_replica_kv_usage_ratio", "Engine KV-cache usage, 0..1", ["replica"], registry=r
+            f"{PREFIX}_replica_kv_usage_ratio",
+            "Engine KV-cache usage, 0..1",
+            ["replica"],
+            registry=r,
+            multiprocess_mode=WORKERS_MAX,
         )
         self.replica_prefix_cache_hit_ratio = Gauge(
             f"{PREFIX}_replica_prefix_cache_hit_ratio",
             "Engine prefix-cache hit ratio over the last scrape interval",
             ["replica"],
             registry=r,
+            multiprocess_mode=WORKERS_MAX,
         )
         self.scrape_errors_total = Counter(
             f"{PREFIX}_scrape_errors_total",
@@ -96,12 +129,14 @@ class ReplicaMetrics:
             "LoRA adapters the engine reports with running / waiting requests (vllm:lora_requests_info)",
             ["replica", "state"],
             registry=r,
+            multiprocess_mode=WORKERS_MAX,
         )
         self.replica_models = Gauge(
             f"{PREFIX}_replica_models",
             "Client-facing model names the replica serves, from its /v1/models (models.discover)",
             ["replica"],
             registry=r,
+            multiprocess_mode=WORKERS_MAX,
         )
         self.model_discovery_errors_total = Counter(
             f"{PREFIX}_model_discovery_errors_total",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from gateway.base.metric_naming import PREFIX
+from gateway.base.metric_naming import PREFIX, WORKERS_SUM
 
 _LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 2.5, 5, 10, 20, 40, 80, 160, 320)
 _TPOT_BUCKETS_S = (0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0)
@@ -117,7 +117,10 @@ class RequestMetrics:
             registry=r,
         )
         self.client_connections = Gauge(
-            f"{PREFIX}_client_connections", "Open client connections (HTTP/1.1)", registry=r
+            f"{PREFIX}_client_connections",
+            "Open client connections (HTTP/1.1)",
+            registry=r,
+            multiprocess_mode=WORKERS_SUM,
         )
         self.client_connections_refused_total = Counter(
             f"{PREFIX}_client_connections_refused_total",

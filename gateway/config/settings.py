@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
@@ -102,6 +102,21 @@ class ServerSettings(StrictModel):
     connections). Over it a new connection closes the one silent longest (nothing sent for 1 s), else
     its request gets 503 `connection_limit` with Retry-After; past 1.25 × it a new connection is closed
     as soon as it is accepted."""
+    workers: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
+    """Gateway processes serving the one address (`gateway.ops.workers`): each a full gateway
+    that counts as one instance. 1 (default): one process, no supervisor. `auto`: one per usable core
+    (`os.sched_getaffinity`, else `os.cpu_count()`). More than 1, or `auto`, needs `state.backend: redis`
+    (caps, rate limits, the prefix index, quarantine and response state are shared as across instances);
+    refused at load otherwise. `max_connections` and the file limit apply to each worker."""
+
+    def worker_count(self) -> int:
+        """The number of worker processes `workers` stands for on this host (`auto`: usable cores)."""
+        if self.workers != "auto":
+            return self.workers
+        try:
+            return max(1, len(os.sched_getaffinity(0)))
+        except AttributeError:  # pragma: no cover - no sched_getaffinity (macOS)
+            return max(1, os.cpu_count() or 1)
 
 
 class UpstreamClientSettings(StrictModel):
@@ -184,6 +199,19 @@ class Settings(StrictModel):
     served as a request for the model (its pool, queue, prefix key; the body's model rewritten). The
     target is a pool's `model` or one of its `models.names` (or, with a pool that has `models.discover`,
     an adapter a replica lists); an alias may not shadow a served name."""
+
+    @model_validator(mode="after")
+    def _workers_share_state(self) -> Settings:
+        """Several worker processes are several instances: without Redis each would keep its own caps,
+        rate limits, prefix index and quarantine, so `workers` > 1 (or `auto`) needs Redis state."""
+        workers = self.server.workers
+        if workers != 1 and self.state.backend != "redis":
+            raise ValueError(
+                f"server.workers: {workers}: several worker processes need shared state (caps, rate "
+                "limits, the prefix index, quarantine, response state): set state.backend: redis, or "
+                "server.workers: 1"
+            )
+        return self
 
     @model_validator(mode="after")
     def _unique_models(self) -> Settings:

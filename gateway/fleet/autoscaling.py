@@ -33,6 +33,7 @@ from capacity.autoscale import GaugeSample, PoolAutoscaler
 from capacity.autoscale_settings import AutoscaleSettings, PoolCapacity
 from core.clock import Clock
 from core.tasks import cancel_and_wait
+from gateway.base.metric_naming import WORKERS_MAX
 from gateway.base.metrics import GatewayMetrics
 from gateway.config.settings import PoolSettings
 from gateway.fleet.instance_membership import traffic_share
@@ -164,6 +165,7 @@ class AutoscaleSignals:
                 f"Autoscaling signal: {sample.name}",
                 list(sample.labels),
                 registry=self._metrics.registry,
+                multiprocess_mode=WORKERS_MAX,  # each worker estimates for the whole pool
             )
             self._gauges[sample.name] = gauge
         gauge.labels(**sample.labels).set(sample.value)

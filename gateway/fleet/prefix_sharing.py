@@ -51,7 +51,7 @@ from prometheus_client import Counter, Gauge
 from core.shared_state import LUA_PRELUDE, RedisBackend
 from core.state_outage import RedisOperation
 from core.tasks import cancel_and_wait
-from gateway.base.metric_naming import PREFIX
+from gateway.base.metric_naming import PREFIX, WORKERS_MIN
 from gateway.base.metrics import GatewayMetrics
 from gateway.fleet.instance_membership import new_instance_id
 from gateway.fleet.prefix_records import IndexRecord, decode_batch, encode_batch
@@ -111,6 +111,7 @@ class SharingMetrics:
             "1 while this instance exchanges prefix-index records through Redis, 0 while it routes on its "
             "own index alone",
             registry=r,
+            multiprocess_mode=WORKERS_MIN,
         )
         self.records = Counter(
             f"{PREFIX}_prefix_index_records_total",
