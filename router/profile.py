@@ -194,8 +194,11 @@ class Profile:
         request has none."""
         if self._owning is None:
             return None
-        candidates = [r for r in replicas if is_routable(r) and r.serves(request.model)]
-        candidates = [r for r in candidates if r.replica_id not in request.exclude]
+        candidates = [
+            r
+            for r in replicas
+            if is_routable(r) and r.serves(request.model) and r.replica_id not in request.exclude
+        ]
         return self._owning.owner(request, candidates, replicas) if candidates else None
 
     def _combined_scores(self, request: RoutingRequest, candidates: list[ReplicaView]) -> list[float]:

@@ -239,8 +239,8 @@ class PoolAdmission:
         routing = request.routing
         policy = self.pool.policy
         index = policy_prefix_index(policy)
-        keyed = isinstance(policy, Profile) and policy.routes_on_key
-        if routing is None or (index is None and not keyed):
+        keyed = policy if isinstance(policy, Profile) and policy.routes_on_key else None
+        if routing is None or (index is None and keyed is None):
             return None
         if self._max_inflight is not None and self._registry.total_inflight() >= self._max_inflight:
             return None
@@ -259,8 +259,7 @@ class PoolAdmission:
         if index is not None:
             wait = owner_wait(routing, views, index, queue, ratio)
         else:
-            assert isinstance(policy, Profile)
-            owner = policy.key_owner(routing, views)
+            owner = None if keyed is None else keyed.key_owner(routing, views)
             wait = None if owner is None else key_owner_wait(routing, views, owner, queue, ratio)
         return None if wait is None else Hold(wait.replica_id, wait.until_s)
 

@@ -83,21 +83,17 @@ async def within(delay_s: float, awaitable: Awaitable[T]) -> T:
     when = loop.time() + delay_s
     handle = loop.call_soon(on_deadline) if when <= loop.time() else loop.call_at(when, on_deadline)
     try:
-        result = await awaitable
+        return await awaitable
     except asyncio.CancelledError as exc:
-        handle.cancel()
-        if fired and task.uncancel() <= cancelling:
-            raise TimeoutError from exc
-        raise
-    except BaseException:
-        handle.cancel()
         if fired:
-            task.uncancel()
+            fired = False  # its cancellation is taken back here, not again below
+            if task.uncancel() <= cancelling:
+                raise TimeoutError from exc
         raise
-    handle.cancel()
-    if fired:
-        task.uncancel()
-    return result
+    finally:
+        handle.cancel()
+        if fired:  # the deadline fired as the awaitable ended: its cancellation is not delivered
+            task.uncancel()
 
 
 class StaleConnection(Exception):
