@@ -205,8 +205,8 @@ class AdmissionController(Generic[S]):
             if slot is not None:
                 return slot, 0.0, self._record_dispatch(request, slot, 0.0)
             self._holds.may_be_free = hold is not None
-        if hold is None:
-            self._refusals.raise_if_hopeless(request)
+        if hold is None and (probed or not self._holds.may_be_free):
+            self._refusals.raise_if_hopeless(request)  # else the pump's round with it decides first
         return await self._queue_pump.wait(request, hold, probed=probed)
 
     def _key_of(self, slot: Dispatched[S]) -> str | None:

@@ -15,7 +15,9 @@ Within one pump round nothing is released (a round is synchronous), so once a wa
 `until_s` has not passed) are passed over without asking again: a round costs one hook call per
 resource waited for, not one per waiter. `WaitContext.ahead_by_key` counts the waiters before this one
 in the round's dispatch order that hold for each key (what a waiter's own wait for that resource
-depends on); at arrival (the fast path) it is empty: nobody of its class or above is queued then.
+depends on); at arrival (the fast path) it is empty: nobody of its class or above is queued then. An
+arrival behind waiters that the last round held out is asked in a round of its own, run at once
+(`admission.queue_pump`): they declined the slots that round found, which may be free for it.
 
 A waiter's holding is reported to `report` (the controller's observer) twice: `HELD` at its first
 `Hold` (never again for it, whatever it answers later), then how it left the queue — dispatched to the

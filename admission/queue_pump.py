@@ -9,7 +9,9 @@ Event-driven, never polling. Three events move the queue:
 - an arrival: its fast-path probe is its wake-up. When it probed and got None there is no free slot;
   when it skipped the probe, others wait because there was none at the last release. Either way a
   further `try_dispatch` would only repeat a known answer — unless the last round passed over held
-  waiters (`admission.holds`): a slot may be free, so a queued arrival schedules a pump;
+  waiters (`admission.holds`): a slot may be free, so an arrival queued behind them runs a round at
+  once, with it in the queue, and early refusal (which counts every waiter ahead, the held ones too)
+  is asked only when that round found it nothing;
 - one timer (`EarliestTimer`), at the queue's earliest deadline, answers expired waiters (re-armed
   only when a new deadline is earlier; one that fires early re-arms itself); it also pumps when a hold
   runs out.
@@ -95,8 +97,25 @@ class QueuePump(Generic[S]):
     ) -> tuple[Dispatched[S], float, int]:
         """Queue `request` until a slot is dispatched to it (or it is refused); `hold`: its answer from
         the hook at arrival; `probed`: whether it probed `try_dispatch` on the fast path."""
-        priority = request.priority
         waiter: Waiter[S] = Waiter(request, asyncio.get_running_loop().create_future())
+        entry = self._push(waiter)
+        if hold is not None:
+            self._holds.set(waiter, hold)
+        self._arm_timer()
+        if not probed and self._holds.may_be_free:
+            entry = self._round_with_arrival(entry)
+        try:
+            return await waiter.future
+        except asyncio.CancelledError:
+            self._abandon(entry)
+            raise
+        finally:
+            self._holds.left(waiter, cancelled=waiter.future.cancelled())
+
+    def _push(self, waiter: Waiter[S]) -> QueueEntry[Waiter[S]]:
+        """Queue `waiter` in its class and fair-share place (`queue_full` when there is none)."""
+        request = waiter.request
+        priority = request.priority
         pushed = self._queue.push(
             waiter, priority, request.tenant.name, request.estimated_tokens, request.weight
         )
@@ -107,18 +126,23 @@ class QueuePump(Generic[S]):
             self._refuse(pushed.displaced, RejectReason.QUEUE_FULL, "displaced by a higher-priority request")
             changed.add(pushed.displaced.priority)
         self._depths_changed(changed)
-        if hold is not None:
-            self._holds.set(waiter, hold)
-        self._arm_timer()
-        if not probed and self._holds.may_be_free:
-            self.on_release()  # waiters held out in the last round: a slot may be free for this one
-        try:
-            return await waiter.future
-        except asyncio.CancelledError:
-            self._abandon(pushed.entry)
-            raise
-        finally:
-            self._holds.left(waiter, cancelled=waiter.future.cancelled())
+        return pushed.entry
+
+    def _round_with_arrival(self, entry: QueueEntry[Waiter[S]]) -> QueueEntry[Waiter[S]]:
+        """The last round held waiters out, so a slot may be free for this arrival, which skipped the
+        fast path (others wait before it): a pump round now, with it in the queue, decides in dispatch
+        order. Found no slot and not holding, it gets early refusal as any arrival without a free slot
+        (the controller skipped it): out of the queue, the verdict, and back in at its place when it
+        may wait. Returns its entry in the queue."""
+        if self._pump_handle is not None:
+            self._pump_handle.cancel()  # this round does its work now
+        self._pump()
+        waiter = entry.item
+        if waiter.answered() or waiter.hold is not None:
+            return entry
+        self._drop(entry)  # its expiry may stay armed: a timer that finds nothing due re-arms itself
+        self._refusals.raise_if_hopeless(waiter.request)
+        return self._push(waiter)  # the same instant: the same place and deadline
 
     def on_release(self) -> None:
         """A replica slot may be free: schedule one pump (`call_soon`), unless one is scheduled or

@@ -237,7 +237,11 @@ async def test_one_hook_call_per_held_key_per_round_and_the_ones_ahead_are_count
     held = [h.admit(f"a{n}", "A") for n in range(1, 6)]
     await settle()
     assert len(h.controller) == 5 and h.fleet.in_use == {"A": 1, "B": 0, "C": 0}
-    assert h.fleet.ahead_seen[-4:] == [{"A": n} for n in range(1, 5)]  # a2..a5 first asked in one round
+    # each arrival behind holders runs a round with it in the queue: one hook call for the held key
+    # (a1, first in line) and one for the arrival, which counts the holders before it
+    seen = dict(zip(h.fleet.asked, h.fleet.ahead_seen, strict=True))
+    assert h.fleet.asked[2:] == ["a1", "a2", "a1", "a3", "a1", "a4", "a1", "a5"]
+    assert [seen[f"a{n}"] for n in range(2, 6)] == [{"A": n} for n in range(1, 5)]
     h.fleet.asked.clear()
     h.controller.on_release()  # a round with nothing freed at A: only the first holder is asked
     await settle()
@@ -261,6 +265,34 @@ async def test_one_hook_call_per_held_key_per_round_and_the_ones_ahead_are_count
     for task in held:
         await (await granted(task)).release()
     assert h.fleet.in_use == {"A": 0, "B": 0, "C": 0} and len(h.controller) == 0 and h.timers.pending == 0
+
+
+async def test_an_arrival_behind_holders_gets_a_round_before_early_refusal_is_asked() -> None:
+    """Early refusal counts every waiter ahead, but waiters holding for their own replica declined the
+    free one: an arrival behind them gets a round first — dispatched when a slot is free for it,
+    refused at once (not left queued) when none is."""
+    h = make({"A": 1, "B": 1}, budget_s=30.0, early_refusal_ratio=0.25)  # B = 2.5 s for interactive
+    for n in range(20):  # evidence for the capacity: every slot held 1 s
+        a, b = await granted(h.admit(f"a{n}", "A")), await granted(h.admit(f"b{n}", "B"))
+        h.clock.advance(1.0)
+        await a.release()
+        await b.release()
+    x0 = await granted(h.admit("x0", "A"))
+    held = [h.admit(f"x{n}", "A") for n in range(1, 7)]  # A full, B free: each holds for A
+    await settle()
+    assert len(h.controller) == 6 and not any(task.done() for task in held)
+    capacity = h.controller.capacity_rate_per_s()
+    assert capacity is not None and capacity * 2.5 < 6 + 1  # early refusal alone would refuse the next
+    y = await granted(h.admit("y", "B"))  # B is free: the round gives it B
+    assert h.fleet.placed[-1] == ("y", "B") and y.queue_wait_s == 0.0
+    with pytest.raises(AdmissionRefused) as refused:
+        await h.admit("z", "B")  # nothing free for anyone: the round finds none, early refusal answers
+    assert refused.value.reason is RejectReason.QUEUE_FULL and len(h.controller) == 6
+    await y.release()
+    await x0.release()
+    for task in held:
+        await (await granted(task)).release()
+    assert h.fleet.in_use == {"A": 0, "B": 0} and len(h.controller) == 0 and h.timers.pending == 0
 
 
 async def test_a_hook_error_fails_only_that_waiter() -> None:
