@@ -105,9 +105,11 @@ class ServerSettings(StrictModel):
     workers: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
     """Gateway processes serving the one address (`gateway.ops.workers`): each a full gateway
     that counts as one instance. 1 (default): one process, no supervisor. `auto`: one per usable core
-    (`os.sched_getaffinity`, else `os.cpu_count()`). More than 1, or `auto`, needs `state.backend: redis`
-    (caps, rate limits, the prefix index, quarantine and response state are shared as across instances);
-    refused at load otherwise. `max_connections` and the file limit apply to each worker."""
+    (`os.sched_getaffinity`, else `os.cpu_count()`). With more than 1, caps, rate limits, the prefix
+    index, quarantine, idempotency and response state are shared as across instances: through the
+    configured Redis with `state.backend: redis`; with memory state through a local state server the
+    supervisor runs (`gateway.ops.local_state`: a `valkey-server` on a private Unix socket).
+    `max_connections` and the file limit apply to each worker."""
 
     def worker_count(self) -> int:
         """The number of worker processes `workers` stands for on this host (`auto`: usable cores)."""
@@ -199,19 +201,6 @@ class Settings(StrictModel):
     served as a request for the model (its pool, queue, prefix key; the body's model rewritten). The
     target is a pool's `model` or one of its `models.names` (or, with a pool that has `models.discover`,
     an adapter a replica lists); an alias may not shadow a served name."""
-
-    @model_validator(mode="after")
-    def _workers_share_state(self) -> Settings:
-        """Several worker processes are several instances: without Redis each would keep its own caps,
-        rate limits, prefix index and quarantine, so `workers` > 1 (or `auto`) needs Redis state."""
-        workers = self.server.workers
-        if workers != 1 and self.state.backend != "redis":
-            raise ValueError(
-                f"server.workers: {workers}: several worker processes need shared state (caps, rate "
-                "limits, the prefix index, quarantine, response state): set state.backend: redis, or "
-                "server.workers: 1"
-            )
-        return self
 
     @model_validator(mode="after")
     def _unique_models(self) -> Settings:
