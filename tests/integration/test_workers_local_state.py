@@ -186,3 +186,23 @@ def test_the_state_servers_death_is_an_outage_until_the_supervisor_restarts_it(
     errors = started.counted("llm_gateway_state_errors_total")
     assert set(errors) == set(workers) and all(n > 0 for n in errors.values()), errors
     assert f"local state server {first} exited unasked" in started.log.read_text()
+
+
+def test_a_killed_supervisor_leaves_no_state_server_behind(
+    starter: Starter, engines: list[ServerThread]
+) -> None:
+    """SIGKILL to the supervisor: its workers drain (their pipe closed) and the state server gets
+    SIGTERM from the kernel (PR_SET_PDEATHSIG); none serves on unsupervised."""
+    started = starter(engines)
+    (state_server,) = started.state_servers()
+    workers = started.workers()
+    started.process.kill()
+    started.process.wait()
+
+    def gone(pid: int) -> bool:
+        try:
+            return b"Z" in Path(f"/proc/{pid}/stat").read_bytes().split(b")")[1][:3]
+        except OSError:
+            return True
+
+    _wait_until(lambda: all(gone(pid) for pid in [state_server, *workers]), "all gone", timeout_s=20)
