@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import stat
 import time
 from collections.abc import Iterator
@@ -116,7 +117,7 @@ async def test_its_death_is_an_outage_answered_by_the_failure_mode_then_a_restar
         first = server.pid
         assert first is not None
         os.kill(first, signal.SIGKILL)
-        while _alive(first):
+        while server.pid is not None:  # reaped: every thread of it gone (its leader is a zombie before)
             time.sleep(0.01)
         refused = await store.acquire("t", limits, 1)
         assert refused.degraded and not refused.allowed, "fail_closed while it is gone"
@@ -165,3 +166,19 @@ def test_a_long_tmpdir_falls_back_to_tmp(monkeypatch: pytest.MonkeyPatch, tmp_pa
         assert len(str(server.socket_path)) <= local_state.MAX_SOCKET_PATH
     finally:
         server.stop()
+
+
+def test_serve_exits_3_naming_it_when_it_cannot_start(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Several workers on memory state and no server to run: no worker starts, the address is freed."""
+    from gateway import uvicorn_runner
+    from tests.servers import free_port
+
+    monkeypatch.setattr(uvicorn_runner, "server_binary", lambda: tmp_path / "no-such-server")
+    port = free_port()
+    settings = parse_settings({"server": {"host": "127.0.0.1", "port": port, "workers": 2}})
+    assert uvicorn_runner.serve(settings, "warning") == uvicorn_runner.STARTUP_FAILURE
+    assert "cannot start the local state server" in capfd.readouterr().err
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", port))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -66,6 +67,20 @@ def _limited_tenant() -> list[dict[str, Any]]:
     return [{"name": "limited", "api_key_hashes": [hash_api_key(KEY)], "requests_per_min": RATE_PER_MIN}]
 
 
+def _socket_path(started: Supervised) -> Path:
+    """The local state server's socket, from the supervisor's start-up line."""
+    return Path(started.log.read_text().split("at unix://")[1].split()[0])
+
+
+def _accepts(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
 def _wait_until(predicate: Callable[[], bool], what: str, timeout_s: float = 10) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
@@ -88,7 +103,7 @@ def test_sigterm_drains_both_workers_then_the_state_server_stops(
 ) -> None:
     started = starter(engines)
     (state_server,) = started.state_servers()
-    socket_dir = Path(started.log.read_text().split("at unix://")[1].split()[0]).parent
+    socket_dir = _socket_path(started).parent
     assert socket_dir.exists()
     check_sigterm_drains_both_workers(started, MODEL)
     assert not Path(f"/proc/{state_server}").exists(), "stopped after the workers (and reaped)"
@@ -160,11 +175,12 @@ def test_the_state_servers_death_is_an_outage_until_the_supervisor_restarts_it(
     assert request_from(started, "POST", "/v1/chat/completions", **post)[0].status_code == 200
     (first,) = started.state_servers()
     workers = started.workers()
+    socket_path = _socket_path(started)
 
     os.kill(started.process.pid, signal.SIGSTOP)
     try:
         os.kill(first, signal.SIGKILL)
-        _wait_until(lambda: b"Z" in Path(f"/proc/{first}/stat").read_bytes().split(b")")[1][:3], "killed")
+        _wait_until(lambda: not _accepts(socket_path), "its socket refuses connections")
         answered: set[int | None] = set()
         for _ in range(30):
             response, pid = request_from(started, "POST", "/v1/chat/completions", **post)
