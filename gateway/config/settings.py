@@ -175,9 +175,10 @@ class IdempotencySettings(StrictModel):
     Past it the entry is gone: the same key runs again as a new request, with any body (in memory the
     oldest of 10,000 entries also goes early when a new key needs room)."""
     lease_s: float = Field(DEFAULT_IDEMPOTENCY_LEASE_S, gt=0, allow_inf_nan=False)
-    """Redis (or several workers' local state server) only. Seconds (default 10) a running leader's claim lasts unless renewed; it is renewed
-    every lease / 3 while the request runs. When a gateway dies mid-request, the lease runs out and the
-    next duplicate (on any instance) runs instead of waiting: at most this long after the death."""
+    """Shared state only (Redis, or several workers' local state server). Seconds (default 10) a running
+    leader's claim lasts unless renewed; it is renewed every lease / 3 while the request runs. When a
+    gateway dies mid-request, the lease runs out and the next duplicate (on any instance) runs instead
+    of waiting: at most this long after the death."""
     max_stored_bytes: int = Field(DEFAULT_IDEMPOTENCY_MAX_STORED_BYTES, gt=0)
     """Bytes (default 1048576 = 1 MiB) of the largest response stored for replay: headers + body (in
     Redis as stored: headers as JSON, a non-UTF-8 body as base64). A larger response is still answered
