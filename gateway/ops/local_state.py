@@ -24,9 +24,10 @@ pub/sub wake-ups, and the guarantees are exactly those of instances sharing a Re
   answered by `state.on_error` (`fail_open` allows, `fail_closed` refuses with 503 `state_unavailable`)
   and counted in `llm_gateway_state_errors_total`. The supervisor logs the exit and starts it again
   (`keep_running`, at most once per `RESTART_INTERVAL_S`) on the same socket, empty, as after a restart
-  of a Redis without persistence: the workers reconnect and reload their scripts by themselves; slot
-  credits, buckets and leases start anew, and what the workers hold in memory (quarantine, the prefix
-  index) is written back by their next syncs.
+  of a Redis without persistence: the workers reconnect and reload their scripts by themselves; what
+  lived only there starts anew (slot credits, buckets, leases, quarantine and poison evidence, whose
+  local mirrors follow at their next sync, idempotency and Responses entries); each worker's prefix
+  index keeps what it learned, and the exchange resumes.
 - **Cost**: one round trip over the Unix socket per state call, as to a Redis on the same host; the
   server's CPU is counted with the gateway's (it is the supervisor's child).
 """
