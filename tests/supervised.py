@@ -5,7 +5,7 @@ state and the supervisor's local state server).
 Which worker answered is read from the kernel, not from the gateway: the harness keeps the connection
 open and finds the worker process holding the server end of it (/proc/<pid>/fd against /proc/net/tcp).
 What each worker counted is read from its own file in the metrics directory (the supervisor makes it
-under $TMPDIR, which the harness points at the test's own directory). Linux only (/proc).
+under $TMPDIR, which the harness points at a short directory of its own). Linux only (/proc).
 """
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -38,6 +40,8 @@ class Supervised:
     port: int
     metrics_dir: Path
     log: Path
+    tmpdir: Path
+    """The supervisor's $TMPDIR (its metrics directory and the local state server's socket go there)."""
 
     def children(self) -> list[int]:
         """The supervisor's live child processes."""
@@ -133,8 +137,8 @@ def start(
     path = tmp_path / "gateway.json"
     path.write_text(json.dumps(config))
     log = tmp_path / "gateway.log"
-    metrics_base = tmp_path / "tmp"
-    metrics_base.mkdir()
+    # short, so that the state server's socket fits under it (`gateway.ops.local_state.MAX_SOCKET_PATH`)
+    metrics_base = Path(tempfile.mkdtemp(prefix="supervised-", dir="/tmp"))
     with log.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "cli", "serve", "--config", str(path), "--log-level", "info"],
@@ -142,7 +146,7 @@ def start(
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-    supervised = Supervised(process, f"http://127.0.0.1:{port}", port, Path(), log)
+    supervised = Supervised(process, f"http://127.0.0.1:{port}", port, Path(), log, metrics_base)
     _wait_both_ready(supervised, metrics_base)
     return supervised
 
@@ -168,13 +172,14 @@ def _wait_both_ready(supervised: Supervised, metrics_base: Path) -> None:
 
 
 def stop(supervised: Supervised) -> None:
-    """After a failed test: the workers, the state server and the supervisor killed."""
-    if supervised.process.poll() is not None:
-        return
-    for pid in supervised.children():
-        os.kill(pid, signal.SIGKILL)
-    supervised.process.kill()
-    supervised.process.wait()
+    """After a test: the workers, the state server and the supervisor killed if still there; the
+    supervisor's $TMPDIR removed."""
+    if supervised.process.poll() is None:
+        for pid in supervised.children():
+            os.kill(pid, signal.SIGKILL)
+        supervised.process.kill()
+        supervised.process.wait()
+    shutil.rmtree(supervised.tmpdir, ignore_errors=True)
 
 
 def chat(model: str, **fields: Any) -> dict[str, Any]:

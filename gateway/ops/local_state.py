@@ -19,7 +19,8 @@ pub/sub wake-ups, and the guarantees are exactly those of instances sharing a Re
   worker has exited (`stop`: SIGTERM, SIGKILL after `STOP_TIMEOUT_S`; the directory removed). It runs
   in a session of its own, so a Ctrl-C that reaches the terminal's process group does not end it while
   the workers drain; on Linux it gets SIGTERM when the supervisor dies (PR_SET_PDEATHSIG), so a killed
-  supervisor leaves nothing behind (its workers, draining, then find the state unreachable).
+  supervisor leaves no process behind (its workers, draining, then find the state unreachable), only
+  the socket's directory, as it leaves the metrics directory (`gateway.ops.workers`).
 - **Death**: when it exits unasked (crash, OOM kill), the workers see a Redis outage: each call is
   answered by `state.on_error` (`fail_open` allows, `fail_closed` refuses with 503 `state_unavailable`)
   and counted in `llm_gateway_state_errors_total`. The supervisor logs the exit and starts it again
