@@ -197,12 +197,20 @@ def reference_proxy(
 
 
 def gateway_process(
-    name: str, model: str, upstream: str, log_dir: Path, overrides: dict[str, Any] | None = None
+    name: str,
+    model: str,
+    upstream: str,
+    log_dir: Path,
+    overrides: dict[str, Any] | None = None,
+    *,
+    pool_overrides: dict[str, Any] | None = None,
 ) -> contextlib.AbstractContextManager[Target]:
     """`llm-gateway serve` with the generated config (bench/fleet_config.py: one pool of `model` on
-    `upstream`, default settings, `overrides` merged into the top level), ready at `/readyz`."""
+    `upstream`, default settings, `overrides` merged into the top level and `pool_overrides` into the
+    pool), ready at `/readyz`."""
     port = free_port()
-    config = gateway_config(GatewayOptions(settings_overrides=overrides or {}), model, [upstream], port)
+    options = GatewayOptions(settings_overrides=overrides or {}, pool_overrides=pool_overrides or {})
+    config = gateway_config(options, model, [upstream], port)
     path = log_dir / f"{name}.yaml"
     path.write_text(json.dumps(config))
     argv = ["-m", "cli", "serve", "--config", str(path), "--log-level", "warning"]

@@ -1,11 +1,16 @@
-"""`python -m bench.workers_throughput`: the gateway with `server.workers: 1` and with `--workers` (default
-2) side by side in one run: max req/s of a closed loop and CPU per request (bench/cpu_per_request.py's
+"""`python -m bench.workers_throughput`: gateways that differ only in `server.workers` and `state.backend`
+side by side in one run: max req/s of a closed loop and CPU per request (bench/cpu_per_request.py's
 client and interleaved blocks).
 
-Both gateways run at once in front of one zero-delay mock engine, with default settings except
-`state.backend: redis` (several workers need it; the one-worker gateway gets it too, so that only the
-worker count differs; each on a key prefix of its own). A gateway's CPU is its whole process tree's
-(supervisor and workers: /proc/<pid>/task/<pid>/children). Needs Redis at `--redis-url`.
+`--gateways` lists them as WORKERS:STATE (default `1:memory,2:memory,1:redis,2:redis`): every one runs at
+once in front of one zero-delay mock engine, with default settings but those two (a Redis one on a key
+prefix of its own). Several workers on memory state share the supervisor's local state server
+(`gateway.ops.local_state`); one worker on memory state keeps its state in its own memory. A gateway's
+CPU is its whole process tree's (supervisor, workers and the local state server:
+/proc/<pid>/task/<pid>/children); a Redis at `--redis-url` is outside it: give `--redis-pid` to count
+its CPU during a Redis gateway's blocks with that gateway's (the other gateways' background calls to it
+included: small next to a block's load). `--state-per-request` puts shared state on every request's
+path (a tenant limit, bulkhead and replica cap that never bind).
 
 On a host where the client, the engine and the gateway share the cores, a second worker cannot double
 the rate: report the host's core count with the figures. Compare figures within one run only.
@@ -22,21 +27,36 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
+from admission.tenants import hash_api_key
 from bench.cpu_per_request import Block, Target, chat_bodies, closed_loop, gateway_process, render, summarize
 from bench.fleet import Fleet
 from bench.fleet_config import EngineOptions
 from bench.proc import CpuReading
 
 MODEL = "bench-fast"
+BENCH_KEY = "sk-bench-workers"
+NEVER_BINDING = 1_000_000
+STATEFUL_TENANT = {
+    "name": "bench",
+    "api_key_hashes": [hash_api_key(BENCH_KEY)],
+    "requests_per_min": float(NEVER_BINDING) * 60,
+    "max_concurrent": NEVER_BINDING,
+}
+"""`--state-per-request`: a tenant whose rate limit and bulkhead never bind but are checked on every
+request (a rate-limit script, a lease acquired and released), and a replica cap that never binds (slot
+credits)."""
 
 
-def tree_cpu(pid: int) -> CpuReading:
-    """CPU of `pid` and its live children, summed (stat ticks and schedstat)."""
+def tree_cpu(pid: int, also: int | None = None) -> CpuReading:
+    """CPU of `pid` and its live children, and of the process `also` if given, summed (stat ticks and
+    schedstat)."""
     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    readings = [CpuReading.of(p) for p in (pid, *map(int, children))]
+    pids = [pid, *map(int, children), *([] if also is None else [also])]
+    readings = [CpuReading.of(p) for p in pids]
     return CpuReading(sum(r.ticks_s for r in readings), sum(r.sched_ns for r in readings))
 
 
@@ -48,19 +68,24 @@ async def blocks(
     requests: int,
     concurrency: int,
     warmup: int,
+    headers: dict[str, str],
+    redis_pid: dict[str, int],
 ) -> list[Block]:
-    """Warm-up blocks, then `rounds` rounds of one block per target (order rotated each round)."""
+    """Warm-up blocks, then `rounds` rounds of one block per target (order rotated each round); the CPU
+    of `redis_pid[target.name]`, where given, counts with the target's."""
     out: list[Block] = []
     connector = aiohttp.TCPConnector(limit=concurrency + 4)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as session:
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers) as session:
         for target in targets:
             await closed_loop(session, target.url, bodies, requests=warmup, concurrency=concurrency)
         for r in range(rounds):
             shift = r % len(targets)
             for target in [*targets[shift:], *targets[:shift]]:
-                before, started = tree_cpu(target.pid), time.perf_counter()
+                also = redis_pid.get(target.name)
+                before, started = tree_cpu(target.pid, also), time.perf_counter()
                 await closed_loop(session, target.url, bodies, requests=requests, concurrency=concurrency)
-                wall_s, after = time.perf_counter() - started, tree_cpu(target.pid)
+                wall_s, after = time.perf_counter() - started, tree_cpu(target.pid, also)
                 sched_s = (after.sched_ns - before.sched_ns) / 1e9
                 out.append(Block(target.name, requests, after.ticks_s - before.ticks_s, sched_s, wall_s))
     return out
@@ -72,16 +97,21 @@ def run(args: argparse.Namespace) -> int:
         logs = Path(tmp)
         fleet = stack.enter_context(Fleet(1, engine, gateway=None, log_dir=logs))
         targets = []
-        for workers in (1, args.workers):
-            state = {
-                "backend": "redis",
-                "url": args.redis_url,
-                "key_prefix": f"bench-workers:{uuid.uuid4().hex}:",
-            }
-            overrides = {"server": {"workers": workers}, "state": state}
-            name = f"{workers} worker{'s' if workers > 1 else ''}"
+        for workers, backend in args.gateways:
+            state: dict[str, str] = {"backend": backend}
+            if backend == "redis":
+                state |= {"url": args.redis_url, "key_prefix": f"bench-workers:{uuid.uuid4().hex}:"}
+            overrides: dict[str, Any] = {"server": {"workers": workers}, "state": state}
+            pool: dict[str, Any] = {}
+            if args.state_per_request:
+                overrides["tenants"] = [STATEFUL_TENANT]
+                pool["max_concurrency_per_replica"] = NEVER_BINDING
+            name = f"{workers} worker{'s' if workers > 1 else ''} {backend}"
+            upstream = fleet.engine_urls[0]
             targets.append(
-                stack.enter_context(gateway_process(name, MODEL, fleet.engine_urls[0], logs, overrides))
+                stack.enter_context(
+                    gateway_process(name, MODEL, upstream, logs, overrides, pool_overrides=pool)
+                )
             )
         time.sleep(args.settle_s)  # every worker up (/readyz answered by one of them)
         bodies = chat_bodies(MODEL, max_tokens=args.max_tokens, stream=False)
@@ -93,20 +123,47 @@ def run(args: argparse.Namespace) -> int:
                 requests=args.requests,
                 concurrency=args.concurrency,
                 warmup=args.warmup,
+                headers={"authorization": f"Bearer {BENCH_KEY}"} if args.state_per_request else {},
+                redis_pid={
+                    t.name: args.redis_pid for t in targets if t.name.endswith("redis") and args.redis_pid
+                },
             )
         )
     cores = len(os.sched_getaffinity(0))
-    print(f"\nnon-streamed, C={args.concurrency}, {args.rounds} rounds of {args.requests}; {cores} cores")
-    print(render(summarize(measured), reference="1 worker"))
+    stateful = "; a tenant limit, bulkhead and replica cap on every request" if args.state_per_request else ""
+    shape = f"non-streamed, C={args.concurrency}, {args.rounds} rounds of {args.requests}"
+    print(f"\n{shape}; {cores} cores{stateful}")
+    print(render(summarize(measured), reference=targets[0].name))
     for block in measured:
         rate = block.requests / block.wall_s
         print(f"{block.target}: {rate:.0f} req/s, {block.us_per_request:.0f} µs/request")
     return 0
 
 
+def gateway_list(text: str) -> list[tuple[int, str]]:
+    """`1:memory,2:redis` -> [(1, "memory"), (2, "redis")]; ValueError on anything else."""
+    out = []
+    for item in text.split(","):
+        workers, _, backend = item.partition(":")
+        if backend not in ("memory", "redis") or int(workers) < 1:
+            raise ValueError(f"not WORKERS:memory|redis: {item!r}")
+        out.append((int(workers), backend))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.workers_throughput", description=__doc__)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--gateways",
+        type=gateway_list,
+        default=gateway_list("1:memory,2:memory,1:redis,2:redis"),
+        help="WORKERS:STATE,... (STATE memory or redis); the first is the reference",
+    )
+    parser.add_argument(
+        "--state-per-request",
+        action="store_true",
+        help="a tenant limit, bulkhead and replica cap (never binding) on every request",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=6000, help="per block")
     parser.add_argument("--warmup", type=int, default=1000, help="per gateway, unmeasured")
@@ -114,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--settle-s", type=float, default=3.0)
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    parser.add_argument(
+        "--redis-pid", type=int, help="that Redis's process id: its CPU counts with each Redis gateway's"
+    )
     return run(parser.parse_args(argv))
 
 

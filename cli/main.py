@@ -4,7 +4,8 @@
 
 Exit codes: 0 ok, 1 `serve` with several workers when one exited unasked or not cleanly
 (`gateway.ops.workers`), 2 an invalid config or bad arguments, 3 `serve` cannot start (the address
-cannot be bound); `plan`, `bench` and `mock-engine` return their own (see each package's `cli` module).
+cannot be bound, or several workers on memory state cannot start their local state server); `plan`,
+`bench` and `mock-engine` return their own (see each package's `cli` module).
 """
 
 from __future__ import annotations

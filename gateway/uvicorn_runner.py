@@ -16,8 +16,9 @@ built is frozen, the youngest generation is collected less often).
 
 `server.workers` > 1 (or `auto`): this process binds the address and supervises that many workers
 (`gateway.ops.workers`), each running `_worker_main`: the same server on that address (on Linux a
-SO_REUSEPORT socket of its own), which also drains when the supervisor's drain pipe closes. With 1,
-`serve` runs the server in this process, as without the setting.
+SO_REUSEPORT socket of its own), which also drains when the supervisor's drain pipe closes. With memory
+state it first starts the local state server the workers share (`gateway.ops.local_state`; exit status
+3 when it cannot). With 1, `serve` runs the server in this process, as without the setting.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from gateway.api.connection_limit import ConnectionGuard
 from gateway.app import GatewayApp, create_app
 from gateway.base.gc_tuning import tune_collector
 from gateway.config.settings import Settings
+from gateway.ops.local_state import LocalStateServer, server_binary, sharing_settings, uses_local_state
 from gateway.ops.workers import Supervisor, bind_listener, worker_listener
 
 logger = logging.getLogger("uvicorn.error")  # configured by uvicorn: these lines join its start-up log
@@ -147,7 +149,23 @@ def serve(settings: Settings, log_level: str = "info") -> int:
     except OSError as exc:
         logger.error("cannot bind %s:%d: %s", settings.server.host, settings.server.port, exc)
         return STARTUP_FAILURE
-    return Supervisor(settings, log_level, _worker_main, sock, count).run()
+    state_server = None
+    if uses_local_state(count, settings.state.backend):
+        try:
+            state_server = LocalStateServer(server_binary())
+            state_server.start()
+        except OSError as exc:
+            logger.error("cannot start the local state server: %s", exc)
+            sock.close()
+            return STARTUP_FAILURE
+        logger.info(
+            "shared state: local state server (valkey-server, pid %s) at %s (on_error %s)",
+            state_server.pid,
+            state_server.url,
+            settings.state.on_error,
+        )
+        settings = sharing_settings(settings, state_server.url)
+    return Supervisor(settings, log_level, _worker_main, sock, count, state_server=state_server).run()
 
 
 def _worker_main(settings: Settings, log_level: str, sock: socket.socket, drain_pipe: Connection) -> None:

@@ -105,9 +105,11 @@ class ServerSettings(StrictModel):
     workers: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
     """Gateway processes serving the one address (`gateway.ops.workers`): each a full gateway
     that counts as one instance. 1 (default): one process, no supervisor. `auto`: one per usable core
-    (`os.sched_getaffinity`, else `os.cpu_count()`). More than 1, or `auto`, needs `state.backend: redis`
-    (caps, rate limits, the prefix index, quarantine and response state are shared as across instances);
-    refused at load otherwise. `max_connections` and the file limit apply to each worker."""
+    (`os.sched_getaffinity`, else `os.cpu_count()`). With more than 1, caps, rate limits, the prefix
+    index, quarantine, idempotency and response state are shared as across instances: through the
+    configured Redis with `state.backend: redis`; with memory state through a local state server the
+    supervisor runs (`gateway.ops.local_state`: a `valkey-server` on a private Unix socket).
+    `max_connections` and the file limit apply to each worker."""
 
     def worker_count(self) -> int:
         """The number of worker processes `workers` stands for on this host (`auto`: usable cores)."""
@@ -129,6 +131,9 @@ class UpstreamClientSettings(StrictModel):
 
 class StateSettings(StrictModel):
     backend: Literal["memory", "redis"] = "memory"
+    """Where shared state lives: `memory` (default; each instance alone) or the Redis at `url`. With
+    `memory` and `server.workers` > 1 the workers share a local state server the supervisor runs
+    (`gateway.ops.local_state`), and every `state:` setting but `url` applies as with Redis."""
     url: str = "redis://127.0.0.1:6379/0"
     on_error: Literal["fail_open", "fail_closed"] = "fail_open"
     timeout_s: float = Field(DEFAULT_REDIS_TIMEOUT_S, gt=0, le=30, allow_inf_nan=False)
@@ -136,7 +141,8 @@ class StateSettings(StrictModel):
     4 x this in total. Past it the call counts as Redis unreachable and `on_error` answers. Short because
     admission waits on it; raise it for a Redis across zones or on a heavily loaded host. Keep 4 x this
     well under `replica_lease_ttl_s` / 3 (and `idempotency.lease_s` / 3), the renewal periods: a
-    renewal slower than that lets a held slot credit or claim lapse. Ignored with `backend: memory`."""
+    renewal slower than that lets a held slot credit or claim lapse. Ignored with `backend: memory` and
+    one worker."""
     key_prefix: str = Field("llm-gateway:", min_length=1)
     """Prefix of every Redis key: deployments (or tests) sharing one Redis keep apart by it."""
     replica_lease_ttl_s: float = Field(10.0, gt=0)
@@ -150,7 +156,8 @@ class StateSettings(StrictModel):
     """With `backend: redis`: every pool whose policy keeps a prefix index (`prefix-index`, `sticky-prefix`,
     `predicted-latency`, a custom profile with such a picker) exchanges its routing records (replica id
     and block hashes, never text) with the other instances, so each routes on the whole fleet's traffic
-    (`gateway.fleet.prefix_sharing`). false: each instance sees only its own. Ignored with memory state."""
+    (`gateway.fleet.prefix_sharing`). false: each instance sees only its own. Ignored with memory state
+    and one worker (several workers on memory state exchange them through the local state server)."""
 
 
 DEFAULT_IDEMPOTENCY_TTL_S = 600.0
@@ -160,16 +167,18 @@ DEFAULT_IDEMPOTENCY_MAX_STORED_BYTES = 1 << 20
 
 class IdempotencySettings(StrictModel):
     """`Idempotency-Key` on non-streaming requests (`gateway.proxy.stores.idempotency`): kept in memory per
-    instance, or in Redis across instances with `state.backend: redis`."""
+    instance, or in Redis across instances with `state.backend: redis` (and across several workers on
+    memory state, in their local state server)."""
 
     ttl_s: float = Field(DEFAULT_IDEMPOTENCY_TTL_S, gt=0, allow_inf_nan=False)
     """Seconds (default 600) a completed response is replayed to duplicates, counted from its completion.
     Past it the entry is gone: the same key runs again as a new request, with any body (in memory the
     oldest of 10,000 entries also goes early when a new key needs room)."""
     lease_s: float = Field(DEFAULT_IDEMPOTENCY_LEASE_S, gt=0, allow_inf_nan=False)
-    """Redis only. Seconds (default 10) a running leader's claim lasts unless renewed; it is renewed
-    every lease / 3 while the request runs. When a gateway dies mid-request, the lease runs out and the
-    next duplicate (on any instance) runs instead of waiting: at most this long after the death."""
+    """Shared state only (Redis, or several workers' local state server). Seconds (default 10) a running
+    leader's claim lasts unless renewed; it is renewed every lease / 3 while the request runs. When a
+    gateway dies mid-request, the lease runs out and the next duplicate (on any instance) runs instead
+    of waiting: at most this long after the death."""
     max_stored_bytes: int = Field(DEFAULT_IDEMPOTENCY_MAX_STORED_BYTES, gt=0)
     """Bytes (default 1048576 = 1 MiB) of the largest response stored for replay: headers + body (in
     Redis as stored: headers as JSON, a non-UTF-8 body as base64). A larger response is still answered
@@ -199,19 +208,6 @@ class Settings(StrictModel):
     served as a request for the model (its pool, queue, prefix key; the body's model rewritten). The
     target is a pool's `model` or one of its `models.names` (or, with a pool that has `models.discover`,
     an adapter a replica lists); an alias may not shadow a served name."""
-
-    @model_validator(mode="after")
-    def _workers_share_state(self) -> Settings:
-        """Several worker processes are several instances: without Redis each would keep its own caps,
-        rate limits, prefix index and quarantine, so `workers` > 1 (or `auto`) needs Redis state."""
-        workers = self.server.workers
-        if workers != 1 and self.state.backend != "redis":
-            raise ValueError(
-                f"server.workers: {workers}: several worker processes need shared state (caps, rate "
-                "limits, the prefix index, quarantine, response state): set state.backend: redis, or "
-                "server.workers: 1"
-            )
-        return self
 
     @model_validator(mode="after")
     def _unique_models(self) -> Settings:

@@ -13,8 +13,10 @@
   each), not forks: nothing of the supervisor is shared by accident (no event loop, no connection, no
   metric value). Each builds its own `GatewayApp` and is one gateway instance of the fleet, sharing
   caps (slot credits), rate limits, the prefix index, quarantine and response state through Redis
-  exactly as separate instances do; hence `workers` > 1 needs `state.backend: redis` (refused at load
-  otherwise: `Settings._workers_share_state`). Each worker health-checks and scrapes every replica.
+  exactly as separate instances do: the configured Redis with `state.backend: redis`; with memory state
+  the supervisor's own local state server (`gateway.ops.local_state`), started before the first
+  worker, kept running (restarted when it dies: the workers meanwhile see a Redis outage) and stopped
+  after the last worker has exited. Each worker health-checks and scrapes every replica.
 - **Metrics are one view**: before the first worker starts, `PROMETHEUS_MULTIPROC_DIR` is set to a
   fresh temporary directory (under `$TMPDIR`, logged at start), and `/metrics` of any worker renders
   every worker's values merged (`gateway.base.metrics`; how each gauge merges:
@@ -54,6 +56,7 @@ from prometheus_client import multiprocess
 
 from gateway.base.metrics import MULTIPROC_DIR_ENV
 from gateway.config.settings import Settings
+from gateway.ops.local_state import LocalStateServer
 
 logger = logging.getLogger("uvicorn.error")
 
@@ -64,6 +67,8 @@ a module-level function (spawn passes it by name)."""
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 BALANCED_REUSEPORT = sys.platform == "linux" and hasattr(socket, "SO_REUSEPORT")
 """Whether each worker listens on a socket of its own (module docstring, "The socket")."""
+WATCH_INTERVAL_S = 0.5
+"""How often the supervisor checks on the local state server while it waits for its workers."""
 
 
 def bind_listener(host: str, port: int) -> socket.socket:
@@ -97,12 +102,22 @@ def worker_listener(inherited: socket.socket) -> socket.socket:
 
 
 class Supervisor:
-    """Starts `count` workers on `sock`, drains them on a signal, exits when they have (module docstring)."""
+    """Starts `count` workers on `sock`, drains them on a signal, exits when they have (module docstring).
+    `state_server`: a started local state server that the workers share (their `settings` point at it);
+    the supervisor keeps it running and stops it after the last worker, as it closes `sock`."""
 
     def __init__(
-        self, settings: Settings, log_level: str, worker_main: WorkerMain, sock: socket.socket, count: int
+        self,
+        settings: Settings,
+        log_level: str,
+        worker_main: WorkerMain,
+        sock: socket.socket,
+        count: int,
+        *,
+        state_server: LocalStateServer | None = None,
     ) -> None:
         self._settings = settings
+        self._state_server = state_server
         self._log_level = log_level
         self._worker_main = worker_main
         self._sock = sock
@@ -139,6 +154,8 @@ class Supervisor:
                 process.kill()
                 process.join()
             self._sock.close()  # held until now: the address stays reserved while a worker binds late
+            if self._state_server is not None:  # after the workers: they need it while they drain
+                self._state_server.stop()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             os.environ.pop(MULTIPROC_DIR_ENV, None)
@@ -158,7 +175,10 @@ class Supervisor:
         failed = False
         while self._running:
             by_sentinel = {process.sentinel: process for process in self._running}
-            for ready in wait(list(by_sentinel)):
+            ready_sentinels = wait(list(by_sentinel), WATCH_INTERVAL_S)
+            if self._state_server is not None:
+                self._state_server.keep_running()
+            for ready in ready_sentinels:
                 process = by_sentinel[ready]  # type: ignore[index]
                 process.join()
                 self._running.remove(process)

@@ -62,9 +62,10 @@ DECLARED_ARROWS: dict[tuple[str, str], tuple[tuple[str, ...], str]] = {
             "gateway.app",
             "gateway.uvicorn_runner",
             "gateway.config.settings",
+            "gateway.ops.local_state",
         ),
         "the engine-metrics parser reads /metrics scrapes; bench.gc_pauses runs the gateway's app in "
-        "process to measure its collector pauses",
+        "process to measure its collector pauses; bench.state_call_cost starts the local state server",
     ),
     ("bench", "mock_engine"): (
         ("mock_engine",),

@@ -1,4 +1,4 @@
-"""`server.workers`: how many gateway processes, and the rule that several need Redis state; and the
+"""`server.workers`: how many gateway processes, with either state backend; and the
 metrics' single-process path (no multiprocess directory: `/metrics` renders the app's own registry)."""
 
 from __future__ import annotations
@@ -25,12 +25,10 @@ def test_one_worker_by_default() -> None:
 
 
 @pytest.mark.parametrize("workers", [2, "auto"])
-def test_several_workers_without_redis_are_refused_naming_the_fix(workers: Any) -> None:
-    with pytest.raises(ConfigError) as refused:
-        parse_settings({"server": {"workers": workers}})
-    message = str(refused.value)
-    assert f"server.workers: {workers}" in message
-    assert "state.backend: redis" in message and "server.workers: 1" in message
+def test_several_workers_with_memory_state_are_accepted(workers: Any) -> None:
+    """They share the supervisor's local state server (`gateway.ops.local_state`), not refused."""
+    settings = parse_settings({"server": {"workers": workers}})
+    assert settings.state.backend == "memory" and settings.server.workers == workers
 
 
 def test_several_workers_with_redis_are_accepted() -> None:
