@@ -3,8 +3,9 @@
     bench run       one target (a URL or a local fleet it starts), one workload, one or more load levels
     bench compare   several policies / gateway configs on the same fleet shape and workload, one report
     bench sweep     one workload from 0.5× to 3× of the knee it finds, default admission vs none
-    bench overhead  direct vs through the gateway vs a bare reference proxy: added latency, CPU,
-                    max req/s, streams; `--profile-gateway` for CPU per serve-path stage
+    bench overhead  direct vs through the gateway vs two bare proxies (aiohttp; the gateway's own
+                    stack): added latency, CPU, max req/s, streams; `--profile-gateway` for CPU per
+                    serve-path stage
     bench plan-check  the capacity plan of a disaggregated pool against the mock's physics (simulated time)
 
 Wire-up: `add_arguments(parser)` adds the subcommands to a parser, `run(args)` runs the chosen one and
@@ -43,7 +44,7 @@ _SUBCOMMANDS: tuple[tuple[str, str, str | None, Callable[[argparse.ArgumentParse
     ),
     (
         "overhead",
-        "gateway overhead vs direct-to-engine and a bare reference proxy",
+        "gateway overhead vs direct-to-engine and two bare proxies (aiohttp, and the gateway's stack)",
         overhead.__doc__,
         overhead.add_arguments,
         overhead.run,

@@ -191,8 +191,22 @@ def reference_proxy(
 ) -> contextlib.AbstractContextManager[Target]:
     """The reference proxy (bench/reference_proxy.py) in front of `upstream`; ready when its `/health`
     (the upstream's, passed through) answers."""
+    return _proxy("bench.reference_proxy", upstream, log_dir, cpu, name)
+
+
+def floor_proxy(
+    upstream: str, log_dir: Path, cpu: int | None = None, name: str = "floor"
+) -> contextlib.AbstractContextManager[Target]:
+    """The same bare proxy on the gateway's own stack (bench/reference_asgi_proxy.py: uvicorn, httptools,
+    uvloop, a plain ASGI callable, the aiohttp client) in front of `upstream`; ready as the reference."""
+    return _proxy("bench.reference_asgi_proxy", upstream, log_dir, cpu, name)
+
+
+def _proxy(
+    module: str, upstream: str, log_dir: Path, cpu: int | None, name: str
+) -> contextlib.AbstractContextManager[Target]:
     port = free_port()
-    argv = ["-m", "bench.reference_proxy", "--port", str(port), "--upstream", upstream]
+    argv = ["-m", module, "--port", str(port), "--upstream", upstream]
     return child_server(name, argv, f"http://127.0.0.1:{port}", "/health", log_dir / f"{name}.log", cpu=cpu)
 
 

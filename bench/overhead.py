@@ -1,13 +1,16 @@
 """`bench overhead`: what the gateway adds. The same client sends the same request to the same engine,
-directly, through the gateway and through the reference proxy (bench/reference_proxy.py: aiohttp server
-and client on uvloop, the body passed through, nothing else), interleaved, so every path sees the same
-machine noise, and every CPU figure of the gateway has the reference's beside it from the same run
-(`--no-reference`: direct and gateway only).
+directly, through the gateway, through the reference proxy (bench/reference_proxy.py: aiohttp server
+and client on uvloop, the body passed through, nothing else) and through the floor proxy
+(bench/reference_asgi_proxy.py: the same proxy on the gateway's stack, uvicorn + httptools + uvloop, a
+plain ASGI callable, the aiohttp client), interleaved, so every path sees the same machine noise, and
+every CPU figure of the gateway has both proxies' beside it from the same run (`--no-reference`: direct
+and gateway only). Gateway ÷ floor is the cost of the gateway's own logic; floor ÷ reference, the
+stack's.
 
 Processes: a zero-delay mock engine (latency and throughput), a paced one (`--stream-token-delay-ms`,
-for long-lived streams), the gateway with one pool for each and the reference proxy in front of the
-zero-delay engine. With `--pin` (or `--pin-gateway CPU --pin-others CPU`) the gateway and the reference
-proxy run on one core and the client and engines on the other.
+for long-lived streams), the gateway with one pool for each and the two proxies in front of the
+zero-delay engine. With `--pin` (or `--pin-gateway CPU --pin-others CPU`) the gateway and the
+proxies run on one core and the client and engines on the other.
 
 Phases (1 and 2 measured by bench/overhead_phases.py):
 1. latency at concurrency 1, non-streamed then streamed (`--stream-tokens` chunks): `--requests`
@@ -42,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.client import BenchClient, Client, ClientOptions
-from bench.cpu_per_request import reference_proxy
+from bench.cpu_per_request import floor_proxy, reference_proxy
 from bench.fleet import Fleet, Pinning, pin_self
 from bench.fleet_config import EngineOptions, GatewayOptions
 from bench.lean_client import LeanClient
@@ -75,7 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="lean",
         help="client of the closed-loop blocks (lean: aiohttp, cheap enough to saturate; default lean)",
     )
-    parser.add_argument("--no-reference", action="store_true", help="no reference proxy path")
+    parser.add_argument("--no-reference", action="store_true", help="no reference or floor proxy path")
     parser.add_argument(
         "--profile-gateway",
         default=None,
@@ -146,7 +149,7 @@ async def measure(
     servers: dict[str, int],
 ) -> dict[str, Any]:
     """The phases; `fast`: path → URL over the zero-delay engine; `servers`: server name → pid (the
-    gateway, and the reference proxy unless `--no-reference`)."""
+    gateway, and the reference and floor proxies unless `--no-reference`)."""
     nonstream = BenchClient(ClientOptions(model=FAST_MODEL, stream=False, timeout_s=30.0))
     stream = BenchClient(ClientOptions(model=FAST_MODEL, stream=True, timeout_s=30.0))
     loaded: dict[bool, Client] = {False: nonstream, True: stream}
@@ -212,10 +215,9 @@ def run(args: argparse.Namespace) -> int:
         fast = {"direct": fleet.engine_urls[0], "gateway": fleet.gateway_url}
         servers = {"gateway": fleet.gateway_pid}
         if not args.no_reference:
-            ref = stack.enter_context(
-                reference_proxy(fleet.engine_urls[0], out / "logs", cpu=pinning.gateway_cpu)
-            )
-            fast["reference"], servers["reference"] = ref.url, ref.pid
+            for start in (reference_proxy, floor_proxy):
+                ref = stack.enter_context(start(fleet.engine_urls[0], out / "logs", cpu=pinning.gateway_cpu))
+                fast[ref.name], servers[ref.name] = ref.url, ref.pid
         slow = {"direct": paced.engine_urls[0], "gateway": fleet.gateway_url}
         pids = {"gateway": fleet.gateway_pid, "engine": paced.engine_pids[0], "client": os.getpid()}
         result = asyncio.run(measure(args, fast, slow, pids, servers))

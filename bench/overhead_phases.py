@@ -1,5 +1,5 @@
-"""The interleaved phases of `bench overhead` that compare paths (direct, gateway, reference proxy) on the
-zero-delay engine: sequential latency rounds and closed-loop throughput blocks.
+"""The interleaved phases of `bench overhead` that compare paths (direct, gateway, reference and floor
+proxies) on the zero-delay engine: sequential latency rounds and closed-loop throughput blocks.
 
 Every round sends to each path once, in an order that rotates by one each round, so every path sees the
 same machine noise. A path's added latency is its percentile (p50, p99, mean) minus direct's. A
@@ -41,8 +41,8 @@ def _latencies(got: dict[str, list[Sample]]) -> dict[str, Any]:
     for attr in ("e2e_s", "ttft_s"):
         entry: dict[str, Any] = {path: _dist_ms(samples, attr) for path, samples in got.items()}
         entry["added"] = _added(entry.get("gateway"), entry.get("direct"))
-        if "reference" in got:
-            entry["added_reference"] = _added(entry.get("reference"), entry.get("direct"))
+        for server in got.keys() - {"direct", "gateway"}:
+            entry[f"added_{server}"] = _added(entry.get(server), entry.get("direct"))
         result[attr.removesuffix("_s") + "_ms"] = entry
     return result
 

@@ -126,25 +126,33 @@ VERSUS: tuple[Versus, ...] = (
 
 
 def render_versus(meta: dict[str, Any], result: dict[str, Any]) -> list[str]:
-    """The gateway beside the reference proxy, same run: each figure and gateway ÷ reference (empty
-    without a reference path)."""
+    """The gateway beside the floor proxy (its own stack, bare) and the reference proxy (aiohttp), same
+    run: each figure and the ratios gateway ÷ floor (the gateway's own logic), floor ÷ reference (the
+    stack) and gateway ÷ reference (empty without a reference path; the floor's columns "–" in a run
+    without it)."""
     if "reference_cpu_us_per_request" not in (result.get("latency") or {}):
         return []
     params = meta.get("params", {})
     lines = [
         "",
-        f"Gateway and the reference proxy (bench/reference_proxy.py), same run; closed loop at "
+        f"Gateway, floor proxy (bench/reference_asgi_proxy.py: uvicorn + ASGI + aiohttp client) and "
+        f"reference proxy (bench/reference_proxy.py: aiohttp server + client), same run; closed loop at "
         f"concurrency {params.get('throughput_concurrency')}, streams of {params.get('stream_tokens')} "
         "tokens; closed-loop CPU from schedstat (mean of the blocks), c=1 CPU from /proc stat.",
         "",
-        "| figure | gateway | reference | gateway ÷ reference | target |",
-        "|---|---|---|---|---|",
+        "| figure | gateway | floor | reference | gateway ÷ floor | floor ÷ reference "
+        "| gateway ÷ reference | target |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, reader, target in VERSUS:
-        via, ref = reader("gateway")(result), reader("reference")(result)
-        times = via / ref if via is not None and ref else None
-        lines.append(f"| {name} | {_fmt(via)} | {_fmt(ref)} | {_fmt(times)} | {target} |")
+        via, floor, ref = (reader(s)(result) for s in ("gateway", "floor", "reference"))
+        cells = (via, floor, ref, _over(via, floor), _over(floor, ref), _over(via, ref))
+        lines.append(f"| {name} | " + " | ".join(_fmt(c) for c in cells) + f" | {target} |")
     return lines
+
+
+def _over(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
 
 
 def _fmt(value: float | None) -> str:
@@ -173,7 +181,7 @@ def render_overhead(meta: dict[str, Any], result: dict[str, Any]) -> str:
     )
     for phase, metric in phases:
         entry = (result.get(phase) or {}).get(metric, {})
-        for path in ("direct", "gateway", "reference", "added", "added_reference"):
+        for path in ("direct", "gateway", "reference", "floor", "added", "added_reference", "added_floor"):
             dist = entry.get(path)
             if dist:
                 label = f"{phase} {metric.removesuffix('_ms')}"

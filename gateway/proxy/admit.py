@@ -13,9 +13,12 @@ What admission gives is a `Ticket` (`admission.ticket`) holding the `Slot`. Ever
 by model name, and its assembly from the settings, is `gateway.proxy.admission_assembly`.
 
 `PoolAdmission.claim` is the one synchronous "route and take a slot" step; admission's `try_dispatch`
-and the retry loop both use it, and `PoolAdmission.no_replica` is the one `no_replica` refusal. State
-lives in memory or, with `state.backend: redis`, in Redis: rate limits and tenant concurrency shared by
-every gateway instance, and the per-replica cap held across instances through slot credits
+and the retry loop both use it, and `PoolAdmission.no_replica` is the one `no_replica` refusal. One
+snapshot of the pool per dispatch attempt: admission asks `prefer_wait`, then (no hold) `try_dispatch`
+for the same request in one synchronous step, so that `try_dispatch` routes on the cap share and views
+`prefer_wait` took (nothing changed in between); any other call takes its own. State lives in memory
+or, with `state.backend: redis`, in Redis: rate limits and tenant concurrency shared by every gateway
+instance, and the per-replica cap held across instances through slot credits
 (`gateway.upstream.slot_credits`): a replica is routable only while this instance holds a free credit
 on it; the credits' refiller wakes the controllers when credits arrive.
 """
@@ -42,7 +45,7 @@ from gateway.upstream.slot_credits import SlotCredits
 from router.prefix_index import policy_prefix_index
 from router.prefix_wait import QueueState, key_owner_wait, owner_wait
 from router.profile import Profile
-from router.types import Decision, RoutingRequest
+from router.types import Decision, ReplicaView, RoutingRequest
 
 
 class PoolAdmission:
@@ -80,6 +83,7 @@ class PoolAdmission:
         self._metrics = metrics
         self._controllers: dict[str, AdmissionController[Slot]] = {}
         self._class_names = tuple(c.name for c in config.classes)
+        self._attempt: tuple[AdmissionRequest, float, tuple[ReplicaView, ...]] | None = None  # prefer_wait's
         self.controller = self.controller_for(pool.model)
 
     def controller_for(self, model: str) -> AdmissionController[Slot]:
@@ -152,25 +156,28 @@ class PoolAdmission:
                 over += replica.inflight_requests - cap
         return over
 
-    def claim(self, routing: RoutingRequest) -> Slot | None:
+    def claim(self, routing: RoutingRequest, views: tuple[ReplicaView, ...] | None = None) -> Slot | None:
         """A slot on the replica routing picks among eligible replicas under their cap (with shared
         state: under this instance's credits), or None.
 
         The process's upstream connection limit (`upstream.max_connections`) is a cap too: at the limit
         nothing is claimed and requests wait in admission like any capped request. Left to the HTTP
         client's own pool, they would wait inside it and its timeouts would be blamed on the replicas
-        (connect failures trip breakers), turning a gateway-local limit into a fleet outage."""
-        decision = self.decide(routing)
+        (connect failures trip breakers), turning a gateway-local limit into a fleet outage. `views`:
+        the pool's snapshot for `routing.cap_share` taken in this synchronous step, else one is taken."""
+        decision = self.decide(routing, views)
         return None if decision is None else self.take(decision, routing)
 
-    def decide(self, routing: RoutingRequest) -> Decision | None:
+    def decide(
+        self, routing: RoutingRequest, views: tuple[ReplicaView, ...] | None = None
+    ) -> Decision | None:
         """`claim`'s routing half: the replica it would take, nothing claimed (a disaggregated pool
         decides on both of its sets before it claims either: `gateway.proxy.disagg.admit`)."""
         if self._max_inflight is not None and self._registry.total_inflight() >= self._max_inflight:
             return None
-        if self._credits is not None:
+        if self._credits is not None and views is None:  # views given: synced when they were taken
             self._credits.sync(self.pool)
-        decision = self._router.decide(self.pool, routing)
+        decision = self._router.decide(self.pool, routing, views)
         if decision is None and self._credits is not None:
             self._credits.wake()  # the refiller looks for credits while requests wait
         return decision
@@ -211,8 +218,10 @@ class PoolAdmission:
     def try_dispatch(self, request: AdmissionRequest) -> Slot | None:
         """Admission's hook: a slot now, None to wait, `no_replica` when nothing is up at all."""
         assert request.routing is not None
-        share = self.cap_share(request)
-        slot = self.claim(request.routing if share == 1.0 else replace(request.routing, cap_share=share))
+        attempt, self._attempt = self._attempt, None
+        share, views = attempt[1:] if attempt and attempt[0] is request else (self.cap_share(request), None)
+        routing = request.routing if share == 1.0 else replace(request.routing, cap_share=share)
+        slot = self.claim(routing, views)
         if slot is None and not self.pool.has_eligible_replica(request.routing.model):
             raise self.no_replica(request.routing.model)
         return slot
@@ -235,7 +244,8 @@ class PoolAdmission:
         objective — the routing prefix index's best match (`router.prefix_wait.owner_wait`), or for
         the rings the key's owner as their witness credits it (`key_owner_wait`). None for a policy
         with neither, or at the process's connection limit (no slot anywhere: nothing to hold out
-        against)."""
+        against). No hold: what it took is kept for the `try_dispatch` that follows (module docstring)."""
+        self._attempt = None
         routing = request.routing
         policy = self.pool.policy
         index = policy_prefix_index(policy)
@@ -246,22 +256,22 @@ class PoolAdmission:
             return None
         if self._credits is not None:
             self._credits.sync(self.pool)
+        c = context
         queue = QueueState(
-            context.now_s,
-            context.waited_s,
-            context.deadline_s,
-            context.mean_hold_s,
-            context.ahead_by_key,
-            context.mean_hold_s_by_key,
+            c.now_s, c.waited_s, c.deadline_s, c.mean_hold_s, c.ahead_by_key, c.mean_hold_s_by_key
         )
         ratio = self.pool.settings.prefix_wait.min_match_ratio
-        views = self.pool.snapshot(self.cap_share(request))
+        share = self.cap_share(request)
+        views = self.pool.snapshot(share)
         if index is not None:
             wait = owner_wait(routing, views, index, queue, ratio)
         else:
             owner = None if keyed is None else keyed.key_owner(routing, views)
             wait = None if owner is None else key_owner_wait(routing, views, owner, queue, ratio)
-        return None if wait is None else Hold(wait.replica_id, wait.until_s)
+        if wait is None:  # (request, its cap share, views): for the try_dispatch that follows
+            self._attempt = (request, share, views)
+            return None
+        return Hold(wait.replica_id, wait.until_s)
 
     def claim_excluding(self, routing: RoutingRequest, excluded: frozenset[str]) -> Slot | None:
         """A slot for a retry: routing again with the replicas that failed this request excluded."""

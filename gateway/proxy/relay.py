@@ -33,7 +33,7 @@ from gateway.proxy.attempt import Attempt
 from gateway.proxy.context import RequestContext
 from gateway.proxy.continuation import Splice, StreamTranscript
 from gateway.proxy.reply import Reply
-from gateway.proxy.send import forget_frames
+from gateway.proxy.send import forget_frames, within
 from gateway.proxy.sse import SSESplitter, inspect_event, inspect_named_event, merged_usage, normalized_usage
 
 SSE_CONTENT_TYPE = "text/event-stream"
@@ -98,8 +98,7 @@ async def relay_full(
     response = attempt.response
     assert response is not None
     try:
-        async with asyncio.timeout(nonstream_s):
-            body = await response.read()
+        body = await within(nonstream_s, response.read())
     except TimeoutError:
         raise UpstreamTotalTimeout(
             "the replica did not finish the response within its bound (timeouts.nonstream_s)"

@@ -20,7 +20,7 @@ from dataclasses import replace
 from gateway.base.metrics import GatewayMetrics
 from gateway.observability.metric_children import Children
 from gateway.upstream.registry import Pool
-from router.types import Branch, Decision, RoutingRequest
+from router.types import Branch, Decision, ReplicaView, RoutingRequest
 
 
 class Router:
@@ -30,11 +30,17 @@ class Router:
         self._metrics = metrics
         self._decisions = Children(metrics.routing_decisions_total)
 
-    def decide(self, pool: Pool, routing: RoutingRequest) -> Decision | None:
-        """The pool policy's decision for `routing` over the pool's current snapshot, counted; not
-        committed (`commit` it when it is taken: `router.profile`)."""
+    def decide(
+        self, pool: Pool, routing: RoutingRequest, views: tuple[ReplicaView, ...] | None = None
+    ) -> Decision | None:
+        """The pool policy's decision for `routing` over `views` (the pool's snapshot for
+        `routing.cap_share`, taken in the same synchronous step: nothing may have changed since) or,
+        without them, over the pool's current snapshot; counted, not committed (`commit` it when it is
+        taken: `router.profile`)."""
         started_s = time.perf_counter()
-        decision = pool.policy.decide(routing, pool.snapshot(routing.cap_share), commit=False)
+        if views is None:
+            views = pool.snapshot(routing.cap_share)
+        decision = pool.policy.decide(routing, views, commit=False)
         if decision is not None and routing.pinned:
             decision = replace(decision, branch=Branch.PINNED)
         self._metrics.routing_decision_seconds.observe(time.perf_counter() - started_s)

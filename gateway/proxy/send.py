@@ -8,7 +8,10 @@ returns the open response of a 2xx answer (the relay reads it), or raises:
 - `UpstreamTTFTTimeout` when a stream's headers do not arrive within the first-token deadline (which
   runs from the attempt's start),
 - `UpstreamTotalTimeout` when a non-streamed answer's headers do not arrive within `nonstream_s` of the
-  attempt's start (the engine sends nothing before it has finished: not retried),
+  attempt's start (the engine sends nothing before it has finished: not retried); that bound, and the
+  relay's for the body (`gateway.proxy.relay.relay_full`), are the only read timers of a non-streamed
+  try: an idle timer of `nonstream_s` could never fire before them, and aiohttp re-arms one per
+  packet received (a stream's reads are idle-timed, `idle_s`, by aiohttp's `sock_read`),
 - `UpstreamStatusError` with the engine's status, body (up to 64 KiB) and Retry-After for an error.
 Routing, claiming and retrying are not here: see `gateway.proxy.route`, `gateway.proxy.admit` and
 the loop in `gateway.proxy.serving` (its policy in `gateway.proxy.retry_policy`).
@@ -54,10 +57,10 @@ def forget_frames(exc: BaseException) -> BaseException:
 
 
 @functools.lru_cache(maxsize=TIMEOUT_CACHE_SIZE)
-def client_timeout(connect_s: float, sock_read_s: float) -> aiohttp.ClientTimeout:
+def client_timeout(connect_s: float, sock_read_s: float | None) -> aiohttp.ClientTimeout:
     """aiohttp's timeouts for one try: no total, `connect_s` to get a connection (and for the socket's
-    connect), `sock_read_s` between reads. Built once per pair (the object is frozen, so tries share
-    it): building one costs more than the cache's look-up."""
+    connect), `sock_read_s` between reads (None: no read timer). Built once per pair (the object is
+    frozen, so tries share it): building one costs more than the cache's look-up."""
     return aiohttp.ClientTimeout(total=None, connect=connect_s, sock_connect=connect_s, sock_read=sock_read_s)
 
 
@@ -145,7 +148,7 @@ class UpstreamClient:
             attempt.slot.replica.url + ctx.parsed.upstream_path,
             data=ctx.upstream_body or None,
             headers=ctx.record.upstream_headers(ctx.upstream_headers),  # + the try's traceparent, if traced
-            timeout=client_timeout(timers.connect_s, timers.idle_s if stream else timers.nonstream_s),
+            timeout=client_timeout(timers.connect_s, timers.idle_s if stream else None),
         )
         deadline_s = timers.ttft_s if stream else timers.nonstream_s
         return await within(deadline_s - attempt.elapsed_s(), request)

@@ -30,7 +30,9 @@ DONE_EVENT = b"data: [DONE]\n\n"
 
 
 class SSESplitter:
-    """Incremental splitter: feed raw chunks, get back complete events (terminator included)."""
+    """Incremental splitter: feed raw chunks, get back complete events (terminator included), each
+    ended by the earliest terminator; a chunk without `\r\n\r\n` is split on `\n\n` alone (the same
+    events: `\n\n` never occurs inside `\r\n\r\n`)."""
 
     __slots__ = ("_buffer",)
 
@@ -39,6 +41,9 @@ class SSESplitter:
 
     def feed(self, chunk: bytes) -> list[bytes]:
         data = self._buffer + chunk if self._buffer else chunk
+        if b"\r\n\r\n" not in data:  # engines end events with `\n\n`: one split, no search per event
+            *complete, self._buffer = data.split(b"\n\n")
+            return [event + b"\n\n" for event in complete]
         events: list[bytes] = []
         start = 0
         while True:

@@ -180,7 +180,7 @@ def test_outcomes_show_the_gateway_side_rejection_latency_when_scraped() -> None
     assert "gateway-side" not in render_markdown("t", {"params": {}}, [result()])
 
 
-def test_overhead_report_sets_the_gateway_beside_the_reference_proxy() -> None:
+def test_overhead_report_sets_the_gateway_beside_the_floor_and_reference_proxies() -> None:
     def dist(p50: float, p99: float) -> dict[str, float]:
         return {"p50": p50, "p99": p99, "mean": p50}
 
@@ -192,12 +192,14 @@ def test_overhead_report_sets_the_gateway_beside_the_reference_proxy() -> None:
             "e2e_ms": {"added": dist(0.5, 1.0), "added_reference": dist(0.25, 0.5)},
             "gateway_cpu_us_per_request": cpu(600.0),
             "reference_cpu_us_per_request": cpu(120.0),
+            "floor_cpu_us_per_request": cpu(240.0),
         },
         "throughput": {
             "ratio": 0.2,
             "reference_ratio": 0.8,
             "gateway_cpu_us_per_request": [cpu(500.0), cpu(700.0)],
             "reference_cpu_us_per_request": [cpu(100.0), cpu(100.0)],
+            "floor_cpu_us_per_request": [cpu(150.0), cpu(250.0)],
             "e2e_ms": {"direct": dist(1.0, 2.0), "gateway": dist(9.0, 90.0), "added": dist(8.0, 88.0)},
         },
         "stream_throughput": {
@@ -212,12 +214,17 @@ def test_overhead_report_sets_the_gateway_beside_the_reference_proxy() -> None:
     }
     meta = {"argv": ["overhead", "--pin"], "params": {"throughput_concurrency": 64, "stream_tokens": 32}}
     text = render_overhead(meta, result)
-    assert "| CPU µs per non-streamed request, closed loop | 600 | 100 | 6.000 | ≤ 1.0 |" in text
-    assert "| CPU µs per stream, closed loop | 900 | 300 | 3.000 | ≤ 1.0 |" in text
-    assert "| CPU µs per non-streamed request, c=1 | 600 | 120 | 5.000 | – |" in text
-    assert "| added latency p99, c=1 (ms) | 1.000 | 0.500 | 2.000 | – |" in text
-    assert "| max req/s × direct | 0.200 | 0.800 | 0.250 | – |" in text
-    assert "| CPU µs per stream, c=1 | – | – | – | – |" in text  # not measured: no figure
+    # gateway | floor | reference | gateway ÷ floor | floor ÷ reference | gateway ÷ reference | target
+    assert (
+        "| CPU µs per non-streamed request, closed loop | 600 | 200 | 100 | 3.000 | 2.000 | 6.000 | ≤ 1.0 |"
+        in text
+    )
+    assert "| CPU µs per non-streamed request, c=1 | 600 | 240 | 120 | 2.500 | 2.000 | 5.000 | – |" in text
+    # no floor figure (a run without it): its cells are empty, gateway ÷ reference stays
+    assert "| CPU µs per stream, closed loop | 900 | – | 300 | – | – | 3.000 | ≤ 1.0 |" in text
+    assert "| added latency p99, c=1 (ms) | 1.000 | – | 0.500 | – | – | 2.000 | – |" in text
+    assert "| max req/s × direct | 0.200 | – | 0.800 | – | – | 0.250 | – |" in text
+    assert "| CPU µs per stream, c=1 | – | – | – | – | – | – | – |" in text  # not measured: no figure
     assert "| throughput e2e | added | 8.000 | 88 | 8.000 |" in text
     assert f"| {HANDLER} | 100.0 % |" in text
     assert "Command: `llm-gateway bench overhead --pin`" in text

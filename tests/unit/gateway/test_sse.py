@@ -1,6 +1,33 @@
 from __future__ import annotations
 
+import random
+
 from gateway.proxy.sse import SSESplitter, inspect_event
+
+
+def _earliest_terminator_events(data: bytes) -> tuple[list[bytes], bytes]:
+    """The rule, byte by byte: each event ends at the earliest `\n\n` or `\r\n\r\n`."""
+    events, start, i = [], 0, 0
+    while i < len(data):
+        for term in (b"\n\n", b"\r\n\r\n"):
+            if data.startswith(term, i):
+                events.append(data[start : i + len(term)])
+                start = i = i + len(term)
+                break
+        else:
+            i += 1
+    return events, data[start:]
+
+
+def test_any_chunking_of_any_mix_of_terminators_gives_the_rules_events() -> None:
+    rng = random.Random(7)
+    for _ in range(500):
+        data = bytes(rng.choice(b"ab\r\n") for _ in range(rng.randrange(0, 40)))
+        cuts = sorted(rng.sample(range(len(data) + 1), k=min(len(data) + 1, rng.randrange(0, 5))))
+        splitter, got = SSESplitter(), []
+        for lo, hi in zip([0, *cuts], [*cuts, len(data)], strict=True):
+            got += splitter.feed(data[lo:hi])
+        assert (got, splitter.remainder()) == _earliest_terminator_events(data), data
 
 
 def test_splitter_handles_events_across_chunks_and_both_terminators() -> None:
