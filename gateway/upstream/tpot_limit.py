@@ -75,7 +75,13 @@ others'; a token-weighted mean and a per-request one differ). So the finished re
 set point: every `ATTAINMENT_EVERY` finished requests, with q the `ATTAINMENT_QUANTILE` of the last
 `ATTAINMENT_SAMPLES`, set point × clamp(`ATTAINMENT_RATIO` × objective / q, 0.8, 1.25)^0.5, kept within
 `TRIM_BOUNDS` of the objective. It starts at `target_ratio` × the objective and moves at the pace of
-finished requests (slow), while the limit follows the engine's latency (fast): a cascade.
+finished requests (slow), while the limit follows the engine's latency (fast): a cascade. It moves up
+only while the smoothed latency is at least `TRIM_UP_BINDING` × the set point — the limit steering the
+latency at it, so the finished TPOTs say what the set point gives; below the knee (no limit, or one
+not reached) they say only that the load is light, and trimmed up on them the set point wound up to the
+objective itself, from where a step in the load is admitted up to the objective (the trace and the
+runs: docs/bench-log/2026-12-05-overload-onset.md, "The trim's windup"). Down it always moves: TPOTs
+over the objective are a reason whatever the limit did.
 
 Why a set point below the objective: the limit holds the *mean* TPOT at its target, and requests
 scatter around the mean (prefill chunks land on some requests' steps more than on others'), so with
@@ -114,6 +120,8 @@ ATTAINMENT_EVERY = 16
 """The set point is trimmed every this many finished requests, by at most × [0.8, 1.25]^0.5."""
 TRIM_BOUNDS = (0.5, 1.0)
 """The set point stays within these shares of the objective."""
+TRIM_UP_BINDING = 0.9
+"""The set point is trimmed up only while the smoothed token latency is at least this share of it."""
 """A fast limit grows no further than this × the batch running and waiting: a limit far above what
 runs would let a burst through before any window could show its cost."""
 
@@ -172,6 +180,11 @@ class TpotConcurrencyLimit:
         """True once a fast sample arrived: finished requests' TPOTs no longer move the limit."""
 
     @property
+    def set_point_s(self) -> float:
+        """The token latency the fast limit steers to (seconds; trimmed by finished requests)."""
+        return self._target_s
+
+    @property
     def cap(self) -> int | None:
         """The limit as a whole number of requests, None while there is none."""
         return None if self.limit is None else max(self._min, math.floor(self.limit))
@@ -187,6 +200,9 @@ class TpotConcurrencyLimit:
         ordered = sorted(recent)
         quantile_s = ordered[min(len(ordered) - 1, int(ATTAINMENT_QUANTILE * len(ordered)))]
         step = min(1.25, max(0.8, ATTAINMENT_RATIO * self._slo_s / quantile_s)) ** 0.5
+        latency_s = self._window_latency_s
+        if step > 1.0 and (latency_s is None or latency_s < TRIM_UP_BINDING * self._target_s):
+            return  # the latency is not held at the set point: its requests say nothing of it
         low, high = TRIM_BOUNDS
         self._target_s = min(high * self._slo_s, max(low * self._slo_s, self._target_s * step))
 

@@ -286,6 +286,30 @@ def test_finished_requests_trim_the_fast_set_point_towards_the_objectives_quanti
     assert tight.limit == pytest.approx(100 * (floor_s / 0.03) ** WINDOW_GAIN)
 
 
+def test_the_set_point_is_trimmed_up_only_while_the_latency_is_held_at_it() -> None:
+    """Below the knee (the latency well under the set point, no limit) finished requests far inside the
+    objective say nothing of the set point: it stays where it started. Held at it, they raise it; over
+    the objective, they lower it whatever the latency."""
+    from gateway.upstream.tpot_limit import ATTAINMENT_EVERY, ATTAINMENT_SAMPLES
+
+    light = TpotConcurrencyLimit(SLO_S, min_limit=4, target_ratio=0.8, window_smoothing=1.0)
+    light.observe_window(0.02, batch=40)  # half the 40 ms set point: no limit, fast samples
+    for _ in range(ATTAINMENT_SAMPLES + 8 * ATTAINMENT_EVERY):
+        light.observe(0.02, inflight=40)
+    assert light.set_point_s == pytest.approx(0.04) and light.cap is None
+    held = TpotConcurrencyLimit(SLO_S, min_limit=4, target_ratio=0.8, window_smoothing=1.0)
+    held.observe_window(0.038, batch=90)  # at the set point
+    for _ in range(ATTAINMENT_SAMPLES + 8 * ATTAINMENT_EVERY):
+        held.observe(0.03, inflight=90)
+    # one step up (× 1.25^½); then 38 ms is no longer within 10 % of the new set point: no further
+    assert held.set_point_s == pytest.approx(0.04 * 1.25**0.5)
+    missed = TpotConcurrencyLimit(SLO_S, min_limit=4, target_ratio=0.8, window_smoothing=1.0)
+    missed.observe_window(0.02, batch=40)
+    for _ in range(ATTAINMENT_SAMPLES + 2 * ATTAINMENT_EVERY):
+        missed.observe(0.07, inflight=40)
+    assert missed.set_point_s < 0.04
+
+
 def test_before_fast_samples_finished_requests_still_move_the_limit_not_the_set_point() -> None:
     limit = TpotConcurrencyLimit(SLO_S, min_limit=4)
     feed(limit, 0.1, inflight=100)
