@@ -1,8 +1,8 @@
 """Upstream HTTP clients: one per purpose, each shared by the whole process, with explicit limits.
 
 - The *proxy* client (aiohttp) carries every proxied request: on this project's hot path it costs about
-  a third of httpx's client-side CPU per request, streamed or not, and the upstream client is most of
-  the gateway's overhead (docs/BENCHMARKS.md#where-the-gateways-cpu-goes). TCP_NODELAY is set on its
+  a third of httpx's client-side CPU per request, streamed or not (docs/bench-log/2026-12-05-rounds.md,
+  "Where the gateway's CPU goes (issue 7)"). TCP_NODELAY is set on its
   connections (Nagle off), so the first chunk is not held back waiting for a delayed ACK. No
   `Accept-Encoding` is sent, so engines answer uncompressed and bytes pass through as they come.
 - The *control* client (httpx) serves background loops: health checks, engine /metrics scraping and
