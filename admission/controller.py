@@ -205,9 +205,11 @@ class AdmissionController(Generic[S]):
             if slot is not None:
                 return slot, 0.0, self._record_dispatch(request, slot, 0.0)
             self._holds.may_be_free = hold is not None
-        if hold is None and (probed or not self._holds.may_be_free):
-            self._refusals.raise_if_hopeless(request)  # else the pump's round with it decides first
-        return await self._queue_pump.wait(request, hold, probed=probed)
+        refusal = None if hold is not None else self._refusals.hopeless(request)
+        round_first = not probed and self._holds.may_be_free
+        if refusal is not None and not round_first:
+            raise refusal
+        return await self._queue_pump.wait(request, hold, round_first=round_first, refusal=refusal)
 
     def _key_of(self, slot: Dispatched[S]) -> str | None:
         return None if self._slot_key is None or isinstance(slot, SlotSet) else self._slot_key(slot)

@@ -93,17 +93,25 @@ class QueuePump(Generic[S]):
         self._pump_handle: asyncio.Handle | None = None
 
     async def wait(
-        self, request: AdmissionRequest, hold: Hold | None, *, probed: bool
+        self,
+        request: AdmissionRequest,
+        hold: Hold | None,
+        *,
+        round_first: bool,
+        refusal: AdmissionRefused | None = None,
     ) -> tuple[Dispatched[S], float, int]:
         """Queue `request` until a slot is dispatched to it (or it is refused); `hold`: its answer from
-        the hook at arrival; `probed`: whether it probed `try_dispatch` on the fast path."""
+        the hook at arrival. `round_first`: it skipped the fast path (others wait before it) while the
+        last round held waiters out, so a slot may be free for it: a round runs now with it in the
+        queue (`_round_with_arrival`), and `refusal` (early refusal's verdict at arrival, if any) is
+        raised only when that round found it nothing."""
         waiter: Waiter[S] = Waiter(request, asyncio.get_running_loop().create_future())
         entry = self._push(waiter)
         if hold is not None:
             self._holds.set(waiter, hold)
         self._arm_timer()
-        if not probed and self._holds.may_be_free:
-            entry = self._round_with_arrival(entry)
+        if round_first:
+            self._round_with_arrival(entry, refusal)
         try:
             return await waiter.future
         except asyncio.CancelledError:
@@ -128,21 +136,18 @@ class QueuePump(Generic[S]):
         self._depths_changed(changed)
         return pushed.entry
 
-    def _round_with_arrival(self, entry: QueueEntry[Waiter[S]]) -> QueueEntry[Waiter[S]]:
-        """The last round held waiters out, so a slot may be free for this arrival, which skipped the
-        fast path (others wait before it): a pump round now, with it in the queue, decides in dispatch
-        order. Found no slot and not holding, it gets early refusal as any arrival without a free slot
-        (the controller skipped it): out of the queue, the verdict, and back in at its place when it
-        may wait. Returns its entry in the queue."""
+    def _round_with_arrival(self, entry: QueueEntry[Waiter[S]], refusal: AdmissionRefused | None) -> None:
+        """A pump round now, with the arrival in the queue, decides in dispatch order (a held waiter
+        whose replica freed takes it first). Found no slot and not holding, the arrival gets the early
+        refusal `refusal` as any arrival without a free slot: out of the queue, raised."""
         if self._pump_handle is not None:
             self._pump_handle.cancel()  # this round does its work now
         self._pump()
         waiter = entry.item
-        if waiter.answered() or waiter.hold is not None:
-            return entry
+        if refusal is None or waiter.answered() or waiter.hold is not None:
+            return
         self._drop(entry)  # its expiry may stay armed: a timer that finds nothing due re-arms itself
-        self._refusals.raise_if_hopeless(waiter.request)
-        return self._push(waiter)  # the same instant: the same place and deadline
+        raise refusal
 
     def on_release(self) -> None:
         """A replica slot may be free: schedule one pump (`call_soon`), unless one is scheduled or

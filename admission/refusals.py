@@ -53,17 +53,23 @@ class Refusals:
 
     def raise_if_hopeless(self, request: AdmissionRequest) -> None:
         """Early refusal of `request`, an arrival that found no free slot (module docstring)."""
+        refusal = self.hopeless(request)
+        if refusal is not None:
+            raise refusal
+
+    def hopeless(self, request: AdmissionRequest) -> AdmissionRefused | None:
+        """`raise_if_hopeless`'s verdict as the refusal to raise, None to queue it."""
         config = self._config
         if config.early_refusal_ratio is None:
-            return
+            return None
         priority = request.priority
         ahead = self._queue.ahead_of_arrival(
             priority, request.tenant.name, request.estimated_tokens, request.weight
         )
         if config.early_refusal_needs_queue and ahead == 0:
-            return
+            return None
         if self._full_by_own_caps is not None and not self._full_by_own_caps():
-            return  # blocked by a limit shared with other pools: their releases free slots too
+            return None  # blocked by a limit shared with other pools: their releases free slots too
         class_name = self._queue.priority_class(priority).name
         verdict = hopeless(
             priority=priority,
@@ -75,8 +81,7 @@ class Refusals:
             above_per_s=self._rates.above_per_s(class_name),
             forecast=self._forecast,
         )
-        if verdict is not None:
-            raise self.early(priority, verdict.why, verdict.wait_s)
+        return None if verdict is None else self.early(priority, verdict.why, verdict.wait_s)
 
     def early(self, priority: str, why: str, wait_s: float | None) -> AdmissionRefused:
         """429 `queue_full` at arrival; Retry-After is `wait_s`, when a retry could be admitted (the
