@@ -27,7 +27,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,20 +111,25 @@ async def interleaved_blocks(
     requests: int,
     concurrency: int,
     warmup: int,
+    headers: dict[str, str] | None = None,
+    cpu_of: Callable[[Target], CpuReading] | None = None,
 ) -> list[Block]:
-    """Warm-up blocks, then `rounds` rounds of one block per target (order rotated each round)."""
+    """Warm-up blocks, then `rounds` rounds of one block per target (order rotated each round), every
+    request with `headers`; a block's CPU is `cpu_of(target)`'s difference (default: the target's
+    process alone)."""
+    read = cpu_of or (lambda target: CpuReading.of(target.pid))
     blocks: list[Block] = []
     connector = aiohttp.TCPConnector(limit=concurrency + 4)
     timeout = aiohttp.ClientTimeout(total=60)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers) as session:
         for target in targets:
             await closed_loop(session, target.url, bodies, requests=warmup, concurrency=concurrency)
         for r in range(rounds):
             shift = r % len(targets)
             for target in [*targets[shift:], *targets[:shift]]:
-                before, started = CpuReading.of(target.pid), time.perf_counter()
+                before, started = read(target), time.perf_counter()
                 await closed_loop(session, target.url, bodies, requests=requests, concurrency=concurrency)
-                wall_s, after = time.perf_counter() - started, CpuReading.of(target.pid)
+                wall_s, after = time.perf_counter() - started, read(target)
                 sched_s = (after.sched_ns - before.sched_ns) / 1e9
                 blocks.append(Block(target.name, requests, after.ticks_s - before.ticks_s, sched_s, wall_s))
     return blocks

@@ -25,14 +25,17 @@ import os
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from admission.tenants import hash_api_key
-from bench.cpu_per_request import Block, Target, chat_bodies, closed_loop, gateway_process, render, summarize
+from bench.cpu_per_request import (
+    chat_bodies,
+    gateway_process,
+    interleaved_blocks,
+    render,
+    summarize,
+)
 from bench.fleet import Fleet
 from bench.fleet_config import EngineOptions
 from bench.proc import CpuReading
@@ -60,37 +63,6 @@ def tree_cpu(pid: int, also: int | None = None) -> CpuReading:
     return CpuReading(sum(r.ticks_s for r in readings), sum(r.sched_ns for r in readings))
 
 
-async def blocks(
-    targets: Sequence[Target],
-    bodies: Sequence[bytes],
-    *,
-    rounds: int,
-    requests: int,
-    concurrency: int,
-    warmup: int,
-    headers: dict[str, str],
-    redis_pid: dict[str, int],
-) -> list[Block]:
-    """Warm-up blocks, then `rounds` rounds of one block per target (order rotated each round); the CPU
-    of `redis_pid[target.name]`, where given, counts with the target's."""
-    out: list[Block] = []
-    connector = aiohttp.TCPConnector(limit=concurrency + 4)
-    timeout = aiohttp.ClientTimeout(total=60)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers) as session:
-        for target in targets:
-            await closed_loop(session, target.url, bodies, requests=warmup, concurrency=concurrency)
-        for r in range(rounds):
-            shift = r % len(targets)
-            for target in [*targets[shift:], *targets[:shift]]:
-                also = redis_pid.get(target.name)
-                before, started = tree_cpu(target.pid, also), time.perf_counter()
-                await closed_loop(session, target.url, bodies, requests=requests, concurrency=concurrency)
-                wall_s, after = time.perf_counter() - started, tree_cpu(target.pid, also)
-                sched_s = (after.sched_ns - before.sched_ns) / 1e9
-                out.append(Block(target.name, requests, after.ticks_s - before.ticks_s, sched_s, wall_s))
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
     engine = EngineOptions(MODEL, first_token_delay_ms=0, token_delay_ms=0)
     with tempfile.TemporaryDirectory(prefix="workers-throughput-") as tmp, contextlib.ExitStack() as stack:
@@ -115,8 +87,9 @@ def run(args: argparse.Namespace) -> int:
             )
         time.sleep(args.settle_s)  # every worker up (/readyz answered by one of them)
         bodies = chat_bodies(MODEL, max_tokens=args.max_tokens, stream=False)
+        redis_pid = {t.name: args.redis_pid for t in targets if t.name.endswith("redis") and args.redis_pid}
         measured = asyncio.run(
-            blocks(
+            interleaved_blocks(
                 targets,
                 bodies,
                 rounds=args.rounds,
@@ -124,9 +97,7 @@ def run(args: argparse.Namespace) -> int:
                 concurrency=args.concurrency,
                 warmup=args.warmup,
                 headers={"authorization": f"Bearer {BENCH_KEY}"} if args.state_per_request else {},
-                redis_pid={
-                    t.name: args.redis_pid for t in targets if t.name.endswith("redis") and args.redis_pid
-                },
+                cpu_of=lambda target: tree_cpu(target.pid, redis_pid.get(target.name)),
             )
         )
     cores = len(os.sched_getaffinity(0))
