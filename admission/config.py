@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from admission.priority_classes import DEFAULT_MAX_QUEUE_DEPTH, DEFAULT_PRIORITY_CLASSES, PriorityClass
 from admission.retry_after import DEFAULT_MAX_RETRY_AFTER_S
+from admission.retry_lane import DEFAULT_HORIZON_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,12 @@ class AdmissionConfig:
     max_retry_after_s: int = DEFAULT_MAX_RETRY_AFTER_S
     early_refusal_ratio: float | None = None
     early_refusal_needs_queue: bool = False
+    retry_lane_share: float = 0.0
+    """The share of a class's dispatch rate the retry lane books for returning retries
+    (`admission.retry_lane`); 0 (this class's default): off. The gateway's default is
+    `admission.retry_lane.DEFAULT_SHARE` (`gateway.config.admission_settings`)."""
+    retry_lane_horizon_s: float = DEFAULT_HORIZON_S
+    """How far ahead the retry lane books (seconds); a refusal past it keeps the queue's Retry-After."""
     lowest_class_reserve: float = 0.0
     """The share of a learned cap the lowest class leaves to the classes above while they have demand
     (`admission.lowest_class_reserve`); 0: none."""

@@ -36,6 +36,13 @@ Refusals and their Retry-After — early refusal at arrival, a waiter's refusal 
 when its class's `max_wait_s` runs out: a slot it returns is dispatched as any queued one
 (`admission.queue_pump`), None lets the `queue_timeout` refusal stand.
 
+The retry lane (`admission.retry_lane`; on with `retry_lane_share` > 0, for requests with a
+`retry_key`): a
+queue refusal (`queue_full`, `queue_timeout`) books its retry a place, and its Retry-After says when;
+an arrival that claims its booking is *returning*: it probes for a slot unless the classes above or
+other returning requests wait, queues at the head of its class, and early refusal counts only what is
+ahead of it there. Each promise, claim and refusal without a promise is reported (`retry_lane`).
+
 Every refusal raised by `admit` is counted in `stats.rejected` and reported to the observer once.
 Tokens charged by the rate limiter are refunded when the request does not run (see `TenantGate`).
 """
@@ -54,10 +61,13 @@ from admission.priority_queue import PriorityQueue
 from admission.queue_pump import QueuePump, Waiter
 from admission.refusals import Refusals
 from admission.release_forecast import ReleaseForecast
+from admission.retry_lane import RetryLane
 from admission.tenant_gate import TenantGate
 from admission.ticket import AdmissionRequest, Dispatched, S, SlotSet, Ticket
 from admission.timers import LoopTimers, Timers
 from core.clock import Clock
+
+_BOOKED_REASONS = (RejectReason.QUEUE_FULL, RejectReason.QUEUE_TIMEOUT)
 
 
 class AdmissionController(Generic[S]):
@@ -102,6 +112,7 @@ class AdmissionController(Generic[S]):
             slots_over_caps=slots_over_caps,
         )
         self.stats = AdmissionStats()
+        self._retry_lane = RetryLane(self._config.retry_lane_share, self._config.retry_lane_horizon_s)
         self._queue_pump = QueuePump(
             self._queue,
             try_dispatch,
@@ -166,6 +177,7 @@ class AdmissionController(Generic[S]):
                 self._gate.abandon(tenant_pass)
                 raise
         except AdmissionRefused as refusal:
+            self._book_retry(request, refusal)
             self.stats.rejected[refusal.reason] += 1
             if self._observer is not None:
                 self._observer.rejected(refusal.reason, request.priority)
@@ -192,11 +204,50 @@ class AdmissionController(Generic[S]):
         """Refuse every waiter now (e.g. `draining` at shutdown); returns how many were refused."""
         return self._queue_pump.reject_waiting(reason, retry_after_s, message)
 
+    @property
+    def retry_lane(self) -> RetryLane:
+        """The pool's retry lane (its promises and counts)."""
+        return self._retry_lane
+
+    def _returning(self, request: AdmissionRequest) -> bool:
+        """True when `request` claims a retry-lane promise now (module docstring)."""
+        if not len(self._retry_lane):
+            return False
+        key = request.retry_key
+        claimed = key is not None and self._retry_lane.claim(key, self._clock.now_s())
+        if claimed and self._observer is not None:
+            self._observer.retry_lane("claimed", request.priority)
+        return claimed
+
+    def _book_retry(self, request: AdmissionRequest, refusal: AdmissionRefused) -> None:
+        """A queue refusal's Retry-After becomes the retry lane's booking, when it gives one."""
+        if self._config.retry_lane_share <= 0 or refusal.reason not in _BOOKED_REASONS:
+            return
+        key = request.retry_key
+        if key is None:
+            return
+        class_name = self._queue.priority_class(request.priority).name
+        retry_after_s = self._retry_lane.promise(
+            key, self._clock.now_s(), self._rates.available_per_s(class_name)
+        )
+        if retry_after_s is not None:
+            refusal.retry_after_s = retry_after_s
+            refusal.message += f"; a retry in {retry_after_s} s goes ahead of new arrivals"
+        if self._observer is not None:
+            self._observer.retry_lane("unpromised" if retry_after_s is None else "promised", request.priority)
+
     async def _acquire_slot(self, request: AdmissionRequest) -> tuple[Dispatched[S], float, int]:
         priority = request.priority
         self._rates.arrived(self._queue.priority_class(priority).name)
         self._queue_pump.expire_due()
-        probed = self._queue.ahead_of(priority) == 0
+        first = self._returning(request)
+        if first:
+            ahead = self._queue.ahead_of_arrival(
+                priority, request.tenant.name, request.estimated_tokens, request.weight, first=True
+            )
+        else:
+            ahead = self._queue.ahead_of(priority)
+        probed = ahead == 0
         hold: Hold | None = None
         if probed:
             max_wait_s = self._queue.priority_class(priority).max_wait_s
@@ -205,11 +256,13 @@ class AdmissionController(Generic[S]):
             if slot is not None:
                 return slot, 0.0, self._record_dispatch(request, slot, 0.0)
             self._holds.may_be_free = hold is not None
-        refusal = None if hold is not None else self._refusals.hopeless(request)
+        refusal = None if hold is not None else self._refusals.hopeless(request, first=first)
         round_first = not probed and self._holds.may_be_free
         if refusal is not None and not round_first:
             raise refusal
-        return await self._queue_pump.wait(request, hold, round_first=round_first, refusal=refusal)
+        return await self._queue_pump.wait(
+            request, hold, round_first=round_first, refusal=refusal, first=first
+        )
 
     def _key_of(self, slot: Dispatched[S]) -> str | None:
         return None if self._slot_key is None or isinstance(slot, SlotSet) else self._slot_key(slot)

@@ -7,6 +7,11 @@ time, so a tenant flooding the queue with long requests cannot starve another te
     finish_tag = start_tag + max(cost_tokens, 1) / weight
     pop()      → the live key with the smallest (finish_tag, key); then V := its finish_tag
 
+A key pushed `first` (a returning retry: `admission.retry_lane`) gets `finish_tag = V` instead, ahead of
+every backlogged key (ties: key order, so FIFO among such keys); its tenant is still charged its cost
+(`last_finish[tenant] = max(V, last_finish[tenant]) + cost / weight`), so the tenant's later keys pay
+for it and fair share holds over time.
+
 `V` is the virtual time (the finish tag of the last request dispatched). A tenant that was idle starts
 at `V`, so idleness earns no credit; a tenant with weight 2 advances half as fast per token as one with
 weight 1 and therefore gets about twice the tokens dispatched while both are backlogged. A newcomer's
@@ -67,17 +72,25 @@ class FairShareQueue:
         state = self._tenants.get(tenant)
         return 0 if state is None else state.queued
 
-    def ahead_of_arrival(self, tenant: str, cost_tokens: float, weight: float = 1.0) -> int:
-        """How many live keys a new key of `tenant` (at `cost_tokens / weight`) would be popped after:
-        those with a smaller finish tag than its own would be (ties: every live key, being older).
-        O(live keys)."""
-        state = self._tenants.get(tenant)
-        start_tag = self._virtual_time if state is None else max(self._virtual_time, state.last_finish_tag)
-        finish_tag = start_tag + max(cost_tokens, _MIN_COST_TOKENS) / max(weight, 1e-12)
+    def ahead_of_arrival(
+        self, tenant: str, cost_tokens: float, weight: float = 1.0, *, first: bool = False
+    ) -> int:
+        """How many live keys a new key of `tenant` (at `cost_tokens / weight`; `first` as in `push`)
+        would be popped after: those with a smaller finish tag than its own would be (ties: every live
+        key, being older). O(live keys)."""
+        finish_tag = self._virtual_time if first else self._finish_tag(tenant, cost_tokens, weight)
         return sum(1 for tagged in self._live.values() if tagged.finish_tag <= finish_tag)
 
-    def push(self, key: int, tenant: str, cost_tokens: float, weight: float = 1.0) -> float:
-        """Queue `key` for `tenant` at `cost_tokens / weight`; returns its finish tag.
+    def _finish_tag(self, tenant: str, cost_tokens: float, weight: float) -> float:
+        state = self._tenants.get(tenant)
+        start_tag = self._virtual_time if state is None else max(self._virtual_time, state.last_finish_tag)
+        return start_tag + max(cost_tokens, _MIN_COST_TOKENS) / max(weight, 1e-12)
+
+    def push(
+        self, key: int, tenant: str, cost_tokens: float, weight: float = 1.0, *, first: bool = False
+    ) -> float:
+        """Queue `key` for `tenant` at `cost_tokens / weight` (`first`: at V, ahead of the backlog; the
+        tenant charged all the same: module docstring); returns its finish tag.
 
         Raises ValueError for a non-positive weight, a negative cost or a key already live.
         """
@@ -91,8 +104,9 @@ class FairShareQueue:
         if state is None:
             state = self._tenants[tenant] = _TenantState(last_finish_tag=self._virtual_time, queued=0)
         start_tag = max(self._virtual_time, state.last_finish_tag)
-        finish_tag = start_tag + max(cost_tokens, _MIN_COST_TOKENS) / weight
-        state.last_finish_tag = finish_tag
+        charged_tag = start_tag + max(cost_tokens, _MIN_COST_TOKENS) / weight
+        state.last_finish_tag = charged_tag
+        finish_tag = self._virtual_time if first else charged_tag
         state.queued += 1
         self._live[key] = _Tagged(tenant=tenant, finish_tag=finish_tag)
         heapq.heappush(self._heap, (finish_tag, key))

@@ -9,6 +9,8 @@ The gateway passes an `AdmissionObserver` (usually a thin adapter onto its Prome
 | `rejected(reason, priority)`           | every refusal of `admit`    | `rejections_total{reason}`     |
 | `held(outcome, held_s)`                | a hold began or ended       | `prefix_wait_total{outcome}`,  |
 |                                        | (`admission.holds`)         | `prefix_wait_seconds{outcome}` |
+| `retry_lane(outcome, priority)`        | a retry promised, claimed,  | `retry_lane_total{outcome}`    |
+|                                        | or refused without one      |                                |
 
 Callbacks run synchronously inside the controller's event handling: keep them O(1), never await, and
 never raise (an exception would propagate into `admit` or `on_release`). The dispatch rate is read on
@@ -44,6 +46,11 @@ class AdmissionObserver(Protocol):
     def held(self, outcome: HoldOutcome, held_s: float) -> None:
         """A waiter began to hold (`HELD`, 0 s) or left the queue after holding, `held_s` seconds
         after its first hold (`HoldOutcome`)."""
+        ...
+
+    def retry_lane(self, outcome: str, priority: str) -> None:
+        """A queue refusal of class `priority` booked its retry (`promised`) or got no place
+        (`unpromised`), or an arrival claimed its booking (`claimed`): `admission.retry_lane`."""
         ...
 
 

@@ -24,7 +24,9 @@ Rules:
   the *lowest* non-empty class strictly below its own; if no such class exists (equal or lower priority
   everywhere) it is refused.
 - Dispatch order: highest non-empty class first; within a class, weighted fair queuing across tenants on
-  estimated tokens (`admission.fair_share`), which is FIFO when a single tenant is queued.
+  estimated tokens (`admission.fair_share`), which is FIFO when a single tenant is queued. An entry
+  pushed `first` (a retry returning when its Retry-After said: `admission.retry_lane`) goes ahead of
+  the class's other waiters, after those pushed first before it.
 
 Expired entries still count toward depth until `expire()` collects them; the controller's expiry timer
 keeps that window short. The classes themselves, their defaults and their rules: `admission.priority_classes`.
@@ -45,41 +47,10 @@ from admission.priority_classes import (
     PriorityClass,
     validate_classes,
 )
+from admission.queue_entry import PushResult, QueueEntry
 from core.clock import Clock
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class QueueEntry(Generic[T]):
-    """A waiter. `item` is the caller's payload (e.g. its future); identity is the entry itself."""
-
-    item: T
-    priority: str
-    tenant: str
-    estimated_tokens: int
-    enqueued_at_s: float
-    deadline_s: float
-    seq: int
-
-    def waited_s(self, now_s: float) -> float:
-        """Time spent in the queue so far (the `queue_wait_seconds` metric and `x-gateway-queue-ms`)."""
-        return max(0.0, now_s - self.enqueued_at_s)
-
-
-@dataclass(frozen=True, slots=True)
-class PushResult(Generic[T]):
-    """Outcome of `push`: `entry` when queued; `displaced` is a waiter evicted to make room (answer it
-    429 `queue_full`); `reason` is `QUEUE_FULL` when the arrival itself was refused."""
-
-    entry: QueueEntry[T] | None
-    displaced: QueueEntry[T] | None = None
-    reason: RejectReason | None = None
-
-    @property
-    def accepted(self) -> bool:
-        """True when the arrival is now waiting in the queue."""
-        return self.entry is not None
 
 
 @dataclass(slots=True)
@@ -137,14 +108,17 @@ class PriorityQueue(Generic[T]):
         rank = self._lane(priority).rank
         return sum(len(lane.fifo) for lane in self._lanes[: rank + 1])
 
-    def ahead_of_arrival(self, priority: str, tenant: str, estimated_tokens: int, weight: float = 1.0) -> int:
+    def ahead_of_arrival(
+        self, priority: str, tenant: str, estimated_tokens: int, weight: float = 1.0, *, first: bool = False
+    ) -> int:
         """Entries that a new arrival of `tenant` in class `priority` would be dispatched after: every
         entry of the classes above, and those of its own class that fair share puts first — a tenant
         far past its share queues behind most of its class, a light one behind a request or so of each
-        backlogged tenant (`FairShareQueue.ahead_of_arrival`)."""
+        backlogged tenant (`FairShareQueue.ahead_of_arrival`); with `first` (a returning retry:
+        `admission.retry_lane`), only those of its class queued first as well."""
         lane = self._lane(priority)
         above = sum(len(higher.fifo) for higher in self._lanes[: lane.rank])
-        return above + lane.fair.ahead_of_arrival(tenant, float(estimated_tokens), weight)
+        return above + lane.fair.ahead_of_arrival(tenant, float(estimated_tokens), weight, first=first)
 
     def drain_bound_s(self, priority: str) -> float:
         """Upper bound on the time until everything now queued at or above `priority` has left the
@@ -156,9 +130,18 @@ class PriorityQueue(Generic[T]):
         return max(0.0, max(deadlines, default=0.0) - self._clock.now_s())
 
     def push(
-        self, item: T, priority: str, tenant: str = "", estimated_tokens: int = 0, weight: float = 1.0
+        self,
+        item: T,
+        priority: str,
+        tenant: str = "",
+        estimated_tokens: int = 0,
+        weight: float = 1.0,
+        *,
+        first: bool = False,
     ) -> PushResult[T]:
-        """Queue `item` in class `priority` for `tenant` (fair-share cost `estimated_tokens / weight`).
+        """Queue `item` in class `priority` for `tenant` (fair-share cost `estimated_tokens / weight`);
+        `first`: ahead of the class's other waiters (after those queued first before it:
+        `FairShareQueue.push`).
 
         Refuses (`reason=QUEUE_FULL`) when the class is at its own depth cap, or when the queue is at
         its global cap and no strictly lower class has a waiter to displace. ValueError for an unknown
@@ -190,7 +173,7 @@ class PriorityQueue(Generic[T]):
             seq=self._next_seq,
         )
         self._next_seq += 1
-        lane.fair.push(entry.seq, tenant, float(estimated_tokens), weight)
+        lane.fair.push(entry.seq, tenant, float(estimated_tokens), weight, first=first)
         lane.fifo[entry.seq] = entry
         self._size += 1
         return PushResult(entry=entry, displaced=displaced)

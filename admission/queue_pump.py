@@ -37,7 +37,8 @@ from typing import Generic
 from admission.holds import Hold, Holds
 from admission.observer import AdmissionStats
 from admission.outcomes import AdmissionRefused, RejectReason
-from admission.priority_queue import PriorityQueue, QueueEntry
+from admission.priority_queue import PriorityQueue
+from admission.queue_entry import QueueEntry
 from admission.refusals import Refusals
 from admission.release_forecast import ReleaseForecast
 from admission.ticket import AdmissionRequest, Dispatched, S
@@ -99,14 +100,16 @@ class QueuePump(Generic[S]):
         *,
         round_first: bool,
         refusal: AdmissionRefused | None = None,
+        first: bool = False,
     ) -> tuple[Dispatched[S], float, int]:
         """Queue `request` until a slot is dispatched to it (or it is refused); `hold`: its answer from
         the hook at arrival. `round_first`: it skipped the fast path (others wait before it) while the
         last round held waiters out, so a slot may be free for it: a round runs now with it in the
         queue (`_round_with_arrival`), and `refusal` (early refusal's verdict at arrival, if any) is
-        raised only when that round found it nothing."""
+        raised only when that round found it nothing. `first`: a returning retry, queued ahead of its
+        class (`admission.retry_lane`)."""
         waiter: Waiter[S] = Waiter(request, asyncio.get_running_loop().create_future())
-        entry = self._push(waiter)
+        entry = self._push(waiter, first)
         if hold is not None:
             self._holds.set(waiter, hold)
         self._arm_timer()
@@ -120,12 +123,12 @@ class QueuePump(Generic[S]):
         finally:
             self._holds.left(waiter, cancelled=waiter.future.cancelled())
 
-    def _push(self, waiter: Waiter[S]) -> QueueEntry[Waiter[S]]:
+    def _push(self, waiter: Waiter[S], first: bool = False) -> QueueEntry[Waiter[S]]:
         """Queue `waiter` in its class and fair-share place (`queue_full` when there is none)."""
         request = waiter.request
         priority = request.priority
         pushed = self._queue.push(
-            waiter, priority, request.tenant.name, request.estimated_tokens, request.weight
+            waiter, priority, request.tenant.name, request.estimated_tokens, request.weight, first=first
         )
         if pushed.entry is None:
             raise self._refusals.queue(RejectReason.QUEUE_FULL, priority, f"the {priority} queue is full")

@@ -51,20 +51,21 @@ class Refusals:
         self._full_by_own_caps = full_by_own_caps
         self._slots_over_caps = slots_over_caps
 
-    def raise_if_hopeless(self, request: AdmissionRequest) -> None:
-        """Early refusal of `request`, an arrival that found no free slot (module docstring)."""
-        refusal = self.hopeless(request)
+    def raise_if_hopeless(self, request: AdmissionRequest, first: bool = False) -> None:
+        """Early refusal of `request`, an arrival that found no free slot (module docstring; `first`:
+        a returning retry, queued ahead of its class: `admission.retry_lane`)."""
+        refusal = self.hopeless(request, first)
         if refusal is not None:
             raise refusal
 
-    def hopeless(self, request: AdmissionRequest) -> AdmissionRefused | None:
+    def hopeless(self, request: AdmissionRequest, first: bool = False) -> AdmissionRefused | None:
         """`raise_if_hopeless`'s verdict as the refusal to raise, None to queue it."""
         config = self._config
         if config.early_refusal_ratio is None:
             return None
         priority = request.priority
         ahead = self._queue.ahead_of_arrival(
-            priority, request.tenant.name, request.estimated_tokens, request.weight
+            priority, request.tenant.name, request.estimated_tokens, request.weight, first=first
         )
         if config.early_refusal_needs_queue and ahead == 0:
             return None

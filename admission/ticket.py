@@ -100,6 +100,15 @@ class AdmissionRequest:
         """The tenant's weight in weighted fair queuing within the class."""
         return self.tenant.weight
 
+    @property
+    def retry_key(self) -> int | None:
+        """What a retry of this request shares with it (`admission.retry_lane`): its tenant, model,
+        prompt and output budget, hashed in this process; None without a prompt to tell it by."""
+        routing = self.routing
+        if routing is None or not routing.prompt_text:
+            return None
+        return hash((self.tenant.name, routing.model, routing.prompt_text, routing.max_tokens))
+
 
 class Ticket(Generic[S]):
     """An admitted request: its slots by role, the time it waited, and its one release path."""

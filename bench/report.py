@@ -137,6 +137,13 @@ def class_table(results: Sequence[RunResult]) -> str:
 def outcome_lines(results: Sequence[RunResult]) -> list[str]:
     lines = []
     for r in results:
+        retried = r.summary.get("retries") or {}
+        if retried.get("retried"):
+            count, admitted = retried["retried"], retried["admitted"]
+            lines.append(
+                f"- {r.label} @ {_fmt(r.level, 2)}: {count} retried after their Retry-After, "
+                f"{admitted} of them admitted ({admitted / count:.0%})"
+            )
         for reason, entry in r.summary["outcomes"].items():
             latency = entry["latency_ms"]
             lines.append(

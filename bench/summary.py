@@ -92,6 +92,13 @@ def outcomes(samples: Sequence[Sample]) -> dict[str, dict[str, Any]]:
     return result
 
 
+def retries(samples: Sequence[Sample]) -> dict[str, int]:
+    """Requests refused and sent again after their Retry-After (`--honour-retry-after`): how many, and
+    how many of them the last try got admitted (answered, not refused)."""
+    retried = [s for s in samples if s.attempts > 1]
+    return {"retried": len(retried), "admitted": sum(1 for s in retried if not s.rejected)}
+
+
 def per_class(samples: Sequence[Sample], slo: Slo) -> dict[str, dict[str, Any]]:
     groups: dict[str, list[Sample]] = defaultdict(list)
     for sample in samples:
@@ -148,6 +155,7 @@ def summarize(
         "slo": {"ttft_ms": slo.ttft_s * MS, "tpot_ms": slo.tpot_s * MS},
         "goodput": asdict(good),
         "outcomes": outcomes(raw),
+        "retries": retries(raw),
         "per_class": per_class(samples, slo),
         "replicas": {
             "requests": dict(sorted(replicas.items())),

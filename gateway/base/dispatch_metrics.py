@@ -32,6 +32,13 @@ class DispatchMetrics:
             registry=r,
         )
         self.prefix_wait_total, self.prefix_wait_seconds = _prefix_wait_metrics(r)
+        self.retry_lane_total = Counter(
+            f"{PREFIX}_retry_lane_total",
+            "The retry lane (admission.retry_lane): queue refusals that booked their retry a place "
+            "(promised) or got none (unpromised), and retries that came back in time (claimed)",
+            ["model", "outcome"],
+            registry=r,
+        )
         self.routing_decisions_total = Counter(
             f"{PREFIX}_routing_decisions_total",
             "Routing decisions by policy and branch",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator, model_validator
 
+from admission.retry_lane import DEFAULT_HORIZON_S, DEFAULT_SHARE
 from gateway.config.strict_model import StrictModel
 
 
@@ -47,6 +48,15 @@ class AdmissionSettings(StrictModel):
     only 1 − this of a replica's learned cap (default 0.1: 90 %), so under overload it takes only what
     the classes above leave (`admission.lowest_class_reserve`). 0: every class shares the cap first
     come, first served."""
+    retry_lane_share: float = Field(DEFAULT_SHARE, ge=0, le=1, allow_inf_nan=False)
+    """The retry lane (`admission.retry_lane`): a `queue_full` or `queue_timeout` refusal books its
+    retry a place, its Retry-After says when, and a retry of the same request (tenant, model, prompt,
+    max_tokens) that comes back then queues ahead of new arrivals of its class. The lane books at most
+    this share of the class's dispatch rate (default 0.5: half for returning retries, half for new
+    arrivals); 0: off (Retry-After is the queue's estimate, a retry is a new arrival)."""
+    retry_lane_horizon_s: float = Field(DEFAULT_HORIZON_S, ge=1, le=3600, allow_inf_nan=False)
+    """How far ahead the retry lane books (seconds, default 10): a refusal past it gets the queue's
+    Retry-After and no place (a booking further out would outlive the overload it was made in)."""
     default_priority: str = "interactive"
     allow_anonymous: bool = False
 

@@ -95,6 +95,8 @@ def admission_config(settings: AdmissionSettings) -> AdmissionConfig:
         max_queue_depth=settings.max_queue_depth,
         early_refusal_ratio=settings.early_refusal_ratio,
         lowest_class_reserve=settings.lowest_class_reserve,
+        retry_lane_share=settings.retry_lane_share,
+        retry_lane_horizon_s=settings.retry_lane_horizon_s,
     )
 
 

@@ -1,5 +1,6 @@
 """Admission's events as the gateway's metrics: the `AdmissionObserver` every pool's controller reports
-to (queue depth, queue wait, refusals by reason, `prefix_wait` holds), one per model name."""
+to (queue depth, queue wait, refusals by reason, `prefix_wait` holds, the retry lane), one per model
+name."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ class MetricsObserver:
         self._queue_wait = Children(metrics.queue_wait_seconds)
         self._holds = Children(metrics.prefix_wait_total)
         self._held = Children(metrics.prefix_wait_seconds)
+        self._retry_lane = Children(metrics.retry_lane_total)
 
     def queue_depth_changed(self, priority: str, depth: int) -> None:
         self._queue_depth(self._model, priority).set(depth)
@@ -33,3 +35,7 @@ class MetricsObserver:
         self._holds(self._model, outcome.value).inc()
         if outcome is not HoldOutcome.HELD:
             self._held(self._model, outcome.value).observe(held_s)
+
+    def retry_lane(self, outcome: str, priority: str) -> None:
+        """A retry promised, claimed, or refused without a promise (`retry_lane_total`)."""
+        self._retry_lane(self._model, outcome).inc()

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import httpx
+import openai
 
 from tests.integration.conftest import MODEL, pool
 from tests.servers import free_port, gateway_settings, wait_until
@@ -220,3 +221,33 @@ def test_a_hopeless_wait_is_refused_at_arrival_not_after_it(mock_engines, gatewa
     durations = gateway.app.state.metrics.rejection_duration_seconds
     assert wait_until(lambda: _histogram(durations, "queue_full")[0] == 1)
     assert _histogram(durations, "queue_full")[1] < 0.2
+
+
+def test_a_retry_sent_when_its_retry_after_said_claims_its_place(mock_engines, gateways) -> None:
+    """The official client, honouring Retry-After: its refused request is booked a place in the retry
+    lane, the header says when, and the identical body sent then claims it and is served."""
+    engine = mock_engines(model=MODEL, token_delay_ms=20)
+    raw = gateway_settings([pool([engine], max_concurrency_per_replica=1)])
+    raw["admission"] = {"classes": {"interactive": {"max_wait_s": 0.3}}}
+    gateway = gateways(raw)
+    lane = gateway.app.state.metrics.retry_lane_total
+    with httpx.Client(base_url=gateway.url, timeout=10) as client:
+        # one request completes first: the hold time (~0.6 s) and so the pool's capacity are measured
+        assert client.post(CHAT, json=_body(max_tokens=30)).status_code == 200
+        with client.stream("POST", CHAT, json=_body(max_tokens=20, stream=True)) as held:  # ~0.4 s
+            assert held.status_code == 200
+            refused = client.post(CHAT, json=_body())
+            assert _contract(refused, 429, "queue_full") == 1, "the lane's first place, a second out"
+            assert "goes ahead of new arrivals" in refused.json()["error"]["message"]
+            sdk = openai.OpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=1)
+            started = time.monotonic()
+            asked = {**_body(), "messages": [{"role": "user", "content": "another question"}]}
+            answer = sdk.chat.completions.with_raw_response.create(**asked)  # refused, then booked
+            waited_s = time.monotonic() - started
+            for _ in held.iter_lines():
+                pass
+    assert answer.http_response.status_code == 200
+    assert 0.9 <= waited_s < 5, "the client slept the Retry-After once"
+    assert lane.labels(MODEL, "promised")._value.get() == 2
+    assert lane.labels(MODEL, "claimed")._value.get() == 1, "the client's retry claimed its place"
+    assert wait_until(lambda: gateway.app.state.registry.total_inflight() == 0)

@@ -125,3 +125,26 @@ def test_an_arrival_is_placed_after_the_keys_with_smaller_tags_only() -> None:
     assert queue.ahead_of_arrival("newcomer", 100) == 1, "an idle tenant starts at V: behind one of them"
     assert queue.ahead_of_arrival("heavy-weight", 100, weight=4) == 0
     assert len(queue) == 10, "asking changes nothing"
+
+
+def test_a_key_pushed_first_goes_ahead_of_the_backlog_fifo_among_such_keys() -> None:
+    queue = FairShareQueue()
+    for key in range(5):
+        queue.push(key, "a", 100)
+    assert queue.pop() == 0
+    assert queue.ahead_of_arrival("b", 100, first=True) == 0
+    queue.push(10, "b", 100, first=True)
+    queue.push(11, "a", 100, first=True)
+    assert queue.ahead_of_arrival("c", 100, first=True) == 2, "behind the two pushed first"
+    assert queue.ahead_of_arrival("a", 100) == 6, "a fresh key of a queues behind everything of its own"
+    assert drain(queue) == [10, 11, 1, 2, 3, 4]
+
+
+def test_a_key_pushed_first_is_still_charged_to_its_tenant() -> None:
+    queue = FairShareQueue()
+    queue.push(0, "heavy", 4000)
+    queue.push(1, "light", 100)
+    queue.push(2, "heavy", 4000, first=True)  # ahead now, but heavy's next key pays for it
+    queue.push(3, "heavy", 100)
+    queue.push(4, "light", 100)
+    assert drain(queue) == [2, 1, 4, 0, 3]

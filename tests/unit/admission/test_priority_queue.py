@@ -5,7 +5,8 @@ import pytest
 
 from admission.outcomes import RejectReason
 from admission.priority_classes import DEFAULT_PRIORITY_CLASSES, PriorityClass
-from admission.priority_queue import PriorityQueue, QueueEntry
+from admission.priority_queue import PriorityQueue
+from admission.queue_entry import QueueEntry
 from core.clock import FakeClock
 
 CLASSES = (

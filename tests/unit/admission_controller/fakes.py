@@ -88,6 +88,7 @@ def make_harness(
     seconds_per_token: Callable[[], float | None] | None = None,
     slots_over_caps: Callable[[AdmissionRequest], int] | None = None,
     headroom: int | None = None,
+    retry_lane_share: float = 0.0,
 ) -> Harness:
     clock = FakeClock(start_s=1000.0)
     timers = ManualTimers(clock)
@@ -98,6 +99,7 @@ def make_harness(
         max_queue_depth=max_depth,
         early_refusal_ratio=early_refusal_ratio,
         early_refusal_needs_queue=early_refusal_needs_queue,
+        retry_lane_share=retry_lane_share,
     )
     controller = AdmissionController(
         fleet.try_dispatch,
