@@ -45,8 +45,12 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-DEFAULT_SHARE = 0.5
-DEFAULT_HORIZON_S = 10.0
+DEFAULT_SHARE = 1.0
+"""The gateway's default share: returning retries may take all of their class's dispatches for the
+next `DEFAULT_HORIZON_S` (measured against 0.5 and no lane: docs/bench-log/2026-12-05-retry-lane.md)."""
+DEFAULT_HORIZON_S = 2.0
+"""Booked places reach at most this far (seconds): a retry told to wait longer misses any TTFT objective
+it had, and places further out cost fresh arrivals that can still meet theirs (a 10 s horizon did)."""
 EARLY_S = 0.5
 """A retry this much before its due time still claims it (clock rounding, a client's timer firing early)."""
 GRACE_S = 5.0

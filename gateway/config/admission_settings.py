@@ -52,11 +52,12 @@ class AdmissionSettings(StrictModel):
     """The retry lane (`admission.retry_lane`): a `queue_full` or `queue_timeout` refusal books its
     retry a place, its Retry-After says when, and a retry of the same request (tenant, model, prompt,
     max_tokens) that comes back then queues ahead of new arrivals of its class. The lane books at most
-    this share of the class's dispatch rate (default 0.5: half for returning retries, half for new
-    arrivals); 0: off (Retry-After is the queue's estimate, a retry is a new arrival)."""
+    this share of the class's dispatch rate (default 1.0: within the horizon, returning retries first);
+    0: off (Retry-After is the queue's estimate, a retry is a new arrival)."""
     retry_lane_horizon_s: float = Field(DEFAULT_HORIZON_S, ge=1, le=3600, allow_inf_nan=False)
-    """How far ahead the retry lane books (seconds, default 10): a refusal past it gets the queue's
-    Retry-After and no place (a booking further out would outlive the overload it was made in)."""
+    """How far ahead the retry lane books (seconds, default 2): a refusal past it gets the queue's
+    Retry-After and no place (a retry told to wait longer has missed its TTFT objective, and places
+    further out are taken from new arrivals that can still meet theirs)."""
     default_priority: str = "interactive"
     allow_anonymous: bool = False
 
