@@ -26,7 +26,6 @@ on it; the credits' refiller wakes the controllers when credits arrive.
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import partial
 
 from admission.config import AdmissionConfig
 from admission.controller import AdmissionController
@@ -39,7 +38,6 @@ from core.clock import Clock
 from gateway.base.errors import from_refusal
 from gateway.base.metrics import GatewayMetrics
 from gateway.proxy.admission_metrics import MetricsObserver
-from gateway.proxy.release_prior import output_budget, pool_token_latency_s
 from gateway.proxy.route import Router
 from gateway.upstream.registry import Pool, ReplicaRegistry
 from gateway.upstream.slot import Slot
@@ -101,8 +99,8 @@ class PoolAdmission:
                 full_by_own_caps=self.full_by_own_caps,
                 prefer_wait=self.prefer_wait if self.pool.settings.prefix_wait.enabled else None,
                 slot_key=_replica_id,
-                output_tokens=output_budget,
-                seconds_per_token=partial(pool_token_latency_s, self.pool),
+                output_tokens=_output_budget,
+                seconds_per_token=self.token_latency_s,
                 slots_over_caps=self.slots_over_caps,
                 try_at_deadline=self.try_at_deadline if self._deadline_headroom() else None,
             )
@@ -139,6 +137,12 @@ class PoolAdmission:
         stops a claim: other pools' releases free slots then, which this pool's own tickets cannot
         forecast (admission's early refusal stays out)."""
         return self._max_inflight is None or self._registry.total_inflight() < self._max_inflight
+
+    def token_latency_s(self) -> float | None:
+        """The pool's time per output token now: the mean of its engines' last token-latency windows
+        (`ReplicaCost.token_latency_s`); None when no engine reported one."""
+        known = [r.cost.token_latency_s for r in self.pool.replicas.values() if r.cost.token_latency_s]
+        return sum(known) / len(known) if known else None
 
     def slots_over_caps(self, request: AdmissionRequest) -> int:
         """Requests this instance runs above its replicas' caps, as `request`'s class sees them (a
@@ -284,6 +288,11 @@ class PoolAdmission:
                 "all that do are down, draining or circuit-open)"
             )
         return AdmissionRefused(RejectReason.NO_REPLICA, self.pool.retry_after_s(model), why)
+
+
+def _output_budget(request: AdmissionRequest) -> int | None:
+    """The request's output budget in tokens (`max_tokens`), None when it set none."""
+    return None if request.routing is None else request.routing.max_tokens
 
 
 def _replica_id(slot: Slot) -> str:
