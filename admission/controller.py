@@ -227,8 +227,12 @@ class AdmissionController(Generic[S]):
         if key is None:
             return
         class_name = self._queue.priority_class(request.priority).name
+        needed = len(self._retry_lane) + 1 + self._refusals.blocked(request)
         retry_after_s = self._retry_lane.promise(
-            key, self._clock.now_s(), self._rates.available_per_s(class_name)
+            key,
+            self._clock.now_s(),
+            self._rates.available_per_s(class_name),
+            self._forecast.time_until_releases_s(needed),
         )
         if retry_after_s is not None:
             refusal.retry_after_s = retry_after_s

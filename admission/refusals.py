@@ -77,12 +77,16 @@ class Refusals:
             ratio=config.early_refusal_ratio,
             max_wait_s=self._queue.priority_class(priority).max_wait_s,
             ahead=ahead,
-            blocked=0 if self._slots_over_caps is None else self._slots_over_caps(request),
+            blocked=self.blocked(request),
             capacity_per_s=self._rates.capacity_per_s(),
             above_per_s=self._rates.above_per_s(class_name),
             forecast=self._forecast,
         )
         return None if verdict is None else self.early(priority, verdict.why, verdict.wait_s)
+
+    def blocked(self, request: AdmissionRequest) -> int:
+        """Slots held above the replicas' caps as `request` sees them: releases that free nothing."""
+        return 0 if self._slots_over_caps is None else self._slots_over_caps(request)
 
     def early(self, priority: str, why: str, wait_s: float | None) -> AdmissionRefused:
         """429 `queue_full` at arrival; Retry-After is `wait_s`, when a retry could be admitted (the

@@ -8,16 +8,20 @@ an estimate the client pays for with a second refusal. With the lane it is a boo
 
 - **promise** (a refusal at arrival of class k, for a request with a retry key): the lane's schedule
   moves on by one place, at `share` of the dispatch rate r_k left to class k
-  (`PoolRates.available_per_s`), so at most that share of the class's dispatches is promised:
+  (`PoolRates.available_per_s`), so at most that share of the class's dispatches is promised, and no
+  sooner than `release_s`, when the held requests are forecast to have freed the slots that the places
+  booked so far and this one need, the slots held above the caps first (the controller gives it from
+  `ReleaseForecast.time_until_releases_s`): a place inside a cohort's hold would be refused again:
 
-      start_s     = max(next_free_s, now + 1)
+      start_s     = max(next_free_s, now + max(1, release_s))
       retry_after = ceil(start_s − now)            (whole seconds, the header's unit)
       due_s       = now + retry_after              (when an SDK honouring it comes back)
       next_free_s = start_s + 1 / (share × r_k)
 
   No promise — the refusal keeps the queue's own Retry-After, and its retry will be a fresh arrival —
-  when `retry_after` would pass `horizon_s` (the lane is booked that far: beyond it a promise would
-  outlive the overload it was made in), when r_k is not measured yet, or when `share` is 0 (off).
+  when `retry_after` would pass `horizon_s` (the lane is booked that far, or the slots free later: a
+  retry told to wait longer has missed its TTFT objective), when r_k is not measured yet, or when
+  `share` is 0 (off).
 - **claim** (an arrival whose key holds a promise, from `due_s − EARLY_S` until `due_s + GRACE_S`): the
   promise is used up and the arrival is *returning*: the controller probes for a free slot for it
   unless the classes above or returning requests wait, queues it at the head of its class (after the
@@ -92,14 +96,18 @@ class RetryLane:
         """The lane's counts since start."""
         return RetryLaneStats(self._promised, self._claimed, self._lapsed, self._unpromised)
 
-    def promise(self, key: Hashable, now_s: float, rate_per_s: float | None) -> int | None:
+    def promise(
+        self, key: Hashable, now_s: float, rate_per_s: float | None, not_before_s: float | None = None
+    ) -> int | None:
         """Book `key`'s retry; returns its Retry-After in whole seconds, None when no place is given
-        (module docstring). `rate_per_s`: the dispatch rate left to the request's class."""
+        (module docstring). `rate_per_s`: the dispatch rate left to the request's class;
+        `not_before_s`: no place sooner than this many seconds from now (when the slots it needs are
+        forecast to free)."""
         self._lapse(now_s)
         if self._share <= 0 or rate_per_s is None or not rate_per_s > 0 or not math.isfinite(rate_per_s):
             self._unpromised += 1
             return None
-        start_s = max(self._next_free_s, now_s + 1.0)
+        start_s = max(self._next_free_s, now_s + max(1.0, not_before_s or 0.0))
         retry_after_s = math.ceil(start_s - now_s - 1e-9)
         if retry_after_s > self._horizon_s:
             self._unpromised += 1

@@ -71,3 +71,10 @@ def test_the_book_keeps_at_most_max_promises(monkeypatch: pytest.MonkeyPatch) ->
 def test_bad_settings_are_refused(share: float, horizon_s: float) -> None:
     with pytest.raises(ValueError):
         RetryLane(share=share, horizon_s=horizon_s)
+
+
+def test_no_place_before_the_slots_it_needs_are_forecast_to_free() -> None:
+    lane = RetryLane(share=1.0, horizon_s=5)
+    assert lane.promise("a", 100.0, 10.0, not_before_s=2.5) == 3
+    assert lane.promise("b", 100.0, 10.0, not_before_s=0.2) == 3, "after the places booked before it"
+    assert lane.promise("c", 100.0, 10.0, not_before_s=9.0) is None, "the slots free past the horizon"

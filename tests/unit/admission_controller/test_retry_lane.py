@@ -17,11 +17,12 @@ CLASSES = (
 )
 
 
-async def _full_pool(h: Harness, rounds: int = 20) -> list[Ticket[Slot]]:
-    """20 slots, every one released and taken again each second: C = 20/s, the pool full now."""
+async def _full_pool(h: Harness, rounds: int = 20, hold_s: float = 1.0) -> list[Ticket[Slot]]:
+    """20 slots, every one released and taken again each `hold_s`: C = 20 / hold_s, the pool full now
+    with one cohort."""
     held: list[Ticket[Slot]] = []
     for _ in range(rounds):
-        h.clock.advance(1.0)
+        h.clock.advance(hold_s)
         for ticket in held:
             await ticket.release()
         held = [await h.controller.admit(req(f"steady{n}")) for n in range(20)]
@@ -111,3 +112,17 @@ async def test_with_the_lane_off_a_refusal_keeps_the_queue_estimate_and_a_retry_
     assert (await _refused(h, "late")).reason is RejectReason.QUEUE_FULL
     assert len(h.controller.retry_lane) == 0
     await _release_all(h, held, fresh)
+
+
+async def test_no_place_inside_the_hold_of_the_cohort_running_now() -> None:
+    """A cohort of 20 holds every slot for 3 s: a refusal just after it started gets no place (the
+    slots free in 3 s, past the 2 s horizon) and the queue's Retry-After; 1.5 s later a refusal gets
+    the place at the cohort's end."""
+    h = make_harness(slots=20, classes=CLASSES, early_refusal_ratio=0.25, retry_lane_share=1.0)
+    held = await _full_pool(h, hold_s=3.0)  # nothing frees within B = 1 s: every arrival is refused
+    early = await _refused(h, "early")
+    assert "goes ahead" not in early.message and len(h.controller.retry_lane) == 0
+    h.clock.advance(1.5)
+    later = await _refused(h, "later")
+    assert later.retry_after_s == 2 and "a retry in 2 s goes ahead" in later.message
+    await _release_all(h, held, [])
