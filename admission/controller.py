@@ -41,7 +41,8 @@ The retry lane (`admission.retry_lane`; on with `retry_lane_share` > 0, for requ
 queue refusal (`queue_full`, `queue_timeout`) books its retry a place, and its Retry-After says when;
 an arrival that claims its booking is *returning*: it probes for a slot unless the classes above or
 other returning requests wait, queues at the head of its class, and early refusal counts only what is
-ahead of it there. Each promise, claim and refusal without a promise is reported (`retry_lane`).
+ahead of it there. Each promise, claim and refusal without a promise is reported (`retry_lane`), and
+a returning request refused all the same (`broken`: the forecast behind its place did not hold).
 
 Every refusal raised by `admit` is counted in `stats.rejected` and reported to the observer once.
 Tokens charged by the rate limiter are refunded when the request does not run (see `TenantGate`).
@@ -169,14 +170,18 @@ class AdmissionController(Generic[S]):
         self._queue.priority_class(request.priority)
         if request.estimated_tokens < 0:
             raise ValueError(f"estimated_tokens must be ≥ 0 (got {request.estimated_tokens})")
+        first = False
         try:
             tenant_pass = await self._gate.enter(request.tenant, request.estimated_tokens, request.priority)
             try:
-                slot, queue_wait_s, hold_key = await self._acquire_slot(request)
+                first = self._returning(request)
+                slot, queue_wait_s, hold_key = await self._acquire_slot(request, first)
             except BaseException:
                 self._gate.abandon(tenant_pass)
                 raise
         except AdmissionRefused as refusal:
+            if first and self._observer is not None:
+                self._observer.retry_lane("broken", request.priority)
             self._book_retry(request, refusal)
             self.stats.rejected[refusal.reason] += 1
             if self._observer is not None:
@@ -240,11 +245,10 @@ class AdmissionController(Generic[S]):
         if self._observer is not None:
             self._observer.retry_lane("unpromised" if retry_after_s is None else "promised", request.priority)
 
-    async def _acquire_slot(self, request: AdmissionRequest) -> tuple[Dispatched[S], float, int]:
+    async def _acquire_slot(self, request: AdmissionRequest, first: bool) -> tuple[Dispatched[S], float, int]:
         priority = request.priority
         self._rates.arrived(self._queue.priority_class(priority).name)
         self._queue_pump.expire_due()
-        first = self._returning(request)
         if first:
             ahead = self._queue.ahead_of_arrival(
                 priority, request.tenant.name, request.estimated_tokens, request.weight, first=True

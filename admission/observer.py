@@ -50,7 +50,8 @@ class AdmissionObserver(Protocol):
 
     def retry_lane(self, outcome: str, priority: str) -> None:
         """A queue refusal of class `priority` booked its retry (`promised`) or got no place
-        (`unpromised`), or an arrival claimed its booking (`claimed`): `admission.retry_lane`."""
+        (`unpromised`), an arrival claimed its booking (`claimed`), or a returning one was refused all
+        the same (`broken`): `admission.retry_lane`."""
         ...
 
 

@@ -35,7 +35,8 @@ class DispatchMetrics:
         self.retry_lane_total = Counter(
             f"{PREFIX}_retry_lane_total",
             "The retry lane (admission.retry_lane): queue refusals that booked their retry a place "
-            "(promised) or got none (unpromised), and retries that came back in time (claimed)",
+            "(promised) or got none (unpromised), retries that came back in time (claimed), and of "
+            "those the ones refused all the same (broken)",
             ["model", "outcome"],
             registry=r,
         )

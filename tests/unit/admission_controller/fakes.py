@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from admission.config import AdmissionConfig
 from admission.controller import AdmissionController
+from admission.observer import AdmissionObserver
 from admission.priority_classes import DEFAULT_PRIORITY_CLASSES, PriorityClass
 from admission.tenant_gate import TenantGate
 from admission.tenants import Tenant
@@ -89,6 +90,7 @@ def make_harness(
     slots_over_caps: Callable[[AdmissionRequest], int] | None = None,
     headroom: int | None = None,
     retry_lane_share: float = 0.0,
+    observer: AdmissionObserver | None = None,
 ) -> Harness:
     clock = FakeClock(start_s=1000.0)
     timers = ManualTimers(clock)
@@ -107,6 +109,7 @@ def make_harness(
         clock=clock,
         config=config,
         timers=timers,
+        observer=observer,
         output_tokens=output_tokens,
         seconds_per_token=seconds_per_token,
         slots_over_caps=slots_over_caps,

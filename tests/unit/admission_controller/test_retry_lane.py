@@ -4,11 +4,30 @@ while one that comes early is a fresh arrival; the classes above still come firs
 
 import asyncio
 
-from admission.outcomes import AdmissionRefused, RejectReason
+from admission.outcomes import AdmissionRefused, HoldOutcome, RejectReason
 from admission.priority_classes import PriorityClass
 from admission.ticket import Ticket
 
 from .fakes import Harness, Slot, make_harness, req, settle
+
+
+class LaneOutcomes:
+    """An observer that keeps the retry lane's reports, in order."""
+
+    def __init__(self) -> None:
+        self.lane: list[str] = []
+
+    def queue_depth_changed(self, priority: str, depth: int) -> None: ...
+
+    def dispatched(self, priority: str, queue_wait_s: float) -> None: ...
+
+    def rejected(self, reason: RejectReason, priority: str) -> None: ...
+
+    def held(self, outcome: HoldOutcome, held_s: float) -> None: ...
+
+    def retry_lane(self, outcome: str, priority: str) -> None:
+        self.lane.append(outcome)
+
 
 CLASSES = (
     PriorityClass("critical", 30.0),
@@ -125,4 +144,25 @@ async def test_no_place_inside_the_hold_of_the_cohort_running_now() -> None:
     h.clock.advance(1.5)
     later = await _refused(h, "later")
     assert later.retry_after_s == 2 and "a retry in 2 s goes ahead" in later.message
+    await _release_all(h, held, [])
+
+
+async def test_a_returning_retry_refused_all_the_same_is_reported_broken() -> None:
+    """The place was booked for a release the forecast expected; nothing freed, and the returning
+    request ran out its class's 4 s at the head of the queue."""
+    seen = LaneOutcomes()
+    h = make_harness(slots=20, classes=CLASSES, early_refusal_ratio=0.25, retry_lane_share=1.0, observer=seen)
+    held = await _full_pool(h)
+    fresh = await _queue(h, [f"w{n}" for n in range(20)])
+    await _refused(h, "late")
+    h.clock.advance(1.0)
+    back = asyncio.create_task(h.controller.admit(req("late")))
+    await settle()
+    assert not back.done(), "queued at the head"
+    h.timers.advance(4.0)  # no slot frees: every waiter's deadline passes
+    await settle()
+    assert isinstance(back.exception(), AdmissionRefused)
+    assert all(isinstance(task.exception(), AdmissionRefused) for task in fresh), "queue_timeout"
+    assert seen.lane[:2] == ["promised", "claimed"]
+    assert seen.lane.count("broken") == 1, "the returning one; the fresh waiters' timeouts are promised"
     await _release_all(h, held, [])
