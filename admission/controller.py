@@ -36,13 +36,13 @@ Refusals and their Retry-After — early refusal at arrival, a waiter's refusal 
 when its class's `max_wait_s` runs out: a slot it returns is dispatched as any queued one
 (`admission.queue_pump`), None lets the `queue_timeout` refusal stand.
 
-The retry lane (`admission.retry_lane`; on with `retry_lane_share` > 0, for requests with a
-`retry_key`): a
-queue refusal (`queue_full`, `queue_timeout`) books its retry a place, and its Retry-After says when;
-an arrival that claims its booking is *returning*: it probes for a slot unless the classes above or
+The retry lane (`admission.retry_lane`, booked by `admission.retry_booking`; on with
+`retry_lane_share` > 0, for requests with a `retry_key`): a queue refusal (`queue_full`,
+`queue_timeout`) books its retry a place when the forecast gives one, and its Retry-After says when;
+an arrival that claims its place is *returning*: it probes for a slot unless the classes above or
 other returning requests wait, queues at the head of its class, and early refusal counts only what is
-ahead of it there. Each promise, claim and refusal without a promise is reported (`retry_lane`), and
-a returning request refused all the same (`broken`: the forecast behind its place did not hold).
+ahead of it there. Promises, claims, refusals without a place and returning requests refused all the
+same (`broken`) are reported (`retry_lane`).
 
 Every refusal raised by `admit` is counted in `stats.rejected` and reported to the observer once.
 Tokens charged by the rate limiter are refunded when the request does not run (see `TenantGate`).
@@ -62,13 +62,12 @@ from admission.priority_queue import PriorityQueue
 from admission.queue_pump import QueuePump, Waiter
 from admission.refusals import Refusals
 from admission.release_forecast import ReleaseForecast
+from admission.retry_booking import RetryBooking
 from admission.retry_lane import RetryLane
 from admission.tenant_gate import TenantGate
 from admission.ticket import AdmissionRequest, Dispatched, S, SlotSet, Ticket
 from admission.timers import LoopTimers, Timers
 from core.clock import Clock
-
-_BOOKED_REASONS = (RejectReason.QUEUE_FULL, RejectReason.QUEUE_TIMEOUT)
 
 
 class AdmissionController(Generic[S]):
@@ -113,7 +112,15 @@ class AdmissionController(Generic[S]):
             slots_over_caps=slots_over_caps,
         )
         self.stats = AdmissionStats()
-        self._retry_lane = RetryLane(self._config.retry_lane_share, self._config.retry_lane_horizon_s)
+        self._retry_booking = RetryBooking(
+            RetryLane(self._config.retry_lane_share, self._config.retry_lane_horizon_s),
+            clock=clock,
+            queue=self._queue,
+            rates=self._rates,
+            forecast=self._forecast,
+            refusals=self._refusals,
+            observer=observer,
+        )
         self._queue_pump = QueuePump(
             self._queue,
             try_dispatch,
@@ -174,15 +181,13 @@ class AdmissionController(Generic[S]):
         try:
             tenant_pass = await self._gate.enter(request.tenant, request.estimated_tokens, request.priority)
             try:
-                first = self._returning(request)
+                first = self._retry_booking.claim(request)
                 slot, queue_wait_s, hold_key = await self._acquire_slot(request, first)
             except BaseException:
                 self._gate.abandon(tenant_pass)
                 raise
         except AdmissionRefused as refusal:
-            if first and self._observer is not None:
-                self._observer.retry_lane("broken", request.priority)
-            self._book_retry(request, refusal)
+            self._retry_booking.refused(request, refusal, returning=first)
             self.stats.rejected[refusal.reason] += 1
             if self._observer is not None:
                 self._observer.rejected(refusal.reason, request.priority)
@@ -212,38 +217,7 @@ class AdmissionController(Generic[S]):
     @property
     def retry_lane(self) -> RetryLane:
         """The pool's retry lane (its promises and counts)."""
-        return self._retry_lane
-
-    def _returning(self, request: AdmissionRequest) -> bool:
-        """True when `request` claims a retry-lane promise now (module docstring)."""
-        if not len(self._retry_lane):
-            return False
-        key = request.retry_key
-        claimed = key is not None and self._retry_lane.claim(key, self._clock.now_s())
-        if claimed and self._observer is not None:
-            self._observer.retry_lane("claimed", request.priority)
-        return claimed
-
-    def _book_retry(self, request: AdmissionRequest, refusal: AdmissionRefused) -> None:
-        """A queue refusal's Retry-After becomes the retry lane's booking, when it gives one."""
-        if self._config.retry_lane_share <= 0 or refusal.reason not in _BOOKED_REASONS:
-            return
-        key = request.retry_key
-        if key is None:
-            return
-        class_name = self._queue.priority_class(request.priority).name
-        needed = len(self._retry_lane) + 1 + self._refusals.blocked(request)
-        retry_after_s = self._retry_lane.promise(
-            key,
-            self._clock.now_s(),
-            self._rates.available_per_s(class_name),
-            self._forecast.time_until_releases_s(needed),
-        )
-        if retry_after_s is not None:
-            refusal.retry_after_s = retry_after_s
-            refusal.message += f"; a retry in {retry_after_s} s goes ahead of new arrivals"
-        if self._observer is not None:
-            self._observer.retry_lane("unpromised" if retry_after_s is None else "promised", request.priority)
+        return self._retry_booking.lane
 
     async def _acquire_slot(self, request: AdmissionRequest, first: bool) -> tuple[Dispatched[S], float, int]:
         priority = request.priority

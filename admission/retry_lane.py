@@ -11,7 +11,9 @@ an estimate the client pays for with a second refusal. With the lane it is a boo
   (`PoolRates.available_per_s`), so at most that share of the class's dispatches is promised, and no
   sooner than `release_s`, when the held requests are forecast to have freed the slots that the places
   booked so far and this one need, the slots held above the caps first (the controller gives it from
-  `ReleaseForecast.time_until_releases_s`): a place inside a cohort's hold would be refused again:
+  `ReleaseForecast.time_until_releases_s`): a place inside a cohort's hold would be refused again.
+  No place at all when there is no such forecast or when the request would be refused even at the head
+  of its class now (slots held above the caps that a cut left):
 
       start_s     = max(next_free_s, now + max(1, release_s))
       retry_after = ceil(start_s − now)            (whole seconds, the header's unit)
@@ -92,6 +94,11 @@ class RetryLane:
         return len(self._due_s)
 
     @property
+    def share(self) -> float:
+        """The share of a class's dispatch rate the lane books (0: off)."""
+        return self._share
+
+    @property
     def stats(self) -> RetryLaneStats:
         """The lane's counts since start."""
         return RetryLaneStats(self._promised, self._claimed, self._lapsed, self._unpromised)
@@ -102,9 +109,10 @@ class RetryLane:
         """Book `key`'s retry; returns its Retry-After in whole seconds, None when no place is given
         (module docstring). `rate_per_s`: the dispatch rate left to the request's class;
         `not_before_s`: no place sooner than this many seconds from now (when the slots it needs are
-        forecast to free)."""
+        forecast to free; infinite: none will be)."""
         self._lapse(now_s)
-        if self._share <= 0 or rate_per_s is None or not rate_per_s > 0 or not math.isfinite(rate_per_s):
+        no_release = not_before_s is not None and not math.isfinite(not_before_s)
+        if self._share <= 0 or no_release or rate_per_s is None or not 0 < rate_per_s < math.inf:
             self._unpromised += 1
             return None
         start_s = max(self._next_free_s, now_s + max(1.0, not_before_s or 0.0))
