@@ -14,6 +14,9 @@ path (a tenant limit, bulkhead and replica cap that never bind).
 
 On a host where the client, the engine and the gateway share the cores, a second worker cannot double
 the rate: report the host's core count with the figures. Compare figures within one run only.
+`--per-worker-rate R` drives each gateway in an open loop at R × its workers req/s instead (every
+worker then carries the same load: `bench.open_loop` says why that is the comparison that projects
+to N saturated workers on N free cores).
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
         logs = Path(tmp)
         fleet = stack.enter_context(Fleet(1, engine, gateway=None, log_dir=logs))
         targets = []
+        rates: dict[str, float] = {}
         for workers, backend in args.gateways:
             state: dict[str, str] = {"backend": backend}
             if backend == "redis":
@@ -80,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
                 pool["max_concurrency_per_replica"] = NEVER_BINDING
             name = f"{workers} worker{'s' if workers > 1 else ''} {backend}"
             upstream = fleet.engine_urls[0]
+            if args.per_worker_rate:
+                rates[name] = args.per_worker_rate * workers
             targets.append(
                 stack.enter_context(
                     gateway_process(name, MODEL, upstream, logs, overrides, pool_overrides=pool)
@@ -98,11 +104,13 @@ def run(args: argparse.Namespace) -> int:
                 warmup=args.warmup,
                 headers={"authorization": f"Bearer {BENCH_KEY}"} if args.state_per_request else {},
                 cpu_of=lambda target: tree_cpu(target.pid, redis_pid.get(target.name)),
+                rate_of=(lambda target: rates[target.name]) if rates else None,
             )
         )
     cores = len(os.sched_getaffinity(0))
     stateful = "; a tenant limit, bulkhead and replica cap on every request" if args.state_per_request else ""
-    shape = f"non-streamed, C={args.concurrency}, {args.rounds} rounds of {args.requests}"
+    load = f"open loop at {args.per_worker_rate:g} req/s per worker" if rates else f"C={args.concurrency}"
+    shape = f"non-streamed, {load}, {args.rounds} rounds of {args.requests}"
     print(f"\n{shape}; {cores} cores{stateful}")
     print(render(summarize(measured), reference=targets[0].name))
     for block in measured:
@@ -139,6 +147,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=6000, help="per block")
     parser.add_argument("--warmup", type=int, default=1000, help="per gateway, unmeasured")
     parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument(
+        "--per-worker-rate",
+        type=float,
+        help="req/s per worker: an open loop at this × workers per gateway instead of the closed loop",
+    )
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--settle-s", type=float, default=3.0)
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
