@@ -41,7 +41,7 @@ from bench.cpu_per_request import (
 )
 from bench.fleet import Fleet
 from bench.fleet_config import EngineOptions
-from bench.proc import CpuReading
+from bench.process_roles import RoleLedger
 
 MODEL = "bench-fast"
 BENCH_KEY = "sk-bench-workers"
@@ -55,15 +55,6 @@ STATEFUL_TENANT = {
 """`--state-per-request`: a tenant whose rate limit and bulkhead never bind but are checked on every
 request (a rate-limit script, a lease acquired and released), and a replica cap that never binds (slot
 credits)."""
-
-
-def tree_cpu(pid: int, also: int | None = None) -> CpuReading:
-    """CPU of `pid` and its live children, and of the process `also` if given, summed (stat ticks and
-    schedstat)."""
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    pids = [pid, *map(int, children), *([] if also is None else [also])]
-    readings = [CpuReading.of(p) for p in pids]
-    return CpuReading(sum(r.ticks_s for r in readings), sum(r.sched_ns for r in readings))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -94,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         time.sleep(args.settle_s)  # every worker up (/readyz answered by one of them)
         bodies = chat_bodies(MODEL, max_tokens=args.max_tokens, stream=False)
         redis_pid = {t.name: args.redis_pid for t in targets if t.name.endswith("redis") and args.redis_pid}
+        ledger = RoleLedger(redis_pid)
         measured = asyncio.run(
             interleaved_blocks(
                 targets,
@@ -103,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
                 concurrency=args.concurrency,
                 warmup=args.warmup,
                 headers={"authorization": f"Bearer {BENCH_KEY}"} if args.state_per_request else {},
-                cpu_of=lambda target: tree_cpu(target.pid, redis_pid.get(target.name)),
+                cpu_of=ledger.read,
                 rate_of=(lambda target: rates[target.name]) if rates else None,
             )
         )
@@ -112,7 +104,10 @@ def run(args: argparse.Namespace) -> int:
     load = f"open loop at {args.per_worker_rate:g} req/s per worker" if rates else f"C={args.concurrency}"
     shape = f"non-streamed, {load}, {args.rounds} rounds of {args.requests}"
     print(f"\n{shape}; {cores} cores{stateful}")
-    print(render(summarize(measured), reference=targets[0].name))
+    summary = summarize(measured)
+    print(render(summary, reference=targets[0].name))
+    print("CPU µs/request by process (schedstat):")
+    print(ledger.render({name: int(s["requests"]) for name, s in summary.items()}))
     for block in measured:
         rate = block.requests / block.wall_s
         print(f"{block.target}: {rate:.0f} req/s, {block.us_per_request:.0f} µs/request")
