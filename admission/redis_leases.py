@@ -26,7 +26,7 @@ from admission.leases import Lease, LeaseScope, random_lease_id, validate_lease_
 from core.shared_state import LUA_PRELUDE, RedisBackend
 from core.state_outage import RedisOperation
 
-_KEY_TTL_LUA = """
+KEY_TTL_LUA = """
 local function keep_key(key, ttl)
   local want = math.ceil(ttl * 1000) + 1000
   if redis.call('PTTL', key) < want then redis.call('PEXPIRE', key, want) end
@@ -35,7 +35,7 @@ end
 
 _ACQUIRE_LUA = (
     LUA_PRELUDE
-    + _KEY_TTL_LUA
+    + KEY_TTL_LUA
     + """
 -- KEYS[1]: lease set. ARGV: now|'', cap, ttl_s, lease_id. Returns {acquired 0|1, held after}.
 local now, cap, ttl = now_s(), tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -50,7 +50,7 @@ return {1, held + 1}
 
 _RENEW_LUA = (
     LUA_PRELUDE
-    + _KEY_TTL_LUA
+    + KEY_TTL_LUA
     + """
 -- KEYS[1]: lease set. ARGV: now|'', ttl_s, lease_id. Returns 1 when renewed, 0 when lost.
 local now, ttl = now_s(), tonumber(ARGV[2])
@@ -110,7 +110,7 @@ class RedisLeaseStore:
         reply = await self._backend.run(
             RedisOperation.LEASE_ACQUIRE,
             self._acquire,
-            [self._key(resource_id)],
+            [self.key(resource_id)],
             [cap, repr(ttl_s), lease_id],
         )
         if reply is None:
@@ -126,7 +126,7 @@ class RedisLeaseStore:
         reply = await self._backend.run(
             RedisOperation.LEASE_RENEW,
             self._renew,
-            [self._key(lease.resource_id)],
+            [self.key(lease.resource_id)],
             [repr(lease.ttl_s), lease.lease_id],
         )
         return self._backend.fail_open if reply is None else int(reply) == 1
@@ -136,14 +136,15 @@ class RedisLeaseStore:
         if lease.degraded:
             return True
         reply = await self._backend.run(
-            RedisOperation.LEASE_RELEASE, self._release, [self._key(lease.resource_id)], [lease.lease_id]
+            RedisOperation.LEASE_RELEASE, self._release, [self.key(lease.resource_id)], [lease.lease_id]
         )
         return reply is not None and int(reply) == 1
 
     async def count(self, resource_id: str) -> int:
         """See `LeaseStore.count` (0 while Redis is unreachable)."""
-        reply = await self._backend.run(RedisOperation.LEASE_COUNT, self._count, [self._key(resource_id)], [])
+        reply = await self._backend.run(RedisOperation.LEASE_COUNT, self._count, [self.key(resource_id)], [])
         return 0 if reply is None else int(reply)
 
-    def _key(self, resource_id: str) -> str:
+    def key(self, resource_id: str) -> str:
+        """The sorted set of `resource_id`'s leases (module docstring)."""
         return self._backend.key("lease", self._scope, resource_id)

@@ -93,10 +93,10 @@ class RedisRateLimitStore:
         args: list[Any] = [repr(LEVEL_EPSILON)]
         for _, limit, cost in wanted:
             args += [repr(limit.capacity), repr(limit.refill_per_s), repr(cost)]
-        keys = [self._key(tenant, kind) for kind, _, _ in wanted]
+        keys = [self.key(tenant, kind) for kind, _, _ in wanted]
         reply = await self._backend.run(RedisOperation.RATE_LIMIT_ACQUIRE, self._acquire, keys, args)
         if reply is None:
-            return self._degraded()
+            return self.degraded()
         readings = [
             BucketReading(kind, float(reply[1 + 3 * i]), float(reply[2 + 3 * i]), float(reply[3 + 3 * i]))
             for i, (kind, _, _) in enumerate(wanted)
@@ -108,14 +108,16 @@ class RedisRateLimitStore:
         if limits.tokens is None or delta_tokens == 0:
             return
         args = [repr(limits.tokens.capacity), repr(limits.tokens.refill_per_s), str(delta_tokens)]
-        key = self._key(tenant, LimitKind.TOKENS)
+        key = self.key(tenant, LimitKind.TOKENS)
         await self._backend.run(RedisOperation.RATE_LIMIT_RECONCILE, self._adjust, [key], args)
 
-    def _key(self, tenant: str, kind: LimitKind) -> str:
-        # `{tenant}` is a hash tag: a tenant's buckets share a slot, so the script works on Redis Cluster.
+    def key(self, tenant: str, kind: LimitKind) -> str:
+        """A tenant's bucket. `{tenant}` is a hash tag: a tenant's buckets share a slot, so the script works
+        on Redis Cluster."""
         return self._backend.key("rl", f"{{{tenant}}}", kind)
 
-    def _degraded(self) -> RateLimitResult:
+    def degraded(self) -> RateLimitResult:
+        """The answer while Redis is unreachable (module docstring)."""
         if self._backend.fail_open:
             return RateLimitResult(allowed=True, degraded=True)
         retry_after_s = self._backend.outage_retry_after_s()

@@ -16,6 +16,9 @@ with either memory stores (`TenantGate.in_memory`) or the Redis ones (`RedisRate
    of the tenant's `max_concurrent` requests ends: mean service time ÷ max_concurrent
    (`concurrency_retry_after_s`). The tokens charged in step 1 are refunded.
 
+With `entry` (Redis state), a tenant with both per-minute limits and `max_concurrent` takes both steps in
+one atomic script (`admission.redis_tenant_entry`): one round trip instead of two, the same outcomes.
+
 Mean service time (dispatch → ticket release) is an EWMA, `mean_s += 0.1 · (sample_s − mean_s)`, starting from
 `initial_service_s` (default 5 s, about the W ≈ 4.5 s of DESIGN §7) until requests have been measured.
 
@@ -40,11 +43,11 @@ import asyncio
 import logging
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from admission.leases import Lease, LeaseScope, LeaseStore, MemoryLeaseStore
 from admission.outcomes import AdmissionRefused, RejectReason
-from admission.rate_limit import MemoryRateLimitStore, RateLimitResult, RateLimitStore
+from admission.rate_limit import MemoryRateLimitStore, RateLimitResult, RateLimitStore, TenantRateLimits
 from admission.retry_after import (
     DEFAULT_MAX_RETRY_AFTER_S,
     concurrency_retry_after_s,
@@ -62,6 +65,16 @@ DEFAULT_INITIAL_SERVICE_S = 5.0
 SERVICE_EWMA_ALPHA = 0.1
 RENEWALS_PER_TTL = 3
 LOST_LEASE_LOG_INTERVAL_S = 30.0
+
+
+class TenantEntry(Protocol):
+    """Both steps of `enter` in one atomic call on the shared state (`admission.redis_tenant_entry`)."""
+
+    async def enter(
+        self, tenant: str, limits: TenantRateLimits, estimated_tokens: int, cap: int, ttl_s: float
+    ) -> tuple[RateLimitResult, Lease | None]:
+        """The rate-limit decision and, when it allowed, a lease (None at the cap)."""
+        ...
 
 
 @dataclass(eq=False, slots=True)
@@ -90,6 +103,7 @@ class TenantGate:
         lease_ttl_s: float = DEFAULT_TENANT_LEASE_TTL_S,
         initial_service_s: float = DEFAULT_INITIAL_SERVICE_S,
         max_retry_after_s: int = DEFAULT_MAX_RETRY_AFTER_S,
+        entry: TenantEntry | None = None,
     ) -> None:
         if tenant_leases.scope is not LeaseScope.TENANT:
             raise ValueError(f"the bulkhead needs a tenant-scope lease store (got {tenant_leases.scope})")
@@ -97,6 +111,7 @@ class TenantGate:
             raise ValueError("lease_ttl_s and initial_service_s must be > 0")
         self._rate_limits = rate_limits
         self._leases = tenant_leases
+        self._entry = entry
         self._clock = clock
         self._timers: Timers = timers or LoopTimers(clock)
         self._lease_ttl_s = lease_ttl_s
@@ -124,10 +139,13 @@ class TenantGate:
 
     async def enter(self, tenant: Tenant, estimated_tokens: int, priority: str | None = None) -> TenantPass:
         """Apply the tenant's rate limits then its bulkhead; AdmissionRefused(RATE_LIMITED) on refusal."""
+        limits = tenant.rate_limits
+        limited = limits.requests is not None or limits.tokens is not None
+        if self._entry is not None and limited and tenant.max_concurrent is not None:
+            return await self._enter_at_once(self._entry, tenant, estimated_tokens, priority)
         result: RateLimitResult | None = None
         charged_tokens = 0.0
-        limits = tenant.rate_limits
-        if limits.requests is not None or limits.tokens is not None:
+        if limited:
             result = await self._rate_limits.acquire(tenant.name, limits, estimated_tokens)
             if not result.allowed:
                 raise _rate_limited(tenant, result, priority, self._max_retry_after_s)
@@ -142,16 +160,39 @@ class TenantGate:
             if pass_.lease is None:  # refused, or cancelled / failed mid-call
                 self.abandon(pass_)
         if pass_.lease is None:
-            cap = tenant.max_concurrent
-            raise AdmissionRefused(
-                RejectReason.RATE_LIMITED,
-                concurrency_retry_after_s(cap, self._mean_service_s, self._max_retry_after_s),
-                f"tenant {tenant.name!r} already has {tenant.max_concurrent} concurrent requests",
-                priority=priority,
-                limited_by=CONCURRENCY_LIMIT,
-            )
+            raise self._bulkhead_refused(tenant, priority)
         self._schedule_renewal(pass_)
         return pass_
+
+    async def _enter_at_once(
+        self, entry: TenantEntry, tenant: Tenant, estimated_tokens: int, priority: str | None
+    ) -> TenantPass:
+        """`enter` in one call to the shared state (`TenantEntry`): nothing to undo on a refusal."""
+        assert tenant.max_concurrent is not None
+        limits = tenant.rate_limits
+        result, lease = await entry.enter(
+            tenant.name, limits, estimated_tokens, tenant.max_concurrent, self._lease_ttl_s
+        )
+        if not result.allowed:
+            raise _rate_limited(tenant, result, priority, self._max_retry_after_s)
+        if lease is None:
+            raise self._bulkhead_refused(tenant, priority)
+        charged_tokens = 0.0
+        if limits.tokens is not None and not result.degraded:
+            charged_tokens = min(float(max(estimated_tokens, 0)), limits.tokens.capacity)
+        pass_ = TenantPass(tenant, charged_tokens, result, lease)
+        self._schedule_renewal(pass_)
+        return pass_
+
+    def _bulkhead_refused(self, tenant: Tenant, priority: str | None) -> AdmissionRefused:
+        cap = tenant.max_concurrent or 0
+        return AdmissionRefused(
+            RejectReason.RATE_LIMITED,
+            concurrency_retry_after_s(cap, self._mean_service_s, self._max_retry_after_s),
+            f"tenant {tenant.name!r} already has {cap} concurrent requests",
+            priority=priority,
+            limited_by=CONCURRENCY_LIMIT,
+        )
 
     async def leave(self, pass_: TenantPass, service_s: float) -> None:
         """Give back an admitted request's lease and record its service time. Idempotent."""

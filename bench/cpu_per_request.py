@@ -37,6 +37,7 @@ import httpx
 
 from bench.fleet import free_port
 from bench.fleet_config import GatewayOptions, gateway_config
+from bench.open_loop import open_loop
 from bench.proc import CpuReading
 
 DONE = b"data: [DONE]"
@@ -113,10 +114,12 @@ async def interleaved_blocks(
     warmup: int,
     headers: dict[str, str] | None = None,
     cpu_of: Callable[[Target], CpuReading] | None = None,
+    rate_of: Callable[[Target], float] | None = None,
 ) -> list[Block]:
     """Warm-up blocks, then `rounds` rounds of one block per target (order rotated each round), every
     request with `headers`; a block's CPU is `cpu_of(target)`'s difference (default: the target's
-    process alone)."""
+    process alone). With `rate_of`, a measured block is an open loop at `rate_of(target)` req/s
+    (`bench.open_loop`) instead of the closed loop."""
     read = cpu_of or (lambda target: CpuReading.of(target.pid))
     blocks: list[Block] = []
     connector = aiohttp.TCPConnector(limit=concurrency + 4)
@@ -128,7 +131,12 @@ async def interleaved_blocks(
             shift = r % len(targets)
             for target in [*targets[shift:], *targets[:shift]]:
                 before, started = read(target), time.perf_counter()
-                await closed_loop(session, target.url, bodies, requests=requests, concurrency=concurrency)
+                if rate_of is None:
+                    await closed_loop(session, target.url, bodies, requests=requests, concurrency=concurrency)
+                else:
+                    await open_loop(
+                        session, target.url, bodies, requests=requests, rate_per_s=rate_of(target)
+                    )
                 wall_s, after = time.perf_counter() - started, read(target)
                 sched_s = (after.sched_ns - before.sched_ns) / 1e9
                 blocks.append(Block(target.name, requests, after.ticks_s - before.ticks_s, sched_s, wall_s))

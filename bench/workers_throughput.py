@@ -14,6 +14,9 @@ path (a tenant limit, bulkhead and replica cap that never bind).
 
 On a host where the client, the engine and the gateway share the cores, a second worker cannot double
 the rate: report the host's core count with the figures. Compare figures within one run only.
+`--per-worker-rate R` drives each gateway in an open loop at R × its workers req/s instead (every
+worker then carries the same load: `bench.open_loop` says why that is the comparison that projects
+to N saturated workers on N free cores).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from bench.cpu_per_request import (
 )
 from bench.fleet import Fleet
 from bench.fleet_config import EngineOptions
-from bench.proc import CpuReading
+from bench.process_roles import RoleLedger
 
 MODEL = "bench-fast"
 BENCH_KEY = "sk-bench-workers"
@@ -54,21 +57,13 @@ request (a rate-limit script, a lease acquired and released), and a replica cap 
 credits)."""
 
 
-def tree_cpu(pid: int, also: int | None = None) -> CpuReading:
-    """CPU of `pid` and its live children, and of the process `also` if given, summed (stat ticks and
-    schedstat)."""
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    pids = [pid, *map(int, children), *([] if also is None else [also])]
-    readings = [CpuReading.of(p) for p in pids]
-    return CpuReading(sum(r.ticks_s for r in readings), sum(r.sched_ns for r in readings))
-
-
 def run(args: argparse.Namespace) -> int:
     engine = EngineOptions(MODEL, first_token_delay_ms=0, token_delay_ms=0)
     with tempfile.TemporaryDirectory(prefix="workers-throughput-") as tmp, contextlib.ExitStack() as stack:
         logs = Path(tmp)
         fleet = stack.enter_context(Fleet(1, engine, gateway=None, log_dir=logs))
         targets = []
+        rates: dict[str, float] = {}
         for workers, backend in args.gateways:
             state: dict[str, str] = {"backend": backend}
             if backend == "redis":
@@ -80,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
                 pool["max_concurrency_per_replica"] = NEVER_BINDING
             name = f"{workers} worker{'s' if workers > 1 else ''} {backend}"
             upstream = fleet.engine_urls[0]
+            if args.per_worker_rate:
+                rates[name] = args.per_worker_rate * workers
             targets.append(
                 stack.enter_context(
                     gateway_process(name, MODEL, upstream, logs, overrides, pool_overrides=pool)
@@ -88,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         time.sleep(args.settle_s)  # every worker up (/readyz answered by one of them)
         bodies = chat_bodies(MODEL, max_tokens=args.max_tokens, stream=False)
         redis_pid = {t.name: args.redis_pid for t in targets if t.name.endswith("redis") and args.redis_pid}
+        ledger = RoleLedger(redis_pid)
         measured = asyncio.run(
             interleaved_blocks(
                 targets,
@@ -97,14 +95,19 @@ def run(args: argparse.Namespace) -> int:
                 concurrency=args.concurrency,
                 warmup=args.warmup,
                 headers={"authorization": f"Bearer {BENCH_KEY}"} if args.state_per_request else {},
-                cpu_of=lambda target: tree_cpu(target.pid, redis_pid.get(target.name)),
+                cpu_of=ledger.read,
+                rate_of=(lambda target: rates[target.name]) if rates else None,
             )
         )
     cores = len(os.sched_getaffinity(0))
     stateful = "; a tenant limit, bulkhead and replica cap on every request" if args.state_per_request else ""
-    shape = f"non-streamed, C={args.concurrency}, {args.rounds} rounds of {args.requests}"
+    load = f"open loop at {args.per_worker_rate:g} req/s per worker" if rates else f"C={args.concurrency}"
+    shape = f"non-streamed, {load}, {args.rounds} rounds of {args.requests}"
     print(f"\n{shape}; {cores} cores{stateful}")
-    print(render(summarize(measured), reference=targets[0].name))
+    summary = summarize(measured)
+    print(render(summary, reference=targets[0].name))
+    print("CPU µs/request by process (schedstat):")
+    print(ledger.render({name: int(s["requests"]) for name, s in summary.items()}))
     for block in measured:
         rate = block.requests / block.wall_s
         print(f"{block.target}: {rate:.0f} req/s, {block.us_per_request:.0f} µs/request")
@@ -139,6 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=6000, help="per block")
     parser.add_argument("--warmup", type=int, default=1000, help="per gateway, unmeasured")
     parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument(
+        "--per-worker-rate",
+        type=float,
+        help="req/s per worker: an open loop at this × workers per gateway instead of the closed loop",
+    )
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--settle-s", type=float, default=3.0)
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")

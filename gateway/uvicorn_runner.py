@@ -36,6 +36,7 @@ from gateway.api.connection_guard import guarded_protocol
 from gateway.api.connection_limit import ConnectionGuard
 from gateway.app import GatewayApp, create_app
 from gateway.base.gc_tuning import tune_collector
+from gateway.base.metrics import fix_worker_pid
 from gateway.config.settings import Settings
 from gateway.ops.local_state import LocalStateServer, server_binary, sharing_settings, uses_local_state
 from gateway.ops.workers import Supervisor, bind_listener, worker_listener
@@ -170,6 +171,7 @@ def serve(settings: Settings, log_level: str = "info") -> int:
 
 def _worker_main(settings: Settings, log_level: str, sock: socket.socket, drain_pipe: Connection) -> None:
     """A worker process's entry point (`gateway.ops.workers.WorkerMain`)."""
+    fix_worker_pid()  # before the app creates its metrics
     run_server(settings, log_level, worker_listener(sock), drain_pipe)
 
 

@@ -14,13 +14,18 @@ worker that ever ran, dead ones included; gauges by the mode each family declare
 `gateway.base.metric_naming`). In that mode exemplars are not kept, and a series a worker removes (a
 replica gone from discovery) stays in the merged view until the supervisor exits. With one worker
 nothing of this applies: `scrape_registry` is `registry`.
+
+A worker's pid is fixed for its life (spawned, never forked), so `fix_worker_pid` (called by the worker's
+entry point before any metric exists) gives the client's multiprocess values that pid once instead of
+asking the OS on every write (the client's default checks `os.getpid()`, a system call, on every
+update to detect a fork); what each write does otherwise is unchanged.
 """
 
 from __future__ import annotations
 
 import os
 
-from prometheus_client import CollectorRegistry, Counter, disable_created_metrics, generate_latest
+from prometheus_client import CollectorRegistry, Counter, disable_created_metrics, generate_latest, values
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.multiprocess import MultiProcessCollector
 
@@ -62,3 +67,15 @@ class GatewayMetrics(RequestMetrics, DispatchMetrics, ReplicaMetrics):
     def render(self) -> bytes:
         """The Prometheus text exposition `/metrics` serves (`scrape_registry`)."""
         return generate_latest(self.scrape_registry)
+
+
+def fix_worker_pid() -> None:
+    """In the multiprocess mode (module docstring), make every metric value created from now on use this
+    process's pid, read once, instead of `os.getpid()` on every write. Only for a process that never
+    forks after this (a spawned worker), and before it creates any metric: values created earlier keep
+    their own file handles, and two handles on one pid's file would overwrite each other. Without
+    `PROMETHEUS_MULTIPROC_DIR` it does nothing."""
+    if not os.environ.get(MULTIPROC_DIR_ENV):
+        return
+    pid = os.getpid()
+    values.ValueClass = values.MultiProcessValue(lambda: pid)  # type: ignore[no-untyped-call]

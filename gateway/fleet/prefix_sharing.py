@@ -14,12 +14,16 @@ instance (fields `i` = instance id, `d` = the encoded batch). Every `SYNC_INTERV
 Lua script appends this instance's pending records (`XADD MAXLEN ~ STREAM_MAX_BATCHES`, at most
 `MAX_RECORDS_PER_BATCH` per entry) and returns the entries after the last one this instance read
 (`XRANGE`, at most `READ_BATCHES_PER_SYNC`, its own left out): one round trip per interval per
-instance, whatever the request rate. Chosen over pub/sub because the stream gives one total order
-across instances and is replayable: an instance that lost Redis for a moment resumes from its last
-entry, and a new one starts `REPLAY_S` (30 s) back, so a restarted instance is warm at once; pub/sub
-delivers at most once, to connected subscribers only, on a dedicated connection. The price is up to
-one interval of staleness, which matters only for a second request with a new prefix arriving at
-another instance within 50 ms of the first.
+instance, whatever the request rate. After `QUIET_SYNCS` syncs in a row that moved nothing the
+interval doubles, up to `IDLE_INTERVAL_S` (1 s), until one moves something; a local record wakes the
+loop at once. So an idle instance does not wake 20 times a second for nothing (each wake-up and script
+call costs several hundred µs of CPU here and on the server). Chosen over pub/sub because the stream
+gives one total order across instances and is replayable: an instance that lost Redis for a moment
+resumes from its last entry, and a new one starts `REPLAY_S` (30 s) back, so a restarted instance is
+warm at once; pub/sub delivers at most once, to connected subscribers only, on a dedicated connection.
+The price is up to one interval of staleness, which matters only for a second request with a new
+prefix arriving at another instance within 50 ms of the first (at an instance idle that long, within
+`IDLE_INTERVAL_S`, for its first request: its record wakes the loop, which applies what is pending).
 
 Memory: the buffer holds at most `MAX_PENDING_RECORDS` records (the oldest are dropped beyond it); the
 stream at most ≈ `STREAM_MAX_BATCHES` entries (≈ 1.5 KB per record of 136 blocks, the key expiring
@@ -60,6 +64,8 @@ from router.prefix_index import PrefixIndex
 logger = logging.getLogger(__name__)
 
 SYNC_INTERVAL_S = 0.05
+QUIET_SYNCS = 20
+IDLE_INTERVAL_S = 1.0
 OUTAGE_RETRY_S = 1.0
 MAX_PENDING_RECORDS = 4096
 MAX_RECORDS_PER_BATCH = 64
@@ -136,6 +142,7 @@ class PrefixIndexSharing:
         metrics: SharingMetrics,
         *,
         interval_s: float = SYNC_INTERVAL_S,
+        idle_interval_s: float = IDLE_INTERVAL_S,
         instance_id: str | None = None,
         max_pending_records: int = MAX_PENDING_RECORDS,
     ) -> None:
@@ -144,6 +151,10 @@ class PrefixIndexSharing:
         self._members = members
         self._metrics = metrics
         self._interval_s = interval_s
+        self._idle_interval_s = max(interval_s, idle_interval_s)
+        self._quiet_syncs = 0  # syncs in a row that moved nothing
+        self._wake = asyncio.Event()
+        self._dozing = False  # the loop sleeps longer than interval_s: a local record wakes it
         self._instance_id = instance_id or new_instance_id()
         self._key = backend.key("prefix-index")
         self._script = backend.register(_SYNC_LUA)
@@ -172,6 +183,9 @@ class PrefixIndexSharing:
             if len(pending) == pending.maxlen:
                 dropped.inc()  # the append below pushes the oldest out
             pending.append(IndexRecord(pool, replica_id, tuple(block_hashes)))
+            if self._dozing:
+                self._dozing = False
+                self._wake.set()
 
         return on_record
 
@@ -210,6 +224,7 @@ class PrefixIndexSharing:
             self._set_up(False)
             return False
         self._set_up(True)
+        self._quiet_syncs = 0 if payload or len(reply) > 1 else self._quiet_syncs + 1
         if payload:
             self._metrics.records.labels("published").inc(len(batch))
         self._last_id = str(reply[0])
@@ -267,4 +282,19 @@ class PrefixIndexSharing:
                 logger.exception("prefix index sync failed")
                 self._metrics.sync_errors.inc()
             if not more:
-                await asyncio.sleep(self._interval_s if self._up else max(self._interval_s, OUTAGE_RETRY_S))
+                await self._pause()
+
+    async def _pause(self) -> None:
+        """`interval_s` (`OUTAGE_RETRY_S` while Redis is unreachable); after `QUIET_SYNCS` quiet syncs,
+        doubling up to `idle_interval_s` unless a local record wakes the loop (module docstring)."""
+        doublings = self._quiet_syncs - QUIET_SYNCS + 1
+        if not self._up or doublings <= 0:
+            return await asyncio.sleep(
+                self._interval_s if self._up else max(self._interval_s, OUTAGE_RETRY_S)
+            )
+        self._wake.clear()
+        self._dozing = True
+        with contextlib.suppress(TimeoutError):
+            delay_s = min(self._idle_interval_s, self._interval_s * 2 ** min(doublings, 32))
+            await asyncio.wait_for(self._wake.wait(), delay_s)
+        self._dozing = False

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from admission.leases import LeaseScope
 from admission.redis_leases import RedisLeaseStore
 from admission.redis_rate_limit import RedisRateLimitStore
+from admission.redis_tenant_entry import RedisTenantEntry
 from admission.tenant_gate import TenantGate
 from core.clock import Clock
 from core.shared_state import RedisBackend, outlasted_periods
@@ -78,11 +79,14 @@ def state_backend(settings: Settings, metrics: GatewayMetrics) -> RedisBackend |
 
 
 def tenant_gate(backend: RedisBackend | None, clock: Clock) -> TenantGate:
-    """Memory stores, or Redis ones behind atomic scripts with the configured failure mode."""
+    """Memory stores, or Redis ones behind atomic scripts with the configured failure mode (a tenant's
+    rate limits and bulkhead taken in one script: `admission.redis_tenant_entry`)."""
     if backend is None:
         return TenantGate.in_memory(clock)
     leases = RedisLeaseStore(backend, LeaseScope.TENANT)
-    return TenantGate(RedisRateLimitStore(backend), leases, clock)
+    rate_limits = RedisRateLimitStore(backend)
+    entry = RedisTenantEntry(backend, rate_limits, leases)
+    return TenantGate(rate_limits, leases, clock, entry=entry)
 
 
 def slot_credits(

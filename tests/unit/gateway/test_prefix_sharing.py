@@ -18,7 +18,12 @@ from core.shared_state import RedisBackend
 from core.state_outage import RedisOperation
 from gateway.base.metrics import GatewayMetrics
 from gateway.fleet.prefix_records import IndexRecord, decode_batch, encode_batch
-from gateway.fleet.prefix_sharing import MAX_RECORDS_PER_BATCH, PrefixIndexSharing, SharingMetrics
+from gateway.fleet.prefix_sharing import (
+    MAX_RECORDS_PER_BATCH,
+    QUIET_SYNCS,
+    PrefixIndexSharing,
+    SharingMetrics,
+)
 from gateway.fleet.shared_state_assembly import share_prefix_indexes
 from router.prefix_index import PrefixIndex
 from router.presets import PolicyContext, build_policy
@@ -254,3 +259,30 @@ async def test_sharing_starts_only_with_redis_enabled_and_an_index_to_share() ->
     close = share_prefix_indexes(backend, True, indexed, metrics)
     assert metrics.registry.get_sample_value("llm_gateway_prefix_index_sharing_up") == 1
     await close()
+
+
+async def test_an_idle_instance_syncs_less_often_and_a_local_record_wakes_it_at_once() -> None:
+    """After `QUIET_SYNCS` syncs that moved nothing the interval doubles up to `idle_interval_s`; a
+    local record made meanwhile is published at once, and the interval is back to `interval_s`."""
+    stream = FakeStream()
+    a = Instance(stream, "a")
+    a.sharing._interval_s = 0.002
+    a.sharing._idle_interval_s = 10.0
+    a.sharing.start()
+    for _ in range(500):
+        if a.sharing._dozing:
+            break
+        await asyncio.sleep(0.002)
+    assert a.sharing._dozing, "quiet syncs put the loop to sleep for longer"
+    calls = stream.calls
+    assert calls >= QUIET_SYNCS
+    await asyncio.sleep(0.1)
+    assert stream.calls <= calls + 8, "doubling intervals: a handful of syncs, not fifty"
+    a.index.record("r0", (7,))
+    for _ in range(100):
+        if stream.entries:
+            break
+        await asyncio.sleep(0.001)
+    assert stream.entries, "the record woke the loop long before its 10 s interval"
+    assert a.sharing._quiet_syncs == 0
+    await a.sharing.stop()

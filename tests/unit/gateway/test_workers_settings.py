@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client import Gauge
+from prometheus_client import Gauge, values
 
 from gateway.base.metric_naming import WORKERS_MAX, WORKERS_MIN, WORKERS_SUM
-from gateway.base.metrics import MULTIPROC_DIR_ENV, GatewayMetrics
+from gateway.base.metrics import MULTIPROC_DIR_ENV, GatewayMetrics, fix_worker_pid
 from gateway.config.settings import ConfigError, load_settings, parse_settings
 
 REDIS = {"backend": "redis"}
@@ -111,3 +111,41 @@ def test_every_gauge_declares_how_workers_merge() -> None:
         g._name for g in gauges if g._multiprocess_mode not in (WORKERS_SUM, WORKERS_MAX, WORKERS_MIN)
     ]
     assert not undeclared
+
+
+FIXED_PID_WORKER = """
+import os, sys
+from gateway.base.metrics import GatewayMetrics, fix_worker_pid
+fix_worker_pid()
+metrics = GatewayMetrics()
+def no_getpid():
+    raise AssertionError("getpid on a metric write")
+os.getpid = no_getpid
+metrics.requests_total.labels("m", "success").inc(float(sys.argv[1]))
+metrics.inflight.labels("r").set(2)
+if sys.argv[2] == "render":
+    sys.stdout.write(metrics.render().decode())
+"""
+
+
+def test_a_worker_with_its_pid_fixed_writes_without_asking_the_os(tmp_path: Path) -> None:
+    """`fix_worker_pid` (a spawned worker's entry point calls it): no `os.getpid()` per metric write, and
+    the values still land in this pid's files and merge with the other workers'."""
+    env = {**os.environ, MULTIPROC_DIR_ENV: str(tmp_path)}
+
+    def worker(*args: str) -> str:
+        command = [sys.executable, "-c", FIXED_PID_WORKER, *args]
+        return subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
+
+    worker("2", "-")
+    lines = worker("3", "render").splitlines()
+    assert 'llm_gateway_requests_total{model="m",outcome="success"} 5.0' in lines
+    assert 'llm_gateway_inflight{replica="r"} 4.0' in lines
+    assert len(list(tmp_path.glob("counter_*.db"))) == 2  # one file per worker pid
+
+
+def test_fix_worker_pid_without_multiprocess_mode_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(MULTIPROC_DIR_ENV, raising=False)
+    before = values.ValueClass
+    fix_worker_pid()
+    assert values.ValueClass is before
