@@ -21,9 +21,9 @@ from mock_engine.server import MockEngineApp, MockEngineConfig
 from tests.servers import ServerThread
 
 MODEL = "test-model"
-PROMPT = "zebra-quasar-7781 describe the violet lighthouse"
+PROMPT = "zebra-quasar-xkcdq describe the violet lighthouse"
 """A distinctive prompt: no span attribute, event or log line may contain any of its words."""
-PROMPT_WORDS = ("zebra", "quasar", "7781", "violet", "lighthouse")
+PROMPT_WORDS = ("zebra", "quasar", "xkcdq", "violet", "lighthouse")  # no digits: a port could hold them
 
 
 class RecordingEngine:
