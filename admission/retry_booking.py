@@ -6,14 +6,13 @@ what a queue refusal is booked, from the pool's rates and release forecast.
   `broken`; a `queue_full` or `queue_timeout` refusal with a retry key is booked a place — at the
   dispatch rate left to its class (`PoolRates.available_per_s`), no sooner than the held requests are
   forecast to free the slots the places booked so far, this one and the slots held above the caps
-  need (`ReleaseForecast.time_until_releases_s`), and none without that forecast — and its
+  need (`ReleaseForecast.time_until_releases_s`, when it can tell) — and its
   Retry-After and message say so (`promised`), or it keeps the queue's Retry-After (`unpromised`).
   With `retry_lane_share` 0 nothing is booked or reported.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from admission.dispatch_rate import PoolRates
@@ -74,7 +73,7 @@ class RetryBooking:
             key,
             self._clock.now_s(),
             self._rates.available_per_s(class_name),
-            math.inf if release_s is None else release_s,
+            release_s,
         )
         if retry_after_s is not None:
             refusal.retry_after_s = retry_after_s

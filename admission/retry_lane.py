@@ -11,9 +11,9 @@ an estimate the client pays for with a second refusal. With the lane it is a boo
   (`PoolRates.available_per_s`), so at most that share of the class's dispatches is promised, and no
   sooner than `release_s`, when the held requests are forecast to have freed the slots that the places
   booked so far and this one need, the slots held above the caps first (the controller gives it from
-  `ReleaseForecast.time_until_releases_s`): a place inside a cohort's hold would be refused again.
-  No place at all when there is no such forecast or when the request would be refused even at the head
-  of its class now (slots held above the caps that a cut left):
+  `ReleaseForecast.time_until_releases_s`; without a forecast, the pace alone): a place inside a
+  cohort's hold would be refused again. (Giving no place at all without a forecast kept fewer retries:
+  docs/bench-log/2026-12-05-retry-lane.md.)
 
       start_s     = max(next_free_s, now + max(1, release_s))
       retry_after = ceil(start_s − now)            (whole seconds, the header's unit)
