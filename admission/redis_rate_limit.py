@@ -20,8 +20,19 @@ from admission.rate_limit import (
 from core.shared_state import LUA_PRELUDE, RedisBackend
 from core.state_outage import RedisOperation
 
+BUCKET_LEVEL_LUA = """
+-- A token bucket's level now: its stored level refilled at `rate` per second since it was updated,
+-- at most `cap`; a bucket never written is full.
+local function bucket_level(key, cap, rate, now)
+  local state = redis.call('HMGET', key, 'level', 'updated_s')
+  if not state[1] then return cap end
+  return math.min(cap, tonumber(state[1]) + math.max(0, now - tonumber(state[2])) * rate)
+end
+"""
+
 _RATE_ACQUIRE_LUA = (
     LUA_PRELUDE
+    + BUCKET_LEVEL_LUA
     + """
 -- KEYS: buckets. ARGV: now|'', epsilon, then per bucket i:
 --   ARGV[3i] capacity, ARGV[3i+1] refill/s, ARGV[3i+2] cost
@@ -31,13 +42,8 @@ local allowed = 1
 for i = 1, #KEYS do
   caps[i], rates[i] = tonumber(ARGV[3 * i]), tonumber(ARGV[3 * i + 1])
   costs[i] = math.min(tonumber(ARGV[3 * i + 2]), caps[i])
-  local state = redis.call('HMGET', KEYS[i], 'level', 'updated_s')
-  local level = caps[i]
-  if state[1] then
-    level = math.min(caps[i], tonumber(state[1]) + math.max(0, now - tonumber(state[2])) * rates[i])
-  end
-  levels[i] = level
-  if level + eps < costs[i] then allowed = 0 end
+  levels[i] = bucket_level(KEYS[i], caps[i], rates[i], now)
+  if levels[i] + eps < costs[i] then allowed = 0 end
 end
 local out = {allowed}
 for i = 1, #KEYS do
@@ -59,16 +65,12 @@ return out
 
 _RATE_ADJUST_LUA = (
     LUA_PRELUDE
+    + BUCKET_LEVEL_LUA
     + """
 -- KEYS[1]: bucket. ARGV: now|'', capacity, refill/s, delta (charged; negative refunds)
 local now = now_s()
 local cap, rate, delta = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local state = redis.call('HMGET', KEYS[1], 'level', 'updated_s')
-local level = cap
-if state[1] then
-  level = math.min(cap, tonumber(state[1]) + math.max(0, now - tonumber(state[2])) * rate)
-end
-level = math.max(-cap, math.min(cap, level - delta))
+local level = math.max(-cap, math.min(cap, bucket_level(KEYS[1], cap, rate, now) - delta))
 redis.call('HSET', KEYS[1], 'level', fmt(level), 'updated_s', fmt(now))
 redis.call('PEXPIRE', KEYS[1], math.ceil((cap - level) / rate * 1000) + 1000)
 return fmt(level)

@@ -27,12 +27,13 @@ from typing import Any
 from admission.leases import Lease, LeaseScope, random_lease_id, validate_lease_args
 from admission.rate_limit import LEVEL_EPSILON, BucketReading, LimitKind, RateLimitResult, TenantRateLimits
 from admission.redis_leases import KEY_TTL_LUA, RedisLeaseStore
-from admission.redis_rate_limit import RedisRateLimitStore
+from admission.redis_rate_limit import BUCKET_LEVEL_LUA, RedisRateLimitStore
 from core.shared_state import LUA_PRELUDE, RedisBackend
 from core.state_outage import RedisOperation
 
 _ENTER_LUA = (
     LUA_PRELUDE
+    + BUCKET_LEVEL_LUA
     + KEY_TTL_LUA
     + """
 -- KEYS: the buckets, then the lease set. ARGV: now|'', epsilon, cap, ttl_s, lease_id, then per bucket i:
@@ -46,13 +47,8 @@ for i = 1, n do
   local b = 2 + 4 * i
   caps[i], rates[i] = tonumber(ARGV[b]), tonumber(ARGV[b + 1])
   costs[i] = math.min(tonumber(ARGV[b + 2]), caps[i])
-  local state = redis.call('HMGET', KEYS[i], 'level', 'updated_s')
-  local level = caps[i]
-  if state[1] then
-    level = math.min(caps[i], tonumber(state[1]) + math.max(0, now - tonumber(state[2])) * rates[i])
-  end
-  levels[i] = level
-  if level + eps < costs[i] then allowed = 0 end
+  levels[i] = bucket_level(KEYS[i], caps[i], rates[i], now)
+  if levels[i] + eps < costs[i] then allowed = 0 end
 end
 local acquired = 0
 if allowed == 1 then
