@@ -8,6 +8,7 @@ tokens charged), `fail_closed` refuses with the outage's Retry-After.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from admission.rate_limit import (
@@ -16,6 +17,7 @@ from admission.rate_limit import (
     LimitKind,
     RateLimitResult,
     TenantRateLimits,
+    TokenBucketLimit,
 )
 from core.shared_state import LUA_PRELUDE, RedisBackend
 from core.state_outage import RedisOperation
@@ -27,6 +29,11 @@ local function bucket_level(key, cap, rate, now)
   local state = redis.call('HMGET', key, 'level', 'updated_s')
   if not state[1] then return cap end
   return math.min(cap, tonumber(state[1]) + math.max(0, now - tonumber(state[2])) * rate)
+end
+-- Store a bucket's new level, expiring when it would have refilled to `cap` (plus a second).
+local function bucket_store(key, cap, rate, level, now)
+  redis.call('HSET', key, 'level', fmt(level), 'updated_s', fmt(now))
+  redis.call('PEXPIRE', key, math.ceil((cap - level) / rate * 1000) + 1000)
 end
 """
 
@@ -50,8 +57,7 @@ for i = 1, #KEYS do
   local remaining, retry = levels[i], 0
   if allowed == 1 then
     remaining = levels[i] - costs[i]
-    redis.call('HSET', KEYS[i], 'level', fmt(remaining), 'updated_s', fmt(now))
-    redis.call('PEXPIRE', KEYS[i], math.ceil((caps[i] - remaining) / rates[i] * 1000) + 1000)
+    bucket_store(KEYS[i], caps[i], rates[i], remaining, now)
   else
     retry = math.max(0, costs[i] - levels[i]) / rates[i]
   end
@@ -71,11 +77,26 @@ _RATE_ADJUST_LUA = (
 local now = now_s()
 local cap, rate, delta = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local level = math.max(-cap, math.min(cap, bucket_level(KEYS[1], cap, rate, now) - delta))
-redis.call('HSET', KEYS[1], 'level', fmt(level), 'updated_s', fmt(now))
-redis.call('PEXPIRE', KEYS[1], math.ceil((cap - level) / rate * 1000) + 1000)
+bucket_store(KEYS[1], cap, rate, level, now)
 return fmt(level)
 """
 )
+
+
+def bucket_readings(
+    wanted: Sequence[tuple[LimitKind, TokenBucketLimit, float]], reply: Sequence[Any], first: int
+) -> list[BucketReading]:
+    """The per-bucket (remaining, reset_s, retry_s) triples a bucket script returns from `reply[first]`
+    on, one per bucket of `wanted` (`TenantRateLimits.costs`), in order."""
+    return [
+        BucketReading(
+            kind,
+            float(reply[first + 3 * i]),
+            float(reply[first + 1 + 3 * i]),
+            float(reply[first + 2 + 3 * i]),
+        )
+        for i, (kind, _, _) in enumerate(wanted)
+    ]
 
 
 class RedisRateLimitStore:
@@ -99,11 +120,7 @@ class RedisRateLimitStore:
         reply = await self._backend.run(RedisOperation.RATE_LIMIT_ACQUIRE, self._acquire, keys, args)
         if reply is None:
             return self.degraded()
-        readings = [
-            BucketReading(kind, float(reply[1 + 3 * i]), float(reply[2 + 3 * i]), float(reply[3 + 3 * i]))
-            for i, (kind, _, _) in enumerate(wanted)
-        ]
-        return RateLimitResult.from_readings(int(reply[0]) == 1, readings)
+        return RateLimitResult.from_readings(int(reply[0]) == 1, bucket_readings(wanted, reply, first=1))
 
     async def reconcile(self, tenant: str, limits: TenantRateLimits, delta_tokens: int) -> None:
         """See `RateLimitStore.reconcile`; skipped (counted) while Redis is unreachable."""

@@ -25,9 +25,9 @@ from __future__ import annotations
 from typing import Any
 
 from admission.leases import Lease, LeaseScope, random_lease_id, validate_lease_args
-from admission.rate_limit import LEVEL_EPSILON, BucketReading, LimitKind, RateLimitResult, TenantRateLimits
+from admission.rate_limit import LEVEL_EPSILON, LimitKind, RateLimitResult, TenantRateLimits
 from admission.redis_leases import KEY_TTL_LUA, RedisLeaseStore
-from admission.redis_rate_limit import BUCKET_LEVEL_LUA, RedisRateLimitStore
+from admission.redis_rate_limit import BUCKET_LEVEL_LUA, RedisRateLimitStore, bucket_readings
 from core.shared_state import LUA_PRELUDE, RedisBackend
 from core.state_outage import RedisOperation
 
@@ -65,8 +65,7 @@ for i = 1, n do
   local remaining, retry = levels[i], 0
   if allowed == 1 and (acquired == 1 or ARGV[5 + 4 * i] ~= '1') then
     remaining = levels[i] - costs[i]
-    redis.call('HSET', KEYS[i], 'level', fmt(remaining), 'updated_s', fmt(now))
-    redis.call('PEXPIRE', KEYS[i], math.ceil((caps[i] - remaining) / rates[i] * 1000) + 1000)
+    bucket_store(KEYS[i], caps[i], rates[i], remaining, now)
   elseif allowed == 0 then
     retry = math.max(0, costs[i] - levels[i]) / rates[i]
   end
@@ -111,10 +110,6 @@ class RedisTenantEntry:
                 Lease(LeaseScope.TENANT, tenant, lease_id, ttl_s, degraded=True) if result.allowed else None
             )
             return result, lease
-        readings = [
-            BucketReading(kind, float(reply[2 + 3 * i]), float(reply[3 + 3 * i]), float(reply[4 + 3 * i]))
-            for i, (kind, _, _) in enumerate(wanted)
-        ]
-        result = RateLimitResult.from_readings(int(reply[0]) == 1, readings)
+        result = RateLimitResult.from_readings(int(reply[0]) == 1, bucket_readings(wanted, reply, first=2))
         lease = Lease(LeaseScope.TENANT, tenant, lease_id, ttl_s) if int(reply[1]) == 1 else None
         return result, lease
