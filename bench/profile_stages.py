@@ -111,6 +111,7 @@ _STRONG: dict[str, tuple[str, ...]] = {
         "gateway/upstream/pool.py",
         "gateway/upstream/prefill_set.py",
         "gateway/upstream/tpot_limit.py",
+        "gateway/upstream/cut_check.py",
         "gateway/upstream/breaker.py",
     ),
     SEND: ("gateway/proxy/send.py", "gateway/upstream/http_client.py"),

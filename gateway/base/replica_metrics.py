@@ -42,6 +42,14 @@ class ReplicaMetrics:
             registry=r,
             multiprocess_mode=WORKERS_MAX,
         )
+        self.learned_cap_set_point_seconds = Gauge(
+            f"{PREFIX}_learned_cap_set_point_seconds",
+            "Token latency the replica's learned cap steers its engine to: the trimmed set point, or "
+            "the reachable one after cuts that did not lower it (0: no engine token latency)",
+            ["replica"],
+            registry=r,
+            multiprocess_mode=WORKERS_MAX,
+        )
         self.replica_up = Gauge(
             f"{PREFIX}_replica_up",
             "1 when the replica is eligible for traffic health-wise",

@@ -80,6 +80,7 @@ def _scraper(  # noqa: PLR0917 - the composition root's parts
             prefix_cache_hit_ratio=m.replica_prefix_cache_hit_ratio,
             lora_adapters=m.replica_lora_adapters,
             learned_cap=m.learned_max_concurrency,
+            learned_set_point=m.learned_cap_set_point_seconds,
         ),
         clock=clock.now_s,
         rng=rng,

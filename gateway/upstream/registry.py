@@ -252,6 +252,8 @@ class ReplicaRegistry:
             self._metrics.breaker_state,
             self._metrics.replica_draining,
             self._metrics.replica_models,
+            self._metrics.learned_max_concurrency,
+            self._metrics.learned_cap_set_point_seconds,
         ):
             with contextlib.suppress(KeyError):
                 family.remove(rid)

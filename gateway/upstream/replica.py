@@ -139,6 +139,11 @@ class Replica:
         """The learned cap on the engine (`ReplicaCost.learned_cap`), None while there is none."""
         return self.cost.learned_cap
 
+    @property
+    def learned_cap_set_point_s(self) -> float | None:
+        """The token latency the learned cap steers to (`ReplicaCost.cap_set_point_s`)."""
+        return self.cost.cap_set_point_s
+
     def engine_sampled(self, sample: EngineSample | None) -> bool:
         """The scraper's word: a fresh sample (its token latency and batch teach the learned cap), or
         None when the engine's samples went stale. True when this instance's cap grew (admission

@@ -123,6 +123,13 @@ class ReplicaCost:
         return self._tpot_limit is not None and self._tpot_limit.windowed
 
     @property
+    def cap_set_point_s(self) -> float | None:
+        """The token latency the learned cap steers the engine to (the trimmed set point, or the
+        reachable one after futile cuts: `gateway.upstream.cut_check`); None without fast samples."""
+        limit = self._tpot_limit
+        return limit.steered_set_point_s if limit is not None and limit.windowed else None
+
+    @property
     def estimate(self) -> LatencyEstimate | None:
         """The model's frozen estimate for routing; None when the pool learns none."""
         return None if self.model is None else self.model.estimate

@@ -42,5 +42,7 @@ class ScrapeMetrics:
     prefix_cache_hit_ratio: GaugeFamily | None = None
     learned_cap: GaugeFamily | None = None
     """The target's learned cap after each fresh sample (0: none)."""
+    learned_set_point: GaugeFamily | None = None
+    """The token latency (seconds) the target's learned cap steers to (0: no fast samples)."""
     lora_adapters: GaugeFamily | None = None
     """Labels (replica, state): how many LoRA adapters have `running` / `waiting` requests."""

@@ -73,6 +73,11 @@ class ScrapeTarget(Protocol):
         """The batch budget the samples taught it (`llm_gateway_learned_max_concurrency`)."""
         ...
 
+    @property
+    def learned_cap_set_point_s(self) -> float | None:
+        """The token latency that budget steers to (`llm_gateway_learned_cap_set_point_seconds`)."""
+        ...
+
 
 @dataclass(slots=True)
 class _ReplicaState:
@@ -179,6 +184,9 @@ class EngineScraper:
                 self._on_capacity()  # waiters may fit now
             if self._metrics.learned_cap is not None:
                 self._metrics.learned_cap.labels(target.replica_id).set(target.learned_cap or 0)
+            if self._metrics.learned_set_point is not None:
+                set_point_s = target.learned_cap_set_point_s
+                self._metrics.learned_set_point.labels(target.replica_id).set(set_point_s or 0.0)
 
     async def _scrape(self, target: ScrapeTarget, previous: EngineSample | None) -> EngineSample:
         timeout_s = self.settings.timeout_s

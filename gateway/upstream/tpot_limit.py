@@ -52,7 +52,12 @@ from the batch that ran, not from the limit (gradient clamped to [0.5, 2]):
 
     first cut             limit = batch × gradient^WINDOW_GAIN
     latency over target   limit = min(limit, batch × gradient^WINDOW_GAIN)
-    latency under target  limit = min(max(limit, batch × gradient^WINDOW_GAIN), WINDOW_HEADROOM × batch)
+    latency under target  limit = min(max(limit, batch × gradient^WINDOW_GAIN, batch + 1),
+                                      WINDOW_HEADROOM × batch)
+
+(the `batch + 1`: the limit is read as a whole number of requests, so below 1 / (gradient^WINDOW_GAIN − 1)
+— 15 requests at a latency 0.8 × the target — the growth alone would never admit one more and the
+batch, and the limit with it, would stay where it is).
 
 Why from the batch: a cut frees no slot until requests finish, so the batch — and the latency — stay
 high for up to a generation after it, and cuts compounded on the limit would take it far below what
@@ -62,6 +67,14 @@ latency stays over target the limit follows the batch down as it drains, so a su
 still converges within about a generation. The first cut is damped like the others: a burst of cold
 prompts (every one a full prefill) can show several times the target for a few seconds and then pass,
 and a whole step there stopped every dispatch until half the batch had finished.
+
+A run of cuts that does not lower the latency is undone (`gateway.upstream.cut_check`): once the batch
+has halved under it, the line through the latencies before and after says what the latency would be
+with no batch; at or over the set point no cut can reach it, so the limit returns to the batch the cuts
+began at, stays there or above and steers to 1.1 × the latency there until the latency falls under the
+set point again. An
+engine slower than the objective at every batch is then served at the load it has, not throttled to
+the floor while its queue times out.
 
 From the first fast sample on, finished requests' TPOTs no longer move the limit (they describe the
 batch of a generation ago). With fast samples the limit is on the engine's whole batch, not one
@@ -94,6 +107,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
+
+from gateway.upstream.cut_check import CutCheck
 
 DEFAULT_UPDATE_EVERY = 8
 TPOT_WEIGHT = 0.2
@@ -130,6 +145,7 @@ class TpotConcurrencyLimit:
     """The gradient limit of one replica (module docstring); `limit` is None until it is needed."""
 
     __slots__ = (
+        "_cut_check",
         "_max",
         "_min",
         "_paced",
@@ -176,6 +192,7 @@ class TpotConcurrencyLimit:
         self.limit: float | None = None
         self._window_latency_s: float | None = None
         self._window_smoothing = window_smoothing
+        self._cut_check = CutCheck()
         self.windowed = False
         """True once a fast sample arrived: finished requests' TPOTs no longer move the limit."""
 
@@ -183,6 +200,12 @@ class TpotConcurrencyLimit:
     def set_point_s(self) -> float:
         """The token latency the fast limit steers to (seconds; trimmed by finished requests)."""
         return self._target_s
+
+    @property
+    def steered_set_point_s(self) -> float:
+        """The token latency the fast limit steers to now: the set point, or the reachable one while
+        its cuts were found futile (`gateway.upstream.cut_check`)."""
+        return self._cut_check.set_point_s(self._target_s)
 
     @property
     def cap(self) -> int | None:
@@ -211,6 +234,7 @@ class TpotConcurrencyLimit:
         self.limit = self._tpot_s = None
         self._samples = 0
         self._window_latency_s = None
+        self._cut_check = CutCheck()
         self.windowed = False
 
     def observe_window(self, latency_s: float, batch: float) -> None:
@@ -224,7 +248,9 @@ class TpotConcurrencyLimit:
             latency_s if smoothed is None else smoothed + self._window_smoothing * (latency_s - smoothed)
         )
         self._window_latency_s = smoothed
-        gradient = min(MAX_PACED_GRADIENT, max(MIN_GRADIENT, self._target_s / smoothed))
+        check = self._cut_check
+        futile = check.window(smoothed, batch, self._target_s)
+        gradient = min(MAX_PACED_GRADIENT, max(MIN_GRADIENT, check.set_point_s(self._target_s) / smoothed))
         base = max(batch, float(self._min))
         if self.limit is None:
             if gradient >= 1.0:
@@ -233,7 +259,12 @@ class TpotConcurrencyLimit:
         elif gradient < 1.0:
             new = min(self.limit, base * gradient**WINDOW_GAIN)
         else:
-            new = min(max(self.limit, base * gradient**WINDOW_GAIN), WINDOW_HEADROOM * base)
+            grown = base * gradient**WINDOW_GAIN
+            if gradient > 1.0:
+                grown = max(grown, base + 1.0)  # a whole request: a batch under 1 / (g^gain − 1) grows too
+            new = min(max(self.limit, grown), WINDOW_HEADROOM * base)
+        if check.futile_batch is not None and (futile or gradient >= 1.0):
+            new = max(new, check.futile_batch)  # the futile cuts undone, and not redone while it holds
         self.limit = max(float(self._min), new)  # engine-wide: a per-instance configured cap applies apart
 
     def observe(self, tpot_s: float, inflight: int) -> None:

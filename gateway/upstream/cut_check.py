@@ -1,0 +1,91 @@
+"""Whether the learned cap's cuts lower the engine's token latency: the check that stops futile cuts.
+
+The fast limit (`gateway.upstream.tpot_limit`) cuts while the smoothed token latency is over its set
+point. That is right when a smaller batch makes tokens faster. It is wrong when the latency does not
+fall with the batch: an objective below what the engine does at any batch (a mis-set `slo.tpot_s`, a
+slow model, a fixed-delay engine). There each cut follows the draining batch down, the limit reaches
+its floor (`min_cap_per_replica`), the replica runs a handful of requests while the rest wait in the
+queue until they time out — for a latency no batch would reach.
+
+So a run of cuts is checked by what it did. The first cut of a run (a window over the set point after
+one at or under it) opens a check at the batch it cut from and the smoothed latency then, (B0, l0). A
+window at or under the set point closes it (the cuts reached it). Once the batch has fallen to
+`CHECK_DEPTH` × B0 or below, at (B1, l1), the line through the two points says what the latency would
+be with no batch at all:
+
+    slope  = max(0, (l0 − l1) / (B0 − B1))
+    floor  = l1 − slope × B1
+
+When `floor` is at or over the set point, no cut can reach it: the cuts were futile (for a latency
+convex in the batch, as a decode step's is, the true floor lies above the line, so the verdict errs
+toward cutting). Then the set point the limit steers to becomes `FUTILE_MARGIN` × l0 (`reachable_s`),
+and the limit goes back to B0: the cap stands where it found the load and still holds a further rise in
+it. The verdict holds until the smoothed latency falls under the set point (the engine got faster, the
+load changed), which clears it. When the floor is under the set point the cuts pay and the check
+closes; the next run of cuts opens another.
+
+Why half the batch (`CHECK_DEPTH`): the floor's error is the latencies' noise × B1 / (B0 − B1), once at
+a half, three times at three quarters. Judged sooner, a prefill burst in the smoothed latency would pass
+for a futile cut more often; later, the futile cut costs the replica more of its batch while it drains.
+Judged only on fast samples (the engine's token latency per scrape window): a finished request's TPOT
+describes the batch of a generation ago, so at the moment the batch halves it still shows the batch
+before the cut, and every cut would look futile.
+"""
+
+from __future__ import annotations
+
+CHECK_DEPTH = 0.5
+"""A run of cuts is judged once the batch is at or under this share of the batch it was cut from."""
+FUTILE_MARGIN = 1.1
+"""After a futile verdict the limit steers to this × the latency where the cuts began: over it, and no
+further cut is asked of a latency the cut did not change."""
+
+
+class CutCheck:
+    """One replica's check of its fast limit's cuts (module docstring)."""
+
+    __slots__ = ("_batch_s", "_latency_s", "futile_batch", "reachable_s")
+
+    def __init__(self) -> None:
+        self._batch_s: float | None = None
+        self._latency_s = 0.0
+        self.reachable_s: float | None = None
+        """The set point a futile verdict found reachable (None: no verdict holds)."""
+        self.futile_batch: float | None = None
+        """The batch the futile cuts began at (set with `reachable_s`, for the limit to return to)."""
+
+    @property
+    def open(self) -> bool:
+        """A run of cuts is being watched."""
+        return self._batch_s is not None
+
+    def set_point_s(self, set_point_s: float) -> float:
+        """What the limit steers to: the set point, or the reachable one while a futile verdict holds."""
+        reachable = self.reachable_s
+        return set_point_s if reachable is None else max(set_point_s, reachable)
+
+    def window(self, latency_s: float, batch: float, set_point_s: float) -> bool:
+        """One fast sample, before the limit moves on it: `latency_s` the smoothed token latency,
+        `batch` the engine's running and waiting, `set_point_s` the limit's own (trimmed) set point.
+        Returns True when it finds the run of cuts futile (the limit then goes back to
+        `futile_batch`)."""
+        if latency_s < set_point_s:
+            self.reachable_s = self.futile_batch = None  # the objective is in reach again
+        steer_s = self.set_point_s(set_point_s)
+        if latency_s <= steer_s:
+            self._batch_s = None  # no cut in this window: the run, if any, reached its set point
+            return False
+        start = self._batch_s
+        if start is None:
+            if batch > 0:
+                self._batch_s, self._latency_s = batch, latency_s
+            return False
+        if batch > CHECK_DEPTH * start:
+            return False
+        self._batch_s = None
+        slope = max(0.0, (self._latency_s - latency_s) / (start - batch))
+        if latency_s - slope * batch < steer_s:
+            return False
+        self.reachable_s = FUTILE_MARGIN * self._latency_s
+        self.futile_batch = start
+        return True

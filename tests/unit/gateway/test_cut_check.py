@@ -1,0 +1,129 @@
+"""The check that stops the learned cap's futile cuts (gateway/upstream/cut_check.py), alone and in the
+fast limit it guards (gateway/upstream/tpot_limit.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from gateway.upstream.cut_check import FUTILE_MARGIN, CutCheck
+from gateway.upstream.tpot_limit import TpotConcurrencyLimit
+
+SLO_S = 0.05
+SET_POINT_S = 0.04  # SLO_S × 0.8
+
+
+def test_a_run_of_cuts_is_judged_once_the_batch_has_halved() -> None:
+    check = CutCheck()
+    assert not check.window(0.06, 100, SET_POINT_S)  # the first cut opens the check at (100, 60 ms)
+    assert check.open
+    assert not check.window(0.06, 51, SET_POINT_S)  # not halved yet
+    assert check.window(0.06, 50, SET_POINT_S)  # halved, no change: the floor is 60 ms
+    assert check.reachable_s == pytest.approx(FUTILE_MARGIN * 0.06)
+    assert check.futile_batch == 100
+    assert check.set_point_s(SET_POINT_S) == pytest.approx(0.066)
+
+
+def test_the_floor_is_where_the_line_through_the_two_windows_meets_no_batch() -> None:
+    paid = CutCheck()
+    paid.window(0.06, 100, SET_POINT_S)
+    # slope (60 − 49.9) / 50 ms per request: floor 49.9 − 50 × 0.202 = 39.8 ms, under the set point
+    assert not paid.window(0.0499, 50, SET_POINT_S)
+    assert paid.reachable_s is None and not paid.open
+    futile = CutCheck()
+    futile.window(0.06, 100, SET_POINT_S)
+    # slope (60 − 50.1) / 50: floor 50.1 − 50 × 0.198 = 40.2 ms, over it
+    assert futile.window(0.0501, 50, SET_POINT_S)
+
+
+def test_a_latency_that_rose_while_the_batch_fell_reads_as_no_slope_not_a_negative_one() -> None:
+    check = CutCheck()
+    check.window(0.05, 100, SET_POINT_S)
+    assert check.window(0.07, 40, SET_POINT_S)
+    assert check.reachable_s == pytest.approx(FUTILE_MARGIN * 0.05)
+
+
+def test_a_window_at_the_set_point_ends_the_run_and_the_next_run_starts_afresh() -> None:
+    check = CutCheck()
+    check.window(0.06, 100, SET_POINT_S)
+    check.window(0.04, 90, SET_POINT_S)  # the cuts reached the set point
+    assert not check.open
+    assert not check.window(0.06, 45, SET_POINT_S)  # opens at 45, not judged against 100
+    assert not check.window(0.06, 30, SET_POINT_S)
+    assert check.window(0.06, 22, SET_POINT_S)
+    assert check.futile_batch == 45
+
+
+def test_the_verdict_holds_until_the_latency_falls_under_the_set_point() -> None:
+    check = CutCheck()
+    check.window(0.06, 100, SET_POINT_S)
+    check.window(0.06, 50, SET_POINT_S)
+    check.window(0.05, 50, SET_POINT_S)  # under the reachable 66 ms, over the set point: it holds
+    assert check.reachable_s is not None
+    check.window(0.039, 50, SET_POINT_S)
+    assert check.reachable_s is None and check.futile_batch is None
+    assert check.set_point_s(SET_POINT_S) == SET_POINT_S
+
+
+def test_an_idle_engine_opens_no_check() -> None:
+    check = CutCheck()
+    assert not check.window(0.06, 0, SET_POINT_S)
+    assert not check.open
+
+
+def closed_loop(
+    latency_at: Callable[[float], float],
+    demand: Callable[[int], float],
+    windows: int,
+    *,
+    drain_per_window: float = 8.0,
+    min_limit: int = 8,
+) -> tuple[TpotConcurrencyLimit, list[float]]:
+    """An engine whose token latency is `latency_at(batch)`, with `demand(window)` requests wanting to
+    run: a raised limit fills at once, a cut drains as requests finish (`drain_per_window` a window).
+    Returns the limit and the batch of every window."""
+    limit = TpotConcurrencyLimit(SLO_S, min_limit=min_limit, target_ratio=0.8)
+    batch = demand(0)
+    batches = []
+    for step in range(windows):
+        wanted = demand(step)
+        cap = limit.cap
+        allowed = wanted if cap is None else min(wanted, float(cap))
+        batch = allowed if allowed >= batch else max(allowed, batch - drain_per_window)
+        batches.append(batch)
+        limit.observe_window(latency_at(batch), batch)
+    return limit, batches
+
+
+def test_an_engine_slower_than_the_set_point_at_every_batch_is_not_throttled_to_the_floor() -> None:
+    limit, batches = closed_loop(lambda batch: 0.05, lambda step: 200.0, windows=200)
+    # without the check the cuts follow the draining batch to the floor (8) and stay there
+    assert min(batches) >= 90  # one run of cuts, undone once the batch had halved (at 97)
+    assert batches[-1] == 200
+    assert limit.steered_set_point_s == pytest.approx(FUTILE_MARGIN * 0.05)
+
+
+def test_a_reachable_set_point_is_still_held_and_no_verdict_is_given() -> None:
+    def latency_at(batch: float) -> float:
+        return 0.02 + 0.0002 * batch  # the set point (40 ms) at a batch of 100
+
+    limit, batches = closed_loop(latency_at, lambda step: 300.0, windows=300)
+    assert limit.steered_set_point_s == pytest.approx(SET_POINT_S)
+    assert 80 <= batches[-1] <= 110
+    assert latency_at(batches[-1]) <= 0.042
+
+
+def test_after_a_futile_verdict_a_further_rise_in_load_is_still_held() -> None:
+    def latency_at(batch: float) -> float:
+        return 0.045 + 0.0001 * batch  # over the set point at any batch: 55 ms at 100
+
+    def demand(step: int) -> float:
+        return 100.0 if step < 150 else 400.0
+
+    limit, batches = closed_loop(latency_at, demand, windows=400)
+    assert min(batches[:150]) >= 45 and batches[149] == 100  # the cuts found futile, undone
+    reachable_s = limit.steered_set_point_s
+    assert reachable_s > SET_POINT_S
+    assert batches[-1] < 200  # the rise to 400 is held near where the latency meets the reachable set point
+    assert latency_at(batches[-1]) <= reachable_s * 1.1
