@@ -9,20 +9,29 @@ queue until they time out — for a latency no batch would reach.
 
 So a run of cuts is checked by what it did. The first cut of a run (a window over the set point after
 one at or under it) opens a check at the batch it cut from and the smoothed latency then, (B0, l0). A
-window at or under the set point closes it (the cuts reached it). Once the batch has fallen to
-`CHECK_DEPTH` × B0 or below, at (B1, l1), the line through the two points says what the latency would
-be with no batch at all:
+window at or under the set point closes it (the cuts reached it). Once the batch has stayed at
+`CHECK_DEPTH` × B0 or below for `SETTLE_WINDOWS` windows in a row, at (B1, l1), the line through the
+two points says what the latency would be with no batch at all:
 
     slope  = max(0, (l0 − l1) / (B0 − B1))
     floor  = l1 − slope × B1
 
-When `floor` is at or over the set point, no cut can reach it: the cuts were futile (for a latency
-convex in the batch, as a decode step's is, the true floor lies above the line, so the verdict errs
-toward cutting). Then the set point the limit steers to becomes `FUTILE_MARGIN` × l0 (`reachable_s`),
-and the limit goes back to B0: the cap stands where it found the load and still holds a further rise in
-it. The verdict holds until the smoothed latency falls under the set point (the engine got faster, the
-load changed), which clears it. When the floor is under the set point the cuts pay and the check
-closes; the next run of cuts opens another.
+When `floor` is at or over the set point, no cut can reach it (for a latency convex in the batch, as a
+decode step's is, the true floor lies above the line, so the verdict errs toward cutting); when the
+latency also stayed within `FLAT_SHARE` of l0, the cuts were futile. Then the set point the limit
+steers to becomes `FUTILE_MARGIN` × l0 (`reachable_s`), and the limit goes back to B0: the cap stands
+where it found the load and still holds a further rise in it. The verdict holds until the smoothed
+latency falls under the set point (the engine got faster, the load changed), which clears it, as does
+a later run of cuts whose floor is under the set point. When the floor is under the set point the cuts
+pay and the check closes; the next run of cuts opens another.
+
+Why the latency must also have stayed flat: on a prefill-heavy workload the token latency follows the
+prefill tokens each step carries, which the dispatch rate sets, not the batch. A cohort of requests
+ending together halves the batch while the prefill of the next wave keeps the latency high or
+raises it; judged on the line alone, such a drain read as futile on one replica in two of four cold
+runs at 1.5× the knee (docs/bench-log/2026-12-05-futile-cuts.md), which then steered at 1.1 × a
+prefill spike (~200 ms against an 80 ms set point) and collapsed the run's goodput. A latency that
+does not move while the batch halves is the signature of a floor; one that moves is not.
 
 Why half the batch (`CHECK_DEPTH`): the floor's error is the latencies' noise × B1 / (B0 − B1), once at
 a half, three times at three quarters. Judged sooner, a prefill burst in the smoothed latency would pass
@@ -36,6 +45,13 @@ from __future__ import annotations
 
 CHECK_DEPTH = 0.5
 """A run of cuts is judged once the batch is at or under this share of the batch it was cut from."""
+SETTLE_WINDOWS = 4
+"""Windows in a row the batch stays at or under `CHECK_DEPTH` × B0 before the latency there is read: the
+smoothed latency's time constant (weight 0.25), so l1 describes the smaller batch and not a spike
+before it (a cohort of requests ending together halves the batch in a window or two)."""
+FLAT_SHARE = 0.1
+"""A futile run also left the latency within this share of l0: a latency that moved more while the batch
+halved moved for another reason (prefill), and says nothing of the batch."""
 FUTILE_MARGIN = 1.1
 """After a futile verdict the limit steers to this × the latency where the cuts began: over it, and no
 further cut is asked of a latency the cut did not change."""
@@ -44,11 +60,12 @@ further cut is asked of a latency the cut did not change."""
 class CutCheck:
     """One replica's check of its fast limit's cuts (module docstring)."""
 
-    __slots__ = ("_batch_s", "_latency_s", "futile_batch", "reachable_s")
+    __slots__ = ("_batch_s", "_latency_s", "_settled", "futile_batch", "reachable_s")
 
     def __init__(self) -> None:
         self._batch_s: float | None = None
         self._latency_s = 0.0
+        self._settled = 0
         self.reachable_s: float | None = None
         """The set point a futile verdict found reachable (None: no verdict holds)."""
         self.futile_batch: float | None = None
@@ -78,13 +95,20 @@ class CutCheck:
         start = self._batch_s
         if start is None:
             if batch > 0:
-                self._batch_s, self._latency_s = batch, latency_s
+                self._batch_s, self._latency_s, self._settled = batch, latency_s, 0
             return False
         if batch > CHECK_DEPTH * start:
+            self._settled = 0
+            return False
+        self._settled += 1
+        if self._settled < SETTLE_WINDOWS:
             return False
         self._batch_s = None
         slope = max(0.0, (self._latency_s - latency_s) / (start - batch))
-        if latency_s - slope * batch < steer_s:
+        floor_s = latency_s - slope * batch
+        if floor_s < set_point_s:
+            self.reachable_s = self.futile_batch = None  # the batch decides after all
+        if floor_s < steer_s or abs(latency_s - self._latency_s) > FLAT_SHARE * self._latency_s:
             return False
         self.reachable_s = FUTILE_MARGIN * self._latency_s
         self.futile_batch = start

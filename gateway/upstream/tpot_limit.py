@@ -52,12 +52,7 @@ from the batch that ran, not from the limit (gradient clamped to [0.5, 2]):
 
     first cut             limit = batch × gradient^WINDOW_GAIN
     latency over target   limit = min(limit, batch × gradient^WINDOW_GAIN)
-    latency under target  limit = min(max(limit, batch × gradient^WINDOW_GAIN, batch + 1),
-                                      WINDOW_HEADROOM × batch)
-
-(the `batch + 1`: the limit is read as a whole number of requests, so below 1 / (gradient^WINDOW_GAIN − 1)
-— 15 requests at a latency 0.8 × the target — the growth alone would never admit one more and the
-batch, and the limit with it, would stay where it is).
+    latency under target  limit = min(max(limit, batch × gradient^WINDOW_GAIN), WINDOW_HEADROOM × batch)
 
 Why from the batch: a cut frees no slot until requests finish, so the batch — and the latency — stay
 high for up to a generation after it, and cuts compounded on the limit would take it far below what
@@ -69,12 +64,12 @@ prompts (every one a full prefill) can show several times the target for a few s
 and a whole step there stopped every dispatch until half the batch had finished.
 
 A run of cuts that does not lower the latency is undone (`gateway.upstream.cut_check`): once the batch
-has halved under it, the line through the latencies before and after says what the latency would be
-with no batch; at or over the set point no cut can reach it, so the limit returns to the batch the cuts
-began at, stays there or above and steers to 1.1 × the latency there until the latency falls under the
-set point again. An
-engine slower than the objective at every batch is then served at the load it has, not throttled to
-the floor while its queue times out.
+has halved under it and stayed there four windows, the line through the latencies before and after
+says what the latency would be with no batch; at or over the set point, the limit returns to the batch
+the cuts began at and steers to 1.1 × the latency there until the latency falls under the set point.
+An engine slower than the objective at every batch is then served at the load it has, not throttled
+to the floor while its queue times out — once a batch has built: cuts that begin at the floor (an
+objective missed from a cold start's first requests) have no drain to be judged by.
 
 From the first fast sample on, finished requests' TPOTs no longer move the limit (they describe the
 batch of a generation ago). With fast samples the limit is on the engine's whole batch, not one
@@ -259,10 +254,7 @@ class TpotConcurrencyLimit:
         elif gradient < 1.0:
             new = min(self.limit, base * gradient**WINDOW_GAIN)
         else:
-            grown = base * gradient**WINDOW_GAIN
-            if gradient > 1.0:
-                grown = max(grown, base + 1.0)  # a whole request: a batch under 1 / (g^gain − 1) grows too
-            new = min(max(self.limit, grown), WINDOW_HEADROOM * base)
+            new = min(max(self.limit, base * gradient**WINDOW_GAIN), WINDOW_HEADROOM * base)
         if check.futile_batch is not None and (futile or gradient >= 1.0):
             new = max(new, check.futile_batch)  # the futile cuts undone, and not redone while it holds
         self.limit = max(float(self._min), new)  # engine-wide: a per-instance configured cap applies apart

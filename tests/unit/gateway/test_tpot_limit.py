@@ -241,18 +241,6 @@ def test_under_target_it_grows_with_the_batch_but_not_past_the_headroom() -> Non
     assert limit.cap == math.floor(WINDOW_HEADROOM * 10), "a limit far above what runs lets a burst through"
 
 
-def test_a_small_batch_under_target_grows_by_a_whole_request_each_window() -> None:
-    limit = TpotConcurrencyLimit(SLO_S, min_limit=4, window_smoothing=1.0)
-    limit.observe_window(0.1, batch=12)  # cut to 12 × 0.5^gain ≈ 9.7: a cap of 9
-    caps = []
-    for _ in range(5):  # the batch fills the cap; the latency 0.8 × the objective
-        cap = limit.cap
-        assert cap is not None
-        limit.observe_window(0.04, batch=cap)
-        caps.append(limit.cap)
-    assert caps == [10, 11, 12, 13, 14], "9 × 1.25^gain = 9.6 would floor to 9 for ever"
-
-
 def test_fast_samples_take_over_from_finished_requests_tpots() -> None:
     limit = TpotConcurrencyLimit(SLO_S, min_limit=4, window_smoothing=1.0)
     limit.observe_window(0.1, batch=100)
