@@ -26,9 +26,8 @@ always learned when enabled (a few dozen float operations per request); what use
   prefixes warm, so it is off by default and kept for configurations that set it.
 
 What an operator changes: the objective (`slo.tpot_s`, `slo.ttft_s`) to what the fleet must deliver —
-an engine slower than the set point at every batch is held at `min_cap_per_replica` when it misses from
-its first requests, and served at the load it has when the cap engages later (cuts that do not lower
-its latency are undone: `gateway.upstream.cut_check`) —,
+an engine slower than the set point at every batch is served at the load it has (cuts that do not lower
+its latency are undone, a cap at the floor is probed: `gateway.upstream.cut_check`) —,
 `tpot_target_ratio` where the set point starts (finished requests trim it), and `adaptive_cap: false`
 to turn it off. The others are for experiments.
 """

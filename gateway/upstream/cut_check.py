@@ -25,6 +25,21 @@ latency falls under the set point (the engine got faster, the load changed), whi
 a later run of cuts whose floor is under the set point. When the floor is under the set point the cuts
 pay and the check closes; the next run of cuts opens another.
 
+From the floor. Cuts that begin at the floor have no drain to judge: when the objective breaks on the
+first requests of a cold start, the first cut lands at `min_cap_per_replica` before any batch has run.
+So a limit that has sat at the floor for `PROBE_AFTER_WINDOWS` windows in a row, with the batch filling
+it and the latency over the set point, is probed: it is raised to `PROBE_FACTOR` × the floor and held
+there (`probe_level`) until the batch has filled it for `SETTLE_WINDOWS` windows. A latency within
+`FLAT_SHARE` of the floor's is a floor: the same verdict (steer to 1.1 × the higher of the two, the
+limit no lower than the probe's). One that rose ends the probe — the cuts take the limit back down — and
+so does a probe the demand does not fill within `PROBE_MAX_WINDOWS`; each doubles the wait for the next
+(up to × `PROBE_BACKOFF_MAX`, 64 s at the default scrape interval), so where the batch does cost
+latency, probing costs twice the floor for a few windows, less and less often.
+
+While a verdict holds and the latency is under what it steers to, the limit grows to `WINDOW_HEADROOM`
+× the batch each window (the batch does not move the latency: the gradient's small steps would take
+minutes to reach the demand, and at a batch under about 35 would never admit one more).
+
 Why the latency must also have stayed flat: on a prefill-heavy workload the token latency follows the
 prefill tokens each step carries, which the dispatch rate sets, not the batch. A cohort of requests
 ending together halves the batch while the prefill of the next wave keeps the latency high or
@@ -55,17 +70,44 @@ halved moved for another reason (prefill), and says nothing of the batch."""
 FUTILE_MARGIN = 1.1
 """After a futile verdict the limit steers to this × the latency where the cuts began: over it, and no
 further cut is asked of a latency the cut did not change."""
+PROBE_AFTER_WINDOWS = 8
+"""Windows in a row at the floor, the batch filling it and the latency over the set point, before the
+first probe; each failed or unfilled probe doubles the wait, up to × `PROBE_BACKOFF_MAX`."""
+PROBE_BACKOFF_MAX = 16
+PROBE_FACTOR = 2.0
+"""A probe raises the limit from the floor to this × the floor."""
+PROBE_FILL = 0.9
+"""A probe is read once the batch has stayed at or over this share of its level `SETTLE_WINDOWS` windows."""
+PROBE_MAX_WINDOWS = 16
+"""A probe whose batch has not filled and settled within this many windows ends unread."""
 
 
 class CutCheck:
     """One replica's check of its fast limit's cuts (module docstring)."""
 
-    __slots__ = ("_batch_s", "_latency_s", "_settled", "futile_batch", "reachable_s")
+    __slots__ = (
+        "_backoff",
+        "_floor",
+        "_floor_windows",
+        "_probe_windows",
+        "_settled",
+        "_start_batch",
+        "_start_latency_s",
+        "futile_batch",
+        "probe_level",
+        "reachable_s",
+    )
 
-    def __init__(self) -> None:
-        self._batch_s: float | None = None
-        self._latency_s = 0.0
+    def __init__(self, floor: int = 1) -> None:
+        self._floor = float(floor)
+        self._start_batch: float | None = None
+        self._start_latency_s = 0.0
         self._settled = 0
+        self._floor_windows = 0
+        self._probe_windows = 0
+        self._backoff = 1
+        self.probe_level: float | None = None
+        """While a probe runs: the limit it holds (module docstring, "From the floor")."""
         self.reachable_s: float | None = None
         """The set point a futile verdict found reachable (None: no verdict holds)."""
         self.futile_batch: float | None = None
@@ -74,28 +116,34 @@ class CutCheck:
     @property
     def open(self) -> bool:
         """A run of cuts is being watched."""
-        return self._batch_s is not None
+        return self._start_batch is not None
 
     def set_point_s(self, set_point_s: float) -> float:
         """What the limit steers to: the set point, or the reachable one while a futile verdict holds."""
         reachable = self.reachable_s
         return set_point_s if reachable is None else max(set_point_s, reachable)
 
-    def window(self, latency_s: float, batch: float, set_point_s: float) -> bool:
+    def window(self, latency_s: float, batch: float, set_point_s: float, limit: float | None = None) -> bool:
         """One fast sample, before the limit moves on it: `latency_s` the smoothed token latency,
-        `batch` the engine's running and waiting, `set_point_s` the limit's own (trimmed) set point.
-        Returns True when it finds the run of cuts futile (the limit then goes back to
-        `futile_batch`)."""
+        `batch` the engine's running and waiting, `set_point_s` the limit's own (trimmed) set point,
+        `limit` the limit before it. Returns True when it finds the cuts futile (the limit then goes
+        back to `futile_batch`); while `probe_level` is set the limit holds it."""
         if latency_s < set_point_s:
-            self.reachable_s = self.futile_batch = None  # the objective is in reach again
+            self.reachable_s = self.futile_batch = self.probe_level = None  # the objective is in reach
+            self._floor_windows, self._backoff = 0, 1
+        if self.probe_level is not None:
+            return self._probe(self.probe_level, latency_s, batch)
         steer_s = self.set_point_s(set_point_s)
         if latency_s <= steer_s:
-            self._batch_s = None  # no cut in this window: the run, if any, reached its set point
+            self._start_batch = None  # no cut in this window: the run, if any, reached its set point
+            self._floor_windows = 0
             return False
-        start = self._batch_s
+        if self._watch_floor(batch, limit):
+            return False
+        start = self._start_batch
         if start is None:
             if batch > 0:
-                self._batch_s, self._latency_s, self._settled = batch, latency_s, 0
+                self._start_batch, self._start_latency_s, self._settled = batch, latency_s, 0
             return False
         if batch > CHECK_DEPTH * start:
             self._settled = 0
@@ -103,13 +151,51 @@ class CutCheck:
         self._settled += 1
         if self._settled < SETTLE_WINDOWS:
             return False
-        self._batch_s = None
-        slope = max(0.0, (self._latency_s - latency_s) / (start - batch))
+        self._start_batch = None
+        slope = max(0.0, (self._start_latency_s - latency_s) / (start - batch))
         floor_s = latency_s - slope * batch
         if floor_s < set_point_s:
             self.reachable_s = self.futile_batch = None  # the batch decides after all
-        if floor_s < steer_s or abs(latency_s - self._latency_s) > FLAT_SHARE * self._latency_s:
+        if floor_s < steer_s or abs(latency_s - self._start_latency_s) > FLAT_SHARE * self._start_latency_s:
             return False
-        self.reachable_s = FUTILE_MARGIN * self._latency_s
+        self.reachable_s = FUTILE_MARGIN * self._start_latency_s
         self.futile_batch = start
         return True
+
+    def _watch_floor(self, batch: float, limit: float | None) -> bool:
+        """A window over the set point: counted while the limit sits at the floor and the batch fills
+        it; True when it starts a probe."""
+        if limit is None or limit > self._floor or batch < PROBE_FILL * self._floor:
+            self._floor_windows = 0
+            return False
+        self._floor_windows += 1
+        if self._floor_windows < PROBE_AFTER_WINDOWS * self._backoff:
+            return False
+        self.probe_level = PROBE_FACTOR * self._floor
+        self._start_batch = None
+        self._probe_windows = self._settled = 0
+        return True
+
+    def _probe(self, level: float, latency_s: float, batch: float) -> bool:
+        """A window while a probe holds the limit at `level` (module docstring, "From the floor")."""
+        self._probe_windows += 1
+        if self._probe_windows == 1:
+            self._start_latency_s = latency_s  # l0: the latency at the floor, read as the probe starts
+        if batch >= PROBE_FILL * level:
+            self._settled += 1
+        else:
+            self._settled = 0
+        if self._settled >= SETTLE_WINDOWS:
+            self.probe_level = None
+            self._floor_windows = 0
+            if abs(latency_s - self._start_latency_s) <= FLAT_SHARE * self._start_latency_s:
+                self.reachable_s = FUTILE_MARGIN * max(latency_s, self._start_latency_s)
+                self.futile_batch = level
+                self._backoff = 1
+                return True
+            self._backoff = min(PROBE_BACKOFF_MAX, 2 * self._backoff)  # the batch costs: back to the cuts
+        elif self._probe_windows >= PROBE_MAX_WINDOWS:
+            self.probe_level = None  # not filled: too little demand to tell
+            self._floor_windows = 0
+            self._backoff = min(PROBE_BACKOFF_MAX, 2 * self._backoff)
+        return False

@@ -67,9 +67,9 @@ A run of cuts that does not lower the latency is undone (`gateway.upstream.cut_c
 has halved under it and stayed there four windows, the line through the latencies before and after
 says what the latency would be with no batch; at or over the set point, the limit returns to the batch
 the cuts began at and steers to 1.1 × the latency there until the latency falls under the set point.
-An engine slower than the objective at every batch is then served at the load it has, not throttled
-to the floor while its queue times out — once a batch has built: cuts that begin at the floor (an
-objective missed from a cold start's first requests) have no drain to be judged by.
+A limit held at the floor with the latency over the set point is probed at twice the floor, read the
+same way. An engine slower than the objective at every batch is then served at the load it has, not
+throttled to the floor while its queue times out.
 
 From the first fast sample on, finished requests' TPOTs no longer move the limit (they describe the
 batch of a generation ago). With fast samples the limit is on the engine's whole batch, not one
@@ -187,7 +187,7 @@ class TpotConcurrencyLimit:
         self.limit: float | None = None
         self._window_latency_s: float | None = None
         self._window_smoothing = window_smoothing
-        self._cut_check = CutCheck()
+        self._cut_check = CutCheck(min_limit)
         self.windowed = False
         """True once a fast sample arrived: finished requests' TPOTs no longer move the limit."""
 
@@ -229,7 +229,7 @@ class TpotConcurrencyLimit:
         self.limit = self._tpot_s = None
         self._samples = 0
         self._window_latency_s = None
-        self._cut_check = CutCheck()
+        self._cut_check = CutCheck(self._min)
         self.windowed = False
 
     def observe_window(self, latency_s: float, batch: float) -> None:
@@ -244,7 +244,7 @@ class TpotConcurrencyLimit:
         )
         self._window_latency_s = smoothed
         check = self._cut_check
-        futile = check.window(smoothed, batch, self._target_s)
+        futile = check.window(smoothed, batch, self._target_s, self.limit)
         gradient = min(MAX_PACED_GRADIENT, max(MIN_GRADIENT, check.set_point_s(self._target_s) / smoothed))
         base = max(batch, float(self._min))
         if self.limit is None:
@@ -256,7 +256,10 @@ class TpotConcurrencyLimit:
         else:
             new = min(max(self.limit, base * gradient**WINDOW_GAIN), WINDOW_HEADROOM * base)
         if check.futile_batch is not None and (futile or gradient >= 1.0):
-            new = max(new, check.futile_batch)  # the futile cuts undone, and not redone while it holds
+            # the futile cuts undone and not redone; the batch does not move the latency: grow with it
+            new = max(new, check.futile_batch, WINDOW_HEADROOM * base)
+        if check.probe_level is not None:
+            new = check.probe_level
         self.limit = max(float(self._min), new)  # engine-wide: a per-instance configured cap applies apart
 
     def observe(self, tpot_s: float, inflight: int) -> None:

@@ -1,7 +1,8 @@
 """An engine slower than the TPOT objective at every batch, through real servers: the learned cap's cuts
 do not lower its token latency, so they are undone (gateway/upstream/cut_check.py) — the replica keeps
 the load it has instead of being throttled to `min_cap_per_replica` while the queue times out — and the
-set point it steers to is exported."""
+set point it steers to is exported. Both ways it happens: the load there before the first cut (a drain
+is judged), and the load building after it (the cap at the floor from the first requests is probed)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import asyncio
 import time
 
 import httpx
+import pytest
 
 from tests.integration.conftest import MODEL, pool
 from tests.servers import gateway_settings, wait_until
@@ -20,8 +22,9 @@ RUN_S = 8.0
 LATE_S = 3.0  # the last seconds, after the verdict
 
 
+@pytest.mark.parametrize("ramp_s", [0.0, 2.0], ids=["load-first", "load-builds"])
 def test_cuts_that_do_not_lower_the_token_latency_are_undone_and_the_load_is_served(
-    mock_engines, gateways
+    mock_engines, gateways, ramp_s: float
 ) -> None:
     engine = mock_engines(model=MODEL, first_token_delay_ms=5, token_delay_ms=20)  # 20 ms at any batch
     slo = {"ttft_s": 2.0, "tpot_s": 0.01}  # an objective no batch reaches
@@ -39,7 +42,8 @@ def test_cuts_that_do_not_lower_the_token_latency_are_undone_and_the_load_is_ser
         outcomes: list[tuple[float, int]] = []
         started = time.monotonic()
 
-        async def loop(client: httpx.AsyncClient) -> None:
+        async def loop(client: httpx.AsyncClient, index: int) -> None:
+            await asyncio.sleep(ramp_s * index / CLIENTS)
             while time.monotonic() - started < RUN_S:
                 status = await one(client)
                 outcomes.append((time.monotonic() - started, status))
@@ -48,7 +52,7 @@ def test_cuts_that_do_not_lower_the_token_latency_are_undone_and_the_load_is_ser
 
         limits = httpx.Limits(max_connections=CLIENTS)
         async with httpx.AsyncClient(base_url=gateway.url, timeout=30, limits=limits) as client:
-            await asyncio.gather(*(loop(client) for _ in range(CLIENTS)))
+            await asyncio.gather(*(loop(client, index) for index in range(CLIENTS)))
         return outcomes
 
     outcomes = asyncio.run(scenario())

@@ -4,10 +4,18 @@ fast limit it guards (gateway/upstream/tpot_limit.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import pairwise
 
 import pytest
 
-from gateway.upstream.cut_check import FUTILE_MARGIN, SETTLE_WINDOWS, CutCheck
+from gateway.upstream.cut_check import (
+    FUTILE_MARGIN,
+    PROBE_AFTER_WINDOWS,
+    PROBE_FACTOR,
+    PROBE_MAX_WINDOWS,
+    SETTLE_WINDOWS,
+    CutCheck,
+)
 from gateway.upstream.tpot_limit import TpotConcurrencyLimit
 
 SLO_S = 0.05
@@ -152,3 +160,43 @@ def test_after_a_futile_verdict_a_further_rise_in_load_is_still_held() -> None:
     assert reachable_s > SET_POINT_S
     assert batches[-1] < 200  # the rise to 400 is held near where the latency meets the reachable set point
     assert latency_at(batches[-1]) <= reachable_s * 1.1
+
+
+def test_a_cap_at_the_floor_since_a_cold_start_is_probed_and_the_flat_latency_read_as_a_floor() -> None:
+    def demand(step: int) -> float:
+        return min(47.0, 1.0 + step)  # the load builds after the first cut: it lands at the floor
+
+    limit, batches = closed_loop(lambda batch: 0.05, demand, windows=120)
+    first_probe = batches.index(PROBE_FACTOR * 8)
+    assert max(batches[:first_probe]) == 8, "at the floor until the probe"
+    assert first_probe <= 8 + PROBE_AFTER_WINDOWS
+    assert batches[-1] == 47, "served at the load it has"
+    assert limit.steered_set_point_s == pytest.approx(FUTILE_MARGIN * 0.05)
+
+
+def test_a_probe_that_raises_the_latency_ends_and_the_next_waits_twice_as_long() -> None:
+    def latency_at(batch: float) -> float:
+        return 0.03 + 0.002 * batch  # 46 ms at the floor, 62 at twice it: the batch costs
+
+    limit, batches = closed_loop(latency_at, lambda step: 47.0, windows=300)
+    starts = [i for i in range(1, len(batches)) if batches[i] == 16 and batches[i - 1] < 16]
+    assert len(starts) >= 3
+    gaps = [later - earlier for earlier, later in pairwise(starts)]
+    assert all(later > 1.5 * earlier for earlier, later in pairwise(gaps)), gaps
+    assert limit.steered_set_point_s == pytest.approx(SET_POINT_S), "no verdict"
+    assert batches[-1] <= 16
+
+
+def test_a_probe_the_demand_does_not_fill_ends_unread() -> None:
+    check = CutCheck(floor=8)
+    for _ in range(PROBE_AFTER_WINDOWS):
+        check.window(0.06, 8, SET_POINT_S, limit=8.0)
+    assert check.probe_level == 16
+    for _ in range(PROBE_MAX_WINDOWS):
+        assert not check.window(0.06, 9, SET_POINT_S, limit=16.0)
+    assert check.probe_level is None and check.reachable_s is None
+    for _ in range(2 * PROBE_AFTER_WINDOWS - 1):  # the next probe waits twice as long
+        check.window(0.06, 8, SET_POINT_S, limit=8.0)
+    assert check.probe_level is None
+    check.window(0.06, 8, SET_POINT_S, limit=8.0)
+    assert check.probe_level == 16
