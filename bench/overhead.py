@@ -209,8 +209,8 @@ def run(args: argparse.Namespace) -> int:
             Fleet(1, paced_engine, gateway=None, pinning=pinning, log_dir=out / "logs-paced")
         )
         # The paced engine's token delay is fixed, whatever its batch, and at the default TPOT objective:
-        # a learned cap would cut it to its floor (10) and time the other streams out in the queue. This
-        # phase measures the relay, not admission.
+        # a learned cap would cut it until its futile-cut check undid the cuts (gateway/upstream/
+        # cut_check.py), refusing streams meanwhile. This phase measures the relay, not admission.
         paced_pool = {"model": STREAM_MODEL, "engine": "vllm", "replicas": {"static": paced.engine_urls}}
         extra = ({**paced_pool, "latency_model": {"adaptive_cap": False}},)
         gateway = GatewayOptions(config_path=args.gateway_config, extra_pools=extra)
