@@ -50,6 +50,14 @@ class ReplicaMetrics:
             registry=r,
             multiprocess_mode=WORKERS_MAX,
         )
+        self.learned_cap_held_at_floor = Gauge(
+            f"{PREFIX}_learned_cap_held_at_floor",
+            "1 while the replica's learned cap is within twice min_cap_per_replica and the engine's token "
+            "latency is still over the set point: the TPOT objective out of reach at any batch it allows",
+            ["replica"],
+            registry=r,
+            multiprocess_mode=WORKERS_MAX,
+        )
         self.replica_up = Gauge(
             f"{PREFIX}_replica_up",
             "1 when the replica is eligible for traffic health-wise",

@@ -29,7 +29,8 @@ rounded DOWN to the largest edge below it (conservative: the panel under-reports
 a miss) with a warning, and a bound below the smallest edge gets no diagnostic rule (warning too). The
 alerts are not affected: they use the goodput counter, tested in-process against the exact bounds.
 
-Cost rules: gateway/fleet/alert_rules_cost.py.
+Cost rules: gateway/fleet/alert_rules_cost.py. The learned cap held at its floor (a ticket, once for
+the fleet): gateway/fleet/alert_rules_learned_cap.py.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from gateway.base.metrics import GatewayMetrics
 from gateway.config.settings import PoolSettings, Settings
 from gateway.config.slo_settings import BurnRateAlert, SloSettings
 from gateway.fleet.alert_rules_cost import pool_cost_rules, tenant_cost_rules
+from gateway.fleet.alert_rules_learned_cap import learned_cap_rules
 from gateway.fleet.alert_rules_promql import Rule, duration, number, selector
 
 DIAGNOSTIC_WINDOW_S = 300
@@ -95,6 +97,9 @@ def build_rules(settings: Settings, extra_matchers: str = "") -> RuleSet:
     tenants = tenant_cost_rules(settings.pools, extra_matchers, DIAGNOSTIC_WINDOW_S)
     if tenants:
         rules.groups.append({"name": "llm-gateway-cost:tenants", "rules": tenants})
+    learned_cap = learned_cap_rules(settings.pools, extra_matchers)
+    if learned_cap:
+        rules.groups.append({"name": "llm-gateway-learned-cap", "rules": learned_cap})
     return rules
 
 

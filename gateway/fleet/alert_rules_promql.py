@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 Rule = dict[str, Any]
-"""One Prometheus rule as it is written out: `record` or `alert`, `expr`, `labels`, `annotations`."""
+"""One Prometheus rule as it is written out: `record` or `alert`, `expr`, `for`, `labels`, `annotations`."""
 
 
 def duration(seconds: int) -> str:

@@ -81,6 +81,7 @@ def _scraper(  # noqa: PLR0917 - the composition root's parts
             lora_adapters=m.replica_lora_adapters,
             learned_cap=m.learned_max_concurrency,
             learned_set_point=m.learned_cap_set_point_seconds,
+            learned_floor=m.learned_cap_held_at_floor,
         ),
         clock=clock.now_s,
         rng=rng,

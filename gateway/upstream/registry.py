@@ -254,6 +254,7 @@ class ReplicaRegistry:
             self._metrics.replica_models,
             self._metrics.learned_max_concurrency,
             self._metrics.learned_cap_set_point_seconds,
+            self._metrics.learned_cap_held_at_floor,
         ):
             with contextlib.suppress(KeyError):
                 family.remove(rid)

@@ -144,6 +144,11 @@ class Replica:
         """The token latency the learned cap steers to (`ReplicaCost.cap_set_point_s`)."""
         return self.cost.cap_set_point_s
 
+    @property
+    def learned_cap_held_near_floor(self) -> bool:
+        """The learned cap near its floor, the latency over its set point (`ReplicaCost`)."""
+        return self.cost.cap_held_near_floor
+
     def engine_sampled(self, sample: EngineSample | None) -> bool:
         """The scraper's word: a fresh sample (its token latency and batch teach the learned cap), or
         None when the engine's samples went stale. True when this instance's cap grew (admission

@@ -130,6 +130,13 @@ class ReplicaCost:
         return limit.steered_set_point_s if limit is not None and limit.windowed else None
 
     @property
+    def cap_held_near_floor(self) -> bool:
+        """The learned cap held within twice `min_cap_per_replica` with the token latency over its set
+        point (`TpotConcurrencyLimit.held_near_floor`); False without fast samples."""
+        limit = self._tpot_limit
+        return limit is not None and limit.windowed and limit.held_near_floor
+
+    @property
     def estimate(self) -> LatencyEstimate | None:
         """The model's frozen estimate for routing; None when the pool learns none."""
         return None if self.model is None else self.model.estimate

@@ -44,5 +44,7 @@ class ScrapeMetrics:
     """The target's learned cap after each fresh sample (0: none)."""
     learned_set_point: GaugeFamily | None = None
     """The token latency (seconds) the target's learned cap steers to (0: no fast samples)."""
+    learned_floor: GaugeFamily | None = None
+    """1 while the target's learned cap is held near its floor with the latency over its set point."""
     lora_adapters: GaugeFamily | None = None
     """Labels (replica, state): how many LoRA adapters have `running` / `waiting` requests."""

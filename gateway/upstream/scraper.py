@@ -78,6 +78,11 @@ class ScrapeTarget(Protocol):
         """The token latency that budget steers to (`llm_gateway_learned_cap_set_point_seconds`)."""
         ...
 
+    @property
+    def learned_cap_held_near_floor(self) -> bool:
+        """That budget near its floor, the latency over it (`llm_gateway_learned_cap_held_at_floor`)."""
+        ...
+
 
 @dataclass(slots=True)
 class _ReplicaState:
@@ -187,6 +192,9 @@ class EngineScraper:
             if self._metrics.learned_set_point is not None:
                 set_point_s = target.learned_cap_set_point_s
                 self._metrics.learned_set_point.labels(target.replica_id).set(set_point_s or 0.0)
+            if self._metrics.learned_floor is not None:
+                held = target.learned_cap_held_near_floor
+                self._metrics.learned_floor.labels(target.replica_id).set(1.0 if held else 0.0)
 
     async def _scrape(self, target: ScrapeTarget, previous: EngineSample | None) -> EngineSample:
         timeout_s = self.settings.timeout_s

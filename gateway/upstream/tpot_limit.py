@@ -63,13 +63,9 @@ still converges within about a generation. The first cut is damped like the othe
 prompts (every one a full prefill) can show several times the target for a few seconds and then pass,
 and a whole step there stopped every dispatch until half the batch had finished.
 
-A run of cuts that does not lower the latency is undone (`gateway.upstream.cut_check`): once the batch
-has halved under it and stayed there four windows, the line through the latencies before and after
-says what the latency would be with no batch; at or over the set point, the limit returns to the batch
-the cuts began at and steers to 1.1 × the latency there until the latency falls under the set point.
-A limit held at the floor with the latency over the set point is probed at twice the floor, read the
-same way. An engine slower than the objective at every batch is then served at the load it has, not
-throttled to the floor while its queue times out.
+Cuts that do not lower the latency are undone, and a limit held at the floor is probed at twice it
+(`gateway.upstream.cut_check`): an engine slower than the objective at every batch is served at the
+load it has, not throttled to the floor while its queue times out.
 
 From the first fast sample on, finished requests' TPOTs no longer move the limit (they describe the
 batch of a generation ago). With fast samples the limit is on the engine's whole batch, not one
@@ -103,7 +99,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from gateway.upstream.cut_check import CutCheck
+from gateway.upstream.cut_check import PROBE_FACTOR, CutCheck
 
 DEFAULT_UPDATE_EVERY = 8
 TPOT_WEIGHT = 0.2
@@ -201,6 +197,13 @@ class TpotConcurrencyLimit:
         """The token latency the fast limit steers to now: the set point, or the reachable one while
         its cuts were found futile (`gateway.upstream.cut_check`)."""
         return self._cut_check.set_point_s(self._target_s)
+
+    @property
+    def held_near_floor(self) -> bool:
+        """The limit within twice its floor (a probe included) while the smoothed token latency is over
+        what it steers to: the objective out of reach even at the smallest batches the cap allows."""
+        latency_s, limit = self._window_latency_s or 0.0, self.limit or math.inf
+        return limit <= PROBE_FACTOR * self._min and latency_s > self.steered_set_point_s
 
     @property
     def cap(self) -> int | None:

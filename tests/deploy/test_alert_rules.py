@@ -52,7 +52,7 @@ def test_the_shipped_prometheus_rule_is_what_the_generator_makes_of_the_example_
     assert SHIPPED.read_text() == expected, f"regenerate: llm-gateway alerts --config {CONFIG} > {SHIPPED}"
     shipped = find(rendered(), "PrometheusRule", "llm-gateway-slo")
     assert shipped["metadata"]["namespace"] == "llm-gateway"
-    assert len(example_rules().alert_rules()) == 4
+    assert len(example_rules().alert_rules()) == 5  # four burn-rate alerts and the learned cap's
 
 
 @pytest.mark.parametrize(
@@ -123,7 +123,9 @@ def _series(slo: str, bad: list[Any], good: list[Any]) -> list[dict[str, str]]:
 
 
 def _expect(rules: RuleSet, slo: str, burn: str) -> tuple[str, dict[str, Any]]:
-    rule = next(r for r in rules.alert_rules() if r["labels"]["slo"] == slo and r["labels"]["burn"] == burn)
+    rule = next(
+        r for r in rules.alert_rules() if r["labels"].get("slo") == slo and r["labels"].get("burn") == burn
+    )
     return rule["alert"], {"exp_labels": rule["labels"], "exp_annotations": rule["annotations"]}
 
 
@@ -197,6 +199,37 @@ def test_a_pool_with_no_goodput_at_all_still_pages(tmp_path: Path) -> None:
                 "alert_rule_test": [{"eval_time": "10m", "alertname": name, "exp_alerts": [alert]}],
             }
         ],
+    }
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(test, sort_keys=False))
+    result = _run("test", "rules", "test.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_learned_cap_alert_fires_after_fifteen_minutes_held_at_the_floor(tmp_path: Path) -> None:
+    """Replica `a` is held from minute 0; `b` too, but let go for one minute at minute 8."""
+    rules = build_rules(_settings())
+    (tmp_path / "rules.yaml").write_text(render(rules_file(rules), "x"))
+    (rule,) = [r for r in rules.alert_rules() if r["alert"] == "LLMGatewayLearnedCapHeldAtFloor"]
+
+    def firing(replica: str) -> dict[str, Any]:
+        annotations = {k: v.replace("{{ $labels.replica }}", replica) for k, v in rule["annotations"].items()}
+        return {"exp_labels": {**rule["labels"], "replica": replica}, "exp_annotations": annotations}
+
+    name = rule["alert"]
+    series = [
+        {"series": 'llm_gateway_learned_cap_held_at_floor{replica="a"}', "values": "1x40"},
+        {"series": 'llm_gateway_learned_cap_held_at_floor{replica="b"}', "values": "1x7 0 1x32"},
+    ]
+    checks = [
+        {"eval_time": "10m", "alertname": name, "exp_alerts": []},
+        {"eval_time": "17m", "alertname": name, "exp_alerts": [firing("a")]},
+        {"eval_time": "21m", "alertname": name, "exp_alerts": [firing("a")]},
+        {"eval_time": "27m", "alertname": name, "exp_alerts": [firing("a"), firing("b")]},
+    ]
+    test = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": checks}],
     }
     (tmp_path / "test.yaml").write_text(yaml.safe_dump(test, sort_keys=False))
     result = _run("test", "rules", "test.yaml", cwd=tmp_path)

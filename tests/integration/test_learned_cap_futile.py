@@ -66,4 +66,5 @@ def test_cuts_that_do_not_lower_the_token_latency_are_undone_and_the_load_is_ser
     assert set_point_s is not None and set_point_s > 0.02, "steers to what the engine reaches, over 20 ms"
     exported = httpx.get(gateway.url + "/metrics").text
     assert f'llm_gateway_learned_cap_set_point_seconds{{replica="{replica.replica_id}"}}' in exported
+    assert f'llm_gateway_learned_cap_held_at_floor{{replica="{replica.replica_id}"}} 0.0' in exported
     assert wait_until(lambda: gateway.app.state.registry.total_inflight() == 0)

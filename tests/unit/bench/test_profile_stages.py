@@ -155,6 +155,7 @@ UNMAPPED = {
     # start-up and configuration: built once, never on a request's path
     "gateway/fleet/alert_rules.py",
     "gateway/fleet/alert_rules_cost.py",
+    "gateway/fleet/alert_rules_learned_cap.py",
     "gateway/fleet/alert_rules_promql.py",
     "gateway/composition.py",
     "gateway/fleet/shared_state_assembly.py",

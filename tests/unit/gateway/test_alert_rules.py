@@ -66,6 +66,7 @@ def test_default_rules_record_every_window_of_both_slos_and_four_alerts() -> Non
         "LLMGatewayAvailabilityBudgetBurnSlow",
         "LLMGatewayLatencyBudgetBurnFast",
         "LLMGatewayLatencyBudgetBurnSlow",
+        "LLMGatewayLearnedCapHeldAtFloor",  # the fleet's, below
     ]
     fast = alerts["LLMGatewayLatencyBudgetBurnFast"]
     assert fast["expr"] == (
@@ -91,7 +92,7 @@ def test_windows_and_alerts_follow_the_settings() -> None:
     names = rules.recorded_names()
     assert "llm_gateway:slo_error_ratio:rate3d" in names and "llm_gateway:slo_error_ratio:rate6h" in names
     assert "llm_gateway:slo_error_ratio:rate1h" not in names
-    assert [a["alert"] for a in rules.alert_rules()] == [
+    assert [a["alert"] for a in rules.alert_rules() if "BudgetBurn" in a["alert"]] == [
         "LLMGatewayLatencyBudgetBurnVerySlow",
         "LLMGatewayAvailabilityBudgetBurnVerySlow",
     ]
@@ -178,9 +179,28 @@ def test_cost_rules_and_the_planners_figure() -> None:
     )
     gpu_cost = _records(rules, "llm_gateway:gpu_cost_usd_per_second")[0]["expr"]
     assert gpu_cost == 'llm_gateway:pool_replicas:max{model="m"} * 2 * 2.5 / 3600'
-    assert rules.groups[-1]["name"] == "llm-gateway-cost:tenants"
+    assert "llm-gateway-cost:tenants" in [group["name"] for group in rules.groups]
     no_planner = build_rules(_settings(cost={"gpu_usd_per_hour": 2.5}))
     assert not _records(no_planner, "llm_gateway:cost_usd_per_million_tokens_at_b_max")
+
+
+def test_one_learned_cap_alert_for_the_fleet_when_any_pool_learns_a_cap() -> None:
+    rules = build_rules(_settings(), 'namespace="prod"')
+    (group,) = [g for g in rules.groups if g["name"] == "llm-gateway-learned-cap"]
+    (alert,) = group["rules"]
+    assert alert["alert"] == "LLMGatewayLearnedCapHeldAtFloor" and alert["labels"] == {"severity": "ticket"}
+    assert alert["expr"] == (
+        'max by (replica) (min_over_time(llm_gateway_learned_cap_held_at_floor{namespace="prod"}[2m])) == 1'
+    )
+    assert alert["for"] == "15m"
+    assert "slo.tpot_s" in alert["annotations"]["description"]
+    for pool in (
+        {"latency_model": {"adaptive_cap": False}},
+        {"latency_model": {"enabled": False}},
+        {"slo": {"tpot_s": None}},
+    ):
+        names = [g["name"] for g in build_rules(_settings(**pool)).groups]
+        assert "llm-gateway-learned-cap" not in names, pool
 
 
 def test_prometheus_rule_wraps_the_same_groups() -> None:

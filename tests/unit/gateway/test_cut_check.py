@@ -171,6 +171,7 @@ def test_a_cap_at_the_floor_since_a_cold_start_is_probed_and_the_flat_latency_re
     assert max(batches[:first_probe]) == 8, "at the floor until the probe"
     assert first_probe <= 8 + PROBE_AFTER_WINDOWS
     assert batches[-1] == 47, "served at the load it has"
+    assert not limit.held_near_floor
     assert limit.steered_set_point_s == pytest.approx(FUTILE_MARGIN * 0.05)
 
 
@@ -185,6 +186,7 @@ def test_a_probe_that_raises_the_latency_ends_and_the_next_waits_twice_as_long()
     assert all(later > 1.5 * earlier for earlier, later in pairwise(gaps)), gaps
     assert limit.steered_set_point_s == pytest.approx(SET_POINT_S), "no verdict"
     assert batches[-1] <= 16
+    assert limit.held_near_floor, "the alert's gauge: held at the floor, the latency over the set point"
 
 
 def test_a_probe_the_demand_does_not_fill_ends_unread() -> None:
