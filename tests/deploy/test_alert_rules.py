@@ -47,6 +47,19 @@ def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _promtool_test(tmp_path: Path, series: list[dict[str, str]], **tests: list[dict[str, Any]]) -> None:
+    """`promtool test rules` on `series` (one sample a minute) with the given `alert_rule_test` or
+    `promql_expr_test` lists, against the rules already written to `tmp_path/rules.yaml`."""
+    test = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": series, **tests}],
+    }
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(test, sort_keys=False))
+    result = _run("test", "rules", "test.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_the_shipped_prometheus_rule_is_what_the_generator_makes_of_the_example_config() -> None:
     expected = render(prometheus_rule(example_rules()), CONFIG)
     assert SHIPPED.read_text() == expected, f"regenerate: llm-gateway alerts --config {CONFIG} > {SHIPPED}"
@@ -167,20 +180,7 @@ def test_each_alert_fires_during_its_burn_and_resolves_after_it(tmp_path: Path, 
     if burn == "slow":  # a slow burn is below the fast threshold: it pages nobody
         checks.append({"eval_time": f"{firing}m", "alertname": other_name, "exp_alerts": []})
     bad_segments, good_segments = _burn(case.bad, case.start, case.length, case.end)
-    test = {
-        "rule_files": ["rules.yaml"],
-        "evaluation_interval": "1m",
-        "tests": [
-            {
-                "interval": "1m",
-                "input_series": _series(slo, bad_segments, good_segments),
-                "alert_rule_test": checks,
-            }
-        ],
-    }
-    (tmp_path / "test.yaml").write_text(yaml.safe_dump(test, sort_keys=False))
-    result = _run("test", "rules", "test.yaml", cwd=tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
+    _promtool_test(tmp_path, _series(slo, bad_segments, good_segments), alert_rule_test=checks)
 
 
 def test_a_pool_with_no_goodput_at_all_still_pages(tmp_path: Path) -> None:
@@ -189,20 +189,8 @@ def test_a_pool_with_no_goodput_at_all_still_pages(tmp_path: Path) -> None:
     (tmp_path / "rules.yaml").write_text(render(rules_file(rules), "x"))
     name, alert = _expect(rules, "latency", "fast")
     series = [{"series": f'llm_gateway_slo_requests_total{{model="{MODEL}"}}', "values": f"0+{PER_MIN}x30"}]
-    test = {
-        "rule_files": ["rules.yaml"],
-        "evaluation_interval": "1m",
-        "tests": [
-            {
-                "interval": "1m",
-                "input_series": series,
-                "alert_rule_test": [{"eval_time": "10m", "alertname": name, "exp_alerts": [alert]}],
-            }
-        ],
-    }
-    (tmp_path / "test.yaml").write_text(yaml.safe_dump(test, sort_keys=False))
-    result = _run("test", "rules", "test.yaml", cwd=tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
+    checks = [{"eval_time": "10m", "alertname": name, "exp_alerts": [alert]}]
+    _promtool_test(tmp_path, series, alert_rule_test=checks)
 
 
 def test_the_learned_cap_alert_fires_after_fifteen_minutes_held_at_the_floor(tmp_path: Path) -> None:
@@ -226,14 +214,7 @@ def test_the_learned_cap_alert_fires_after_fifteen_minutes_held_at_the_floor(tmp
         {"eval_time": "21m", "alertname": name, "exp_alerts": [firing("a")]},
         {"eval_time": "27m", "alertname": name, "exp_alerts": [firing("a"), firing("b")]},
     ]
-    test = {
-        "rule_files": ["rules.yaml"],
-        "evaluation_interval": "1m",
-        "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": checks}],
-    }
-    (tmp_path / "test.yaml").write_text(yaml.safe_dump(test, sort_keys=False))
-    result = _run("test", "rules", "test.yaml", cwd=tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
+    _promtool_test(tmp_path, series, alert_rule_test=checks)
 
 
 def test_cost_rules_compute_the_documented_figures(tmp_path: Path) -> None:
@@ -272,11 +253,4 @@ def test_cost_rules_compute_the_documented_figures(tmp_path: Path) -> None:
         }
         for series_name, value in expected.items()
     ]
-    test = {
-        "rule_files": ["rules.yaml"],
-        "evaluation_interval": "1m",
-        "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": exprs}],
-    }
-    (tmp_path / "test.yaml").write_text(yaml.safe_dump(test, sort_keys=False))
-    result = _run("test", "rules", "test.yaml", cwd=tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
+    _promtool_test(tmp_path, series, promql_expr_test=exprs)
