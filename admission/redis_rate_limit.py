@@ -35,6 +35,13 @@ local function bucket_store(key, cap, rate, level, now)
   redis.call('HSET', key, 'level', fmt(level), 'updated_s', fmt(now))
   redis.call('PEXPIRE', key, math.ceil((cap - level) / rate * 1000) + 1000)
 end
+-- Append a bucket's reading to a script's answer: level left, seconds until full, seconds to wait
+-- (`bucket_readings` parses the triples).
+local function bucket_reading(out, cap, rate, remaining, retry)
+  out[#out + 1] = fmt(remaining)
+  out[#out + 1] = fmt((cap - remaining) / rate)
+  out[#out + 1] = fmt(retry)
+end
 """
 
 _RATE_ACQUIRE_LUA = (
@@ -61,9 +68,7 @@ for i = 1, #KEYS do
   else
     retry = math.max(0, costs[i] - levels[i]) / rates[i]
   end
-  out[#out + 1] = fmt(remaining)
-  out[#out + 1] = fmt((caps[i] - remaining) / rates[i])
-  out[#out + 1] = fmt(retry)
+  bucket_reading(out, caps[i], rates[i], remaining, retry)
 end
 return out
 """

@@ -69,9 +69,7 @@ for i = 1, n do
   elseif allowed == 0 then
     retry = math.max(0, costs[i] - levels[i]) / rates[i]
   end
-  out[#out + 1] = fmt(remaining)
-  out[#out + 1] = fmt((caps[i] - remaining) / rates[i])
-  out[#out + 1] = fmt(retry)
+  bucket_reading(out, caps[i], rates[i], remaining, retry)
 end
 return out
 """

@@ -185,17 +185,16 @@ class CutCheck:
             self._settled += 1
         else:
             self._settled = 0
-        if self._settled >= SETTLE_WINDOWS:
-            self.probe_level = None
-            self._floor_windows = 0
-            if abs(latency_s - self._start_latency_s) <= FLAT_SHARE * self._start_latency_s:
-                self.reachable_s = FUTILE_MARGIN * max(latency_s, self._start_latency_s)
-                self.futile_batch = level
-                self._backoff = 1
-                return True
-            self._backoff = min(PROBE_BACKOFF_MAX, 2 * self._backoff)  # the batch costs: back to the cuts
-        elif self._probe_windows >= PROBE_MAX_WINDOWS:
-            self.probe_level = None  # not filled: too little demand to tell
-            self._floor_windows = 0
-            self._backoff = min(PROBE_BACKOFF_MAX, 2 * self._backoff)
+        settled = self._settled >= SETTLE_WINDOWS
+        if not settled and self._probe_windows < PROBE_MAX_WINDOWS:
+            return False
+        self.probe_level = None  # read, or not filled: too little demand to tell
+        self._floor_windows = 0
+        flat = abs(latency_s - self._start_latency_s) <= FLAT_SHARE * self._start_latency_s
+        if settled and flat:
+            self.reachable_s = FUTILE_MARGIN * max(latency_s, self._start_latency_s)
+            self.futile_batch = level
+            self._backoff = 1
+            return True
+        self._backoff = min(PROBE_BACKOFF_MAX, 2 * self._backoff)  # the batch costs, or no answer
         return False
