@@ -112,6 +112,7 @@ _STRONG: dict[str, tuple[str, ...]] = {
         "gateway/upstream/prefill_set.py",
         "gateway/upstream/tpot_limit.py",
         "gateway/upstream/cut_check.py",
+        "gateway/upstream/set_point_trim.py",
         "gateway/upstream/breaker.py",
     ),
     SEND: ("gateway/proxy/send.py", "gateway/upstream/http_client.py"),

@@ -47,10 +47,11 @@ Fast samples (`observe_window`): where the engine exports an inter-token latency
 scrape that closes a window (`gateway.upstream.engine_metrics.adapter`) gives the replica's own mean
 token latency over the last interval, at the batch it ran (engine running + waiting, every gateway
 instance's requests together). Such a sample lags an admission by a prefill, not a generation. The
-limit steers the samples' exponentially weighted mean (`WINDOW_SMOOTHING`) and takes a damped step
-from the batch that ran, not from the limit (gradient clamped to [0.5, 2]):
+limit steers the exponentially weighted mean (`WINDOW_SMOOTHING`) of the samples, each held to at most
+`WINDOW_CEILING_RATIO` × the set point, and takes a damped step from the batch that ran, not from the
+limit (gradient = set point / that mean, clamped to [0.5, 2]):
 
-    first cut             limit = batch × gradient^WINDOW_GAIN
+    first cut             limit = batch × gradient^WINDOW_GAIN, once batch ≥ BIRTH_BATCH_RATIO × floor
     latency over target   limit = min(limit, batch × gradient^WINDOW_GAIN)
     latency under target  limit = min(max(limit, batch × gradient^WINDOW_GAIN), WINDOW_HEADROOM × batch)
 
@@ -63,6 +64,19 @@ still converges within about a generation. The first cut is damped like the othe
 prompts (every one a full prefill) can show several times the target for a few seconds and then pass,
 and a whole step there stopped every dispatch until half the batch had finished.
 
+The first cut: no limit is born under a batch of `BIRTH_BATCH_RATIO` × the floor. From a smaller batch
+even the damped step (at least × 0.81) lands on the floor, and a limit at the floor regrows by under a
+request a window. A cold engine's first windows carry its first requests' full prefills: traced at the
+knee on the shared-prefix fleet (docs/bench-log/2026-12-05-cold-onset.md), three of four replicas were
+cut on their first window, at a batch of 7-9, and took 15 s to regain the batch the objective allows,
+while the fourth, uncut, took their spill and stalled on its prefill queue.
+
+Stalls: why each sample is held to twice the set point. The gradient's floor (0.5) already makes a window
+above that cut no deeper; unheld, its memory would: an engine stalled on a prefill queue shows windows of
+ten times the set point, and the mean of such windows stayed over the set point for five seconds after
+the stall had ended, with the limit held below the batch. The futile-cut check judges the latency as
+measured, unheld (a drain from three to two and a half times the set point is not flat).
+
 Cuts that do not lower the latency are undone, and a limit held at the floor is probed at twice it
 (`gateway.upstream.cut_check`): an engine slower than the objective at every batch is served at the
 load it has, not throttled to the floor while its queue times out.
@@ -72,20 +86,8 @@ batch of a generation ago). With fast samples the limit is on the engine's whole
 instance's requests: the replica subtracts the others' share before routing reads it
 (`gateway.upstream.replica`).
 
-The set point's trim: with fast samples the limit holds the engine's *mean* token latency at its set
-point, but what the objective judges is each request's own TPOT, which scatters around that mean by
-an amount the workload decides (long prompts' prefill chunks land on some requests' steps more than on
-others'; a token-weighted mean and a per-request one differ). So the finished requests' TPOTs trim the
-set point: every `ATTAINMENT_EVERY` finished requests, with q the `ATTAINMENT_QUANTILE` of the last
-`ATTAINMENT_SAMPLES`, set point × clamp(`ATTAINMENT_RATIO` × objective / q, 0.8, 1.25)^0.5, kept within
-`TRIM_BOUNDS` of the objective. It starts at `target_ratio` × the objective and moves at the pace of
-finished requests (slow), while the limit follows the engine's latency (fast): a cascade. It moves up
-only while the smoothed latency is at least `TRIM_UP_BINDING` × the set point — the limit steering the
-latency at it, so the finished TPOTs say what the set point gives; below the knee (no limit, or one
-not reached) they say only that the load is light, and trimmed up on them the set point wound up to the
-objective itself, from where a step in the load is admitted up to the objective (the trace and the
-runs: docs/bench-log/2026-12-05-overload-onset.md, "The trim's windup"). Down it always moves: TPOTs
-over the objective are a reason whatever the limit did.
+The set point is trimmed by what the finished requests' TPOTs say (`gateway.upstream.set_point_trim`):
+the limit steers the engine's mean token latency, the objective judges each request's own TPOT.
 
 Why a set point below the objective: the limit holds the *mean* TPOT at its target, and requests
 scatter around the mean (prefill chunks land on some requests' steps more than on others'), so with
@@ -97,9 +99,9 @@ target below the objective trades batch for attainment.
 from __future__ import annotations
 
 import math
-from collections import deque
 
 from gateway.upstream.cut_check import PROBE_FACTOR, CutCheck
+from gateway.upstream.set_point_trim import SetPointTrim
 
 DEFAULT_UPDATE_EVERY = 8
 TPOT_WEIGHT = 0.2
@@ -116,20 +118,12 @@ last four windows, two seconds at the default scrape interval). A request's TPOT
 whole generation, so one window that caught a long prefill step (a cache miss: a tenth of a second
 on an H100 13B) breaks no objective; cutting on it would queue requests for nothing at the knee."""
 WINDOW_HEADROOM = 1.25
-ATTAINMENT_QUANTILE = 0.95
-"""The share of finished requests whose TPOT the fast limit's set point is trimmed to keep within the
-objective (`ATTAINMENT_RATIO` × `slo.tpot_s`): the trim is what the admitted requests' own TPOTs say."""
-ATTAINMENT_RATIO = 0.95
-ATTAINMENT_SAMPLES = 64
-"""Finished requests the quantile is taken over (the latest of this replica's)."""
-ATTAINMENT_EVERY = 16
-"""The set point is trimmed every this many finished requests, by at most × [0.8, 1.25]^0.5."""
-TRIM_BOUNDS = (0.5, 1.0)
-"""The set point stays within these shares of the objective."""
-TRIM_UP_BINDING = 0.9
-"""The set point is trimmed up only while the smoothed token latency is at least this share of it."""
 """A fast limit grows no further than this × the batch running and waiting: a limit far above what
 runs would let a burst through before any window could show its cost."""
+WINDOW_CEILING_RATIO = 1.0 / MIN_GRADIENT
+"""A window enters the steered latency at most at this × the set point (module docstring, "Stalls")."""
+BIRTH_BATCH_RATIO = 2.0
+"""No limit is born while the batch is under this × the floor (module docstring, "The first cut")."""
 
 
 class TpotConcurrencyLimit:
@@ -140,10 +134,9 @@ class TpotConcurrencyLimit:
         "_max",
         "_min",
         "_paced",
-        "_recent_tpots",
         "_samples",
-        "_since_trim",
-        "_slo_s",
+        "_set_point_trim",
+        "_steered_latency_s",
         "_target_s",
         "_tpot_s",
         "_update_every",
@@ -172,9 +165,7 @@ class TpotConcurrencyLimit:
             raise ValueError("window_smoothing must be in (0, 1]")
         self._paced = paced
         self._target_s = tpot_slo_s * target_ratio
-        self._slo_s = tpot_slo_s
-        self._recent_tpots: deque[float] = deque(maxlen=ATTAINMENT_SAMPLES)
-        self._since_trim = 0
+        self._set_point_trim = SetPointTrim(tpot_slo_s)
         self._min = min_limit
         self._max = max_limit
         self._update_every = update_every
@@ -182,6 +173,9 @@ class TpotConcurrencyLimit:
         self._tpot_s: float | None = None
         self.limit: float | None = None
         self._window_latency_s: float | None = None
+        """The windows' smoothed token latency as measured (what the futile-cut check judges)."""
+        self._steered_latency_s: float | None = None
+        """The same, each window held to `WINDOW_CEILING_RATIO` × the set point (what the limit steers)."""
         self._window_smoothing = window_smoothing
         self._cut_check = CutCheck(min_limit)
         self.windowed = False
@@ -202,7 +196,7 @@ class TpotConcurrencyLimit:
     def held_near_floor(self) -> bool:
         """The limit within twice its floor (a probe included) while the smoothed token latency is over
         what it steers to: the objective out of reach even at the smallest batches the cap allows."""
-        latency_s, limit = self._window_latency_s or 0.0, self.limit or math.inf
+        latency_s, limit = self._steered_latency_s or 0.0, self.limit or math.inf
         return limit <= PROBE_FACTOR * self._min and latency_s > self.steered_set_point_s
 
     @property
@@ -210,28 +204,11 @@ class TpotConcurrencyLimit:
         """The limit as a whole number of requests, None while there is none."""
         return None if self.limit is None else max(self._min, math.floor(self.limit))
 
-    def _trim(self, tpot_s: float) -> None:
-        """The set point's trim (module docstring)."""
-        recent = self._recent_tpots
-        recent.append(tpot_s)
-        self._since_trim += 1
-        if len(recent) < ATTAINMENT_SAMPLES or self._since_trim < ATTAINMENT_EVERY:
-            return
-        self._since_trim = 0
-        ordered = sorted(recent)
-        quantile_s = ordered[min(len(ordered) - 1, int(ATTAINMENT_QUANTILE * len(ordered)))]
-        step = min(1.25, max(0.8, ATTAINMENT_RATIO * self._slo_s / quantile_s)) ** 0.5
-        latency_s = self._window_latency_s
-        if step > 1.0 and (latency_s is None or latency_s < TRIM_UP_BINDING * self._target_s):
-            return  # the latency is not held at the set point: its requests say nothing of it
-        low, high = TRIM_BOUNDS
-        self._target_s = min(high * self._slo_s, max(low * self._slo_s, self._target_s * step))
-
     def reset(self) -> None:
         """Forget the limit and the samples (no limit until the objective breaks again)."""
         self.limit = self._tpot_s = None
         self._samples = 0
-        self._window_latency_s = None
+        self._window_latency_s = self._steered_latency_s = None
         self._cut_check = CutCheck(self._min)
         self.windowed = False
 
@@ -241,17 +218,21 @@ class TpotConcurrencyLimit:
         if not math.isfinite(latency_s) or latency_s <= 0:
             return
         self.windowed = True
+        weight = self._window_smoothing
         smoothed = self._window_latency_s
-        smoothed = (
-            latency_s if smoothed is None else smoothed + self._window_smoothing * (latency_s - smoothed)
-        )
+        smoothed = latency_s if smoothed is None else smoothed + weight * (latency_s - smoothed)
         self._window_latency_s = smoothed
         check = self._cut_check
         futile = check.window(smoothed, batch, self._target_s, self.limit)
-        gradient = min(MAX_PACED_GRADIENT, max(MIN_GRADIENT, check.set_point_s(self._target_s) / smoothed))
+        steer_s = check.set_point_s(self._target_s)
+        window_s = min(latency_s, WINDOW_CEILING_RATIO * steer_s)
+        steered = self._steered_latency_s
+        steered = window_s if steered is None else steered + weight * (window_s - steered)
+        self._steered_latency_s = steered
+        gradient = min(MAX_PACED_GRADIENT, max(MIN_GRADIENT, steer_s / steered))
         base = max(batch, float(self._min))
         if self.limit is None:
-            if gradient >= 1.0:
+            if gradient >= 1.0 or batch < BIRTH_BATCH_RATIO * self._min:
                 return
             new = base * gradient**WINDOW_GAIN
         elif gradient < 1.0:
@@ -272,7 +253,7 @@ class TpotConcurrencyLimit:
         if not math.isfinite(tpot_s) or tpot_s <= 0:
             return
         if self.windowed:
-            self._trim(tpot_s)
+            self._target_s = self._set_point_trim.trimmed(tpot_s, self._target_s, self._steered_latency_s)
             return
         if self._tpot_s is None:
             self._tpot_s = tpot_s

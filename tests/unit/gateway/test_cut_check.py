@@ -16,7 +16,7 @@ from gateway.upstream.cut_check import (
     SETTLE_WINDOWS,
     CutCheck,
 )
-from gateway.upstream.tpot_limit import TpotConcurrencyLimit
+from gateway.upstream.tpot_limit import BIRTH_BATCH_RATIO, TpotConcurrencyLimit
 
 SLO_S = 0.05
 SET_POINT_S = 0.04  # SLO_S × 0.8
@@ -164,12 +164,15 @@ def test_after_a_futile_verdict_a_further_rise_in_load_is_still_held() -> None:
 
 def test_a_cap_at_the_floor_since_a_cold_start_is_probed_and_the_flat_latency_read_as_a_floor() -> None:
     def demand(step: int) -> float:
-        return min(47.0, 1.0 + step)  # the load builds after the first cut: it lands at the floor
+        return min(47.0, 1.0 + step)  # the load builds one request a window: the cuts reach the floor
 
     limit, batches = closed_loop(lambda batch: 0.05, demand, windows=120)
-    first_probe = batches.index(PROBE_FACTOR * 8)
-    assert max(batches[:first_probe]) == 8, "at the floor until the probe"
-    assert first_probe <= 8 + PROBE_AFTER_WINDOWS
+    born = batches.index(BIRTH_BATCH_RATIO * 8)  # no limit under twice the floor
+    at_floor = batches.index(8.0, born)  # the cuts follow the batch down while nothing is judged
+    first_probe = batches.index(PROBE_FACTOR * 8, at_floor)
+    assert max(batches[:first_probe]) == BIRTH_BATCH_RATIO * 8
+    assert set(batches[at_floor:first_probe]) == {8.0}, "at the floor until the probe"
+    assert first_probe <= at_floor + PROBE_AFTER_WINDOWS + 1
     assert batches[-1] == 47, "served at the load it has"
     assert not limit.held_near_floor
     assert limit.steered_set_point_s == pytest.approx(FUTILE_MARGIN * 0.05)
@@ -202,3 +205,17 @@ def test_a_probe_the_demand_does_not_fill_ends_unread() -> None:
     assert check.probe_level is None
     check.window(0.06, 8, SET_POINT_S, limit=8.0)
     assert check.probe_level == 16
+
+
+@pytest.mark.parametrize(("drained_ratio", "futile"), [(3.0, True), (2.5, False)])
+def test_the_check_judges_the_latency_as_measured_not_as_held_for_the_limit(
+    drained_ratio: float, futile: bool
+) -> None:
+    """The limit steers windows held to twice the set point; a drain from three times the set point to
+    two and a half did lower the latency, which the held windows (both at twice) would not show."""
+    limit = TpotConcurrencyLimit(SLO_S, min_limit=8, target_ratio=0.8, window_smoothing=1.0)
+    limit.observe_window(3.0 * SET_POINT_S, batch=100)  # the first cut opens the check
+    for _ in range(SETTLE_WINDOWS + 1):
+        limit.observe_window(drained_ratio * SET_POINT_S, batch=50)
+    verdict = limit.steered_set_point_s > 1.01 * SET_POINT_S  # else the set point itself
+    assert verdict is futile

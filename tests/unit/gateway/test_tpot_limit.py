@@ -10,7 +10,14 @@ import pytest
 from core.clock import FakeClock
 from gateway.config.latency_settings import LatencyModelSettings
 from gateway.upstream.replica_cost import AFFINITY_SHARE_WEIGHT, ReplicaCost
-from gateway.upstream.tpot_limit import WINDOW_GAIN, WINDOW_HEADROOM, WINDOW_SMOOTHING, TpotConcurrencyLimit
+from gateway.upstream.tpot_limit import (
+    BIRTH_BATCH_RATIO,
+    WINDOW_CEILING_RATIO,
+    WINDOW_GAIN,
+    WINDOW_HEADROOM,
+    WINDOW_SMOOTHING,
+    TpotConcurrencyLimit,
+)
 
 SLO_S = 0.05
 
@@ -266,10 +273,45 @@ def test_the_fast_limit_steers_a_smoothed_latency_so_one_slow_window_cuts_nothin
     assert limit.cap is not None and limit.cap < 60
 
 
+def test_no_limit_is_born_under_twice_the_floor() -> None:
+    """A cold engine's first windows carry its first requests' full prefills: a cut there would land on
+    the floor, from where the limit regrows by under a request a window."""
+    limit = TpotConcurrencyLimit(SLO_S, min_limit=8, window_smoothing=1.0)
+    for batch in range(1, int(BIRTH_BATCH_RATIO * 8)):
+        limit.observe_window(0.1, batch=batch)  # twice the objective, the batch building
+        assert limit.limit is None, batch
+    limit.observe_window(0.1, batch=BIRTH_BATCH_RATIO * 8)
+    assert limit.limit == pytest.approx(BIRTH_BATCH_RATIO * 8 * 0.5**WINDOW_GAIN)
+    assert limit.cap is not None and limit.cap > 8, "born above the floor"
+
+
+def test_a_stall_is_held_to_twice_the_set_point_so_the_limit_regrows_once_it_ends() -> None:
+    """An engine stalled on its prefill queue shows windows of many times the set point; the cut is the
+    same (the gradient's floor) but their memory would hold the limit down long after the stall."""
+
+    def windows_to_regrow(stall_s: float) -> int:
+        limit = TpotConcurrencyLimit(SLO_S, min_limit=4)  # default smoothing
+        for _ in range(8):
+            limit.observe_window(stall_s, batch=40)
+        cut = limit.limit
+        assert cut == pytest.approx(40 * 0.5**WINDOW_GAIN)
+        for window in range(1, 40):
+            limit.observe_window(0.02, batch=40)  # the stall has ended; the batch fills the limit
+            if limit.limit is not None and limit.limit > cut:
+                return window
+        return 40
+
+    held = windows_to_regrow(WINDOW_CEILING_RATIO * SLO_S)
+    assert windows_to_regrow(20 * SLO_S) == held, "a longer stall's windows weigh no more"
+    unheld = 1 + math.ceil(math.log((SLO_S - 0.02) / (20 * SLO_S - 0.02)) / math.log(1 - WINDOW_SMOOTHING))
+    assert held <= 5  # the measured windows' mean would stay over the set point for `unheld` windows
+    assert unheld > 10
+
+
 def test_finished_requests_trim_the_fast_set_point_towards_the_objectives_quantile() -> None:
     """The fast limit holds the engine's mean token latency at its set point; finished requests whose
     TPOT quantile sits well inside the objective raise it (more batch), ones over it lower it."""
-    from gateway.upstream.tpot_limit import ATTAINMENT_EVERY, ATTAINMENT_SAMPLES, TRIM_BOUNDS
+    from gateway.upstream.set_point_trim import ATTAINMENT_EVERY, ATTAINMENT_SAMPLES, TRIM_BOUNDS
 
     loose = TpotConcurrencyLimit(SLO_S, min_limit=4, target_ratio=0.8, window_smoothing=1.0)
     loose.observe_window(0.045, batch=100)  # over the 40 ms set point: fast samples from now on
@@ -290,7 +332,7 @@ def test_the_set_point_is_trimmed_up_only_while_the_latency_is_held_at_it() -> N
     """Below the knee (the latency well under the set point, no limit) finished requests far inside the
     objective say nothing of the set point: it stays where it started. Held at it, they raise it; over
     the objective, they lower it whatever the latency."""
-    from gateway.upstream.tpot_limit import ATTAINMENT_EVERY, ATTAINMENT_SAMPLES
+    from gateway.upstream.set_point_trim import ATTAINMENT_EVERY, ATTAINMENT_SAMPLES
 
     light = TpotConcurrencyLimit(SLO_S, min_limit=4, target_ratio=0.8, window_smoothing=1.0)
     light.observe_window(0.02, batch=40)  # half the 40 ms set point: no limit, fast samples
