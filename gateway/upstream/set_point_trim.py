@@ -9,8 +9,9 @@ last `ATTAINMENT_SAMPLES`,
 
     set point × clamp(ATTAINMENT_RATIO × objective / q, 0.8, 1.25)^0.5
 
-kept within `TRIM_BOUNDS` of the objective. It starts at `target_ratio` × the objective and moves at
-the pace of finished requests (slow), while the limit follows the engine's latency (fast): a cascade.
+kept within `TRIM_BOUNDS` of the objective (up to where it started, when that is higher). It starts at
+`target_ratio` × the objective and moves at the pace of finished requests (slow), while the limit
+follows the engine's latency (fast): a cascade.
 It moves up only while the steered latency is at least `TRIM_UP_BINDING` × the set point — the limit
 steering the latency at it, so the finished TPOTs say what the set point gives; below the knee (no
 limit, or one not reached) they say only that the load is light, and trimmed up on them the set point
@@ -32,8 +33,12 @@ ATTAINMENT_SAMPLES = 64
 """Finished requests the quantile is taken over (the latest of this replica's)."""
 ATTAINMENT_EVERY = 16
 """The set point is trimmed every this many finished requests, by at most × [0.8, 1.25]^0.5."""
-TRIM_BOUNDS = (0.5, 1.0)
-"""The set point stays within these shares of the objective."""
+TRIM_BOUNDS = (0.5, 0.9)
+"""The set point stays within these shares of the objective. Why not up to the objective itself: the
+trim moves on requests admitted a generation ago, so when a cohort of requests ends together (the batch
+halves, the limit grows back at once) the limit steers at a set point those earlier requests earned;
+at the objective, with requests scattered around the mean, that cost a third of the admitted requests
+in the stretch that followed (docs/bench-log/2026-12-05-cold-onset.md)."""
 TRIM_UP_BINDING = 0.9
 """The set point is trimmed up only while the steered token latency is at least this share of it."""
 
@@ -41,10 +46,11 @@ TRIM_UP_BINDING = 0.9
 class SetPointTrim:
     """The trim of one replica's set point (module docstring)."""
 
-    __slots__ = ("_recent_tpots", "_since_trim", "_slo_s")
+    __slots__ = ("_ceiling_s", "_recent_tpots", "_since_trim", "_slo_s")
 
-    def __init__(self, tpot_slo_s: float) -> None:
+    def __init__(self, tpot_slo_s: float, start_s: float) -> None:
         self._slo_s = tpot_slo_s
+        self._ceiling_s = max(TRIM_BOUNDS[1] * tpot_slo_s, start_s)  # a set point started higher stays
         self._recent_tpots: deque[float] = deque(maxlen=ATTAINMENT_SAMPLES)
         self._since_trim = 0
 
@@ -62,5 +68,4 @@ class SetPointTrim:
         step = math.sqrt(min(1.25, max(0.8, ATTAINMENT_RATIO * self._slo_s / quantile_s)))
         if step > 1.0 and (latency_s is None or latency_s < TRIM_UP_BINDING * set_point_s):
             return set_point_s  # the latency is not held at the set point: its requests say nothing of it
-        low, high = TRIM_BOUNDS
-        return min(high * self._slo_s, max(low * self._slo_s, set_point_s * step))
+        return min(self._ceiling_s, max(TRIM_BOUNDS[0] * self._slo_s, set_point_s * step))

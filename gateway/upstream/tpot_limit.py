@@ -165,7 +165,7 @@ class TpotConcurrencyLimit:
             raise ValueError("window_smoothing must be in (0, 1]")
         self._paced = paced
         self._target_s = tpot_slo_s * target_ratio
-        self._set_point_trim = SetPointTrim(tpot_slo_s)
+        self._set_point_trim = SetPointTrim(tpot_slo_s, self._target_s)
         self._min = min_limit
         self._max = max_limit
         self._update_every = update_every

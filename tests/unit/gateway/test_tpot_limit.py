@@ -317,8 +317,9 @@ def test_finished_requests_trim_the_fast_set_point_towards_the_objectives_quanti
     loose.observe_window(0.045, batch=100)  # over the 40 ms set point: fast samples from now on
     for _ in range(ATTAINMENT_SAMPLES + 4 * ATTAINMENT_EVERY):
         loose.observe(0.03, inflight=80)  # requests see 30 ms: far inside the 50 ms objective
-    loose.observe_window(0.045, batch=80)
-    assert loose.limit is not None and loose.limit > 80, "45 ms is now under the trimmed set point"
+    assert loose.set_point_s == pytest.approx(TRIM_BOUNDS[1] * SLO_S), "trimmed up to its ceiling, 45 ms"
+    loose.observe_window(0.043, batch=80)
+    assert loose.limit is not None and loose.limit > 80, "43 ms is now under the trimmed set point"
     tight = TpotConcurrencyLimit(SLO_S, min_limit=4, target_ratio=0.8, window_smoothing=1.0)
     tight.observe_window(0.03, batch=100)  # under the set point: no limit, but fast samples
     for _ in range(ATTAINMENT_SAMPLES + 20 * ATTAINMENT_EVERY):
@@ -356,3 +357,17 @@ def test_before_fast_samples_finished_requests_still_move_the_limit_not_the_set_
     limit = TpotConcurrencyLimit(SLO_S, min_limit=4)
     feed(limit, 0.1, inflight=100)
     assert limit.cap == 50 and not limit.windowed
+
+
+def test_the_trim_raises_the_set_point_no_higher_than_its_ceiling_nor_lowers_one_started_above() -> None:
+    """Up to 0.9 × the objective (a generation-old view of the requests steers at most there); a set
+    point an operator started higher (`tpot_target_ratio`) is not lowered for being high."""
+    from gateway.upstream.set_point_trim import ATTAINMENT_EVERY, ATTAINMENT_SAMPLES, TRIM_BOUNDS
+
+    for ratio, settled in ((0.8, TRIM_BOUNDS[1]), (1.0, 1.0)):
+        limit = TpotConcurrencyLimit(SLO_S, min_limit=4, target_ratio=ratio, window_smoothing=1.0)
+        limit.observe_window(0.99 * ratio * SLO_S, batch=100)  # held at the set point: fast samples
+        for _ in range(ATTAINMENT_SAMPLES + 8 * ATTAINMENT_EVERY):
+            limit.observe(0.02, inflight=80)  # far inside the objective
+            limit.observe_window(0.99 * limit.set_point_s, batch=100)
+        assert limit.set_point_s == pytest.approx(settled * SLO_S), ratio
