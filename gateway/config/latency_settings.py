@@ -9,7 +9,9 @@ always learned when enabled (a few dozen float operations per request); what use
   (0.05 s by default). Where the engine exports an inter-token latency histogram (vLLM, SGLang) every
   scrape that closes a window moves it, on the engine's whole batch: every gateway instance learns the
   same budget from the same engine and takes the requests the others run there off its own share.
-  Finished requests' TPOTs then trim the set point toward the objective's 95th percentile. Elsewhere
+  Finished requests' TPOTs then trim the set point toward the objective's 95th percentile, within
+  [0.5, 0.9] × `slo.tpot_s` (`gateway.upstream.set_point_trim`). No budget is set while fewer than
+  twice `min_cap_per_replica` run (a cold engine's first prefills say nothing of its batch). Elsewhere
   the TPOT of this instance's finished streams moves the cap itself, a generation late
   (`cap_paced_by_generation`). The rules are `gateway.upstream.tpot_limit`'s. Never below
   `min_cap_per_replica` (8); a configured `max_concurrency_per_replica` still bounds this instance.
@@ -61,7 +63,8 @@ class LatencyModelSettings(BaseModel):
     tpot_target_ratio: float = Field(DEFAULT_TPOT_TARGET_RATIO, gt=0, le=1)
     """The learned cap's set point as a share of `slo.tpot_s`: the limit holds the mean token latency
     there and requests scatter around the mean. With the engine's token latency this is where the set
-    point starts; finished requests then trim it (`gateway.upstream.tpot_limit`)."""
+    point starts; finished requests then trim it (`gateway.upstream.set_point_trim`: up to 0.9, or
+    this ratio when higher)."""
     deadline_headroom: bool = True
     """A queued request whose class's wait runs out may take a slot in the headroom the learned cap
     leaves below the objective (the cap × 1 / `tpot_target_ratio`) instead of being refused
