@@ -25,8 +25,9 @@ latency falls under the set point (the engine got faster, the load changed), whi
 a later run of cuts whose floor is under the set point. When the floor is under the set point the cuts
 pay and the check closes; the next run of cuts opens another.
 
-From the floor. Cuts that begin at the floor have no drain to judge: when the objective breaks on the
-first requests of a cold start, the first cut lands at `min_cap_per_replica` before any batch has run.
+From the floor. Cuts that reach the floor without a drain have nothing to judge: when the objective
+breaks on the first requests of a cold start, the cuts follow the batch down from where the limit is
+born (twice `min_cap_per_replica`) to the floor while it builds, before any run could settle.
 So a limit that has sat at the floor for `PROBE_AFTER_WINDOWS` windows in a row, with the batch filling
 it and the latency over the set point, is probed: it is raised to `PROBE_FACTOR` × the floor and held
 there (`probe_level`) until the batch has filled it for `SETTLE_WINDOWS` windows. A latency within

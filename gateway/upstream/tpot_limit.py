@@ -126,6 +126,11 @@ BIRTH_BATCH_RATIO = 2.0
 """No limit is born while the batch is under this × the floor (module docstring, "The first cut")."""
 
 
+def _moved(mean: float | None, sample: float, weight: float) -> float:
+    """An exponentially weighted mean after one more sample (the sample itself when there was none)."""
+    return sample if mean is None else mean + weight * (sample - mean)
+
+
 class TpotConcurrencyLimit:
     """The gradient limit of one replica (module docstring); `limit` is None until it is needed."""
 
@@ -219,16 +224,12 @@ class TpotConcurrencyLimit:
             return
         self.windowed = True
         weight = self._window_smoothing
-        smoothed = self._window_latency_s
-        smoothed = latency_s if smoothed is None else smoothed + weight * (latency_s - smoothed)
-        self._window_latency_s = smoothed
+        smoothed = self._window_latency_s = _moved(self._window_latency_s, latency_s, weight)
         check = self._cut_check
         futile = check.window(smoothed, batch, self._target_s, self.limit)
         steer_s = check.set_point_s(self._target_s)
         window_s = min(latency_s, WINDOW_CEILING_RATIO * steer_s)
-        steered = self._steered_latency_s
-        steered = window_s if steered is None else steered + weight * (window_s - steered)
-        self._steered_latency_s = steered
+        steered = self._steered_latency_s = _moved(self._steered_latency_s, window_s, weight)
         gradient = min(MAX_PACED_GRADIENT, max(MIN_GRADIENT, steer_s / steered))
         base = max(batch, float(self._min))
         if self.limit is None:
@@ -255,10 +256,7 @@ class TpotConcurrencyLimit:
         if self.windowed:
             self._target_s = self._set_point_trim.trimmed(tpot_s, self._target_s, self._steered_latency_s)
             return
-        if self._tpot_s is None:
-            self._tpot_s = tpot_s
-        else:
-            self._tpot_s += TPOT_WEIGHT * (tpot_s - self._tpot_s)
+        self._tpot_s = _moved(self._tpot_s, tpot_s, TPOT_WEIGHT)
         self._samples += 1
         if self._samples % self._update_every:
             return
