@@ -129,9 +129,11 @@ class BoundedRingPicker(IndexedPicker):
     characters, prefix-index's default coverage, whatever `index_capacity_blocks` a prefix-index pool
     sets — private to the picker, not shared between instances. The stride is there for the cost: a
     witness of every block makes a long prompt's decision several times dearer. Without a witness the
-    learned cap's affinity gate reads a prefix- or session-affine pool as "no affinity" and caps it,
-    and a capped owner's queued requests spill along the ring to replicas without their prefix, which
-    past the knee costs cache hits and goodput (docs/bench-log/2026-12-05-rounds.md, "Fifth round").
+    learned cap's affinity gate (`cap_max_affinity_share`, when set) reads a prefix- or session-affine
+    pool as "no affinity" and caps it (docs/bench-log/2026-12-05-rounds.md, "Fifth round"). A request
+    waiting for its key's full owner (`router.prefix_wait.key_owner_wait`) waits whatever the witness
+    saw — the owner is every instance's, the witness this instance's — and the witnessed blocks price
+    its predicted TTFT there.
     """
 
     def __init__(

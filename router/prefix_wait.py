@@ -40,9 +40,17 @@ lives at most until the next one or until `until_s`.
 
 Policies that route on a key (`prefix-affinity`, `session-affinity`: the bounded ring) keep no index
 to route on, but their owner is where the key maps (`key_owner_wait`): the same rule with that owner,
-credited with the blocks the ring's witness saw go there. Without it a ring spills along the ring
-whenever its owner is at its cap, so a learned cap turns the owner's warm prefixes into misses
-elsewhere (docs/BENCHMARKS.md, "Overload: admission past the knee").
+which is always worth waiting for (no `worth_it` test), its T taken with the blocks the ring's witness
+saw go there. Without it a ring spills along the ring whenever its owner is at its cap, so a learned
+cap turns the owner's warm prefixes into misses elsewhere (docs/BENCHMARKS.md, "Overload: admission
+past the knee"). Why no `worth_it` for a ring: the key's owner is the same for every gateway instance,
+so it is where the key's prefix is warm whatever one instance has seen, while the witness sees only
+this instance's requests. Gated on the witness, an instance whose share of the owner was full when a
+prefix first came spilled it, its witness then credited the owner with none of it, and it went on
+spilling that prefix to the next replica on the ring while the other instances sent it to the owner:
+one prefix warm on two replicas, each holding fewer of the others (traced behind three instances
+without shared state: docs/bench-log/2026-12-06-ring-holds.md). A prefix new to the whole fleet is a
+miss anywhere, but sent to its owner it is where its next requests go.
 """
 
 from __future__ import annotations
@@ -114,23 +122,18 @@ def owner_wait(
 
 
 def key_owner_wait(
-    request: RoutingRequest,
-    replicas: Sequence[ReplicaView],
-    owner: KeyOwner,
-    queue: QueueState,
-    min_match_ratio: float = DEFAULT_MIN_MATCH_RATIO,
+    request: RoutingRequest, replicas: Sequence[ReplicaView], owner: KeyOwner, queue: QueueState
 ) -> OwnerWait | None:
     """The same decision for a policy that routes on a key (the rings, `router.bounded`): the owner is
-    the key's (`Profile.key_owner`), not the index's best match, and is worth waiting for when it is
-    full, another candidate is free, and the ring's witness saw at least `min_match_ratio` of the
-    prompt's blocks go there (a cold prefix is a miss anywhere: nothing to wait for)."""
+    the key's (`Profile.key_owner`), not the index's best match, and is waited for whenever it is full
+    and another candidate is free, whatever the ring's witness saw go there (module docstring); the
+    witness's blocks give the owner's predicted TTFT."""
     found = _candidates(request, replicas, queue)
     if found is None:
         return None
     candidates, _ = found
     target = next((r for r in candidates if r.replica_id == owner.replica_id), None)
-    needed = min_match_ratio * len(request.prefix_hashes)
-    if target is None or target.has_free_slot or owner.matched_blocks < needed or owner.matched_blocks == 0:
+    if target is None or target.has_free_slot:
         return None
     return _until(target, request, owner.matched_blocks, _expected_wait_s(target, queue), queue)
 

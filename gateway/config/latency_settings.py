@@ -84,9 +84,10 @@ class PrefixWaitSettings(BaseModel):
     there plus its predicted TTFT keeps within its TTFT objective (router/prefix_wait.py; the
     controller's holds: admission/holds.py). The replica is the prefix index's best match
     (`prefix-index`, `sticky-prefix`, `predicted-latency`) or the key's owner on the ring
-    (`prefix-affinity`, `session-affinity`), credited by the ring's witness; other policies hold for
-    nothing. It matters only with a cap (`max_concurrency_per_replica`, or the learned one): without
-    one no replica is ever full, so nothing waits.
+    (`prefix-affinity`, `session-affinity`), whatever this instance has seen go there (the owner is the
+    same for every instance); other policies hold for nothing. It matters only with a cap
+    (`max_concurrency_per_replica`, or the learned one): without one no replica is ever full, so
+    nothing waits.
 
     On by default: past the knee it keeps the prefix-cache hit ratio and SLO goodput up
     (docs/BENCHMARKS.md, "Queued requests keep their prefix replica"); where it does not act (no cap,
@@ -96,4 +97,5 @@ class PrefixWaitSettings(BaseModel):
 
     enabled: bool = True
     min_match_ratio: float = Field(DEFAULT_MIN_MATCH_RATIO, ge=0, le=1)
-    """The share of a prompt's blocks a replica must hold for the request to wait for it."""
+    """The share of a prompt's blocks the prefix index's best match must hold for the request to wait
+    for it (`prefix-index`, `sticky-prefix`, `predicted-latency`; a ring's key owner needs none)."""

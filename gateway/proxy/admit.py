@@ -242,9 +242,9 @@ class PoolAdmission:
         """Admission's hold hook (`prefix_wait.enabled`): keep waiting for the replica that holds the
         request's prefix while a free slot elsewhere would be a cache miss and the wait fits its TTFT
         objective — the routing prefix index's best match (`router.prefix_wait.owner_wait`), or for
-        the rings the key's owner as their witness credits it (`key_owner_wait`). None for a policy
-        with neither, or at the process's connection limit (no slot anywhere: nothing to hold out
-        against). No hold: what it took is kept for the `try_dispatch` that follows (module docstring)."""
+        the rings the key's owner (`key_owner_wait`). None for a policy with neither, or at the
+        process's connection limit (no slot anywhere: nothing to hold out against). No hold: what it
+        took is kept for the `try_dispatch` that follows (module docstring)."""
         self._attempt = None
         routing = request.routing
         policy = self.pool.policy
@@ -260,14 +260,13 @@ class PoolAdmission:
         queue = QueueState(
             c.now_s, c.waited_s, c.deadline_s, c.mean_hold_s, c.ahead_by_key, c.mean_hold_s_by_key
         )
-        ratio = self.pool.settings.prefix_wait.min_match_ratio
         share = self.cap_share(request)
         views = self.pool.snapshot(share)
         if index is not None:
-            wait = owner_wait(routing, views, index, queue, ratio)
+            wait = owner_wait(routing, views, index, queue, self.pool.settings.prefix_wait.min_match_ratio)
         else:
             owner = None if keyed is None else keyed.key_owner(routing, views)
-            wait = None if owner is None else key_owner_wait(routing, views, owner, queue, ratio)
+            wait = None if owner is None else key_owner_wait(routing, views, owner, queue)
         if wait is None:  # (request, its cap share, views): for the try_dispatch that follows
             self._attempt = (request, share, views)
             return None

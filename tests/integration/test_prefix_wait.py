@@ -28,22 +28,35 @@ def _body(system: str, question: str, max_tokens: int) -> dict:
     return {"model": MODEL, "messages": messages, "max_tokens": max_tokens}
 
 
+async def _prefix_placed(client: httpx.AsyncClient, on: bool, replica: str) -> str:
+    """A variant of OTHER whose request the gateway (with every replica free) places on `replica`
+    (`on`) or elsewhere (not `on`): a ring sends a prefix to its key's owner, whichever that is."""
+    for n in range(64):
+        other = f"Variant {n}. {OTHER}"
+        probe = await client.post(CHAT, json=_body(other, "probe", 2))
+        if (probe.headers["x-gateway-replica"] == replica) == on:
+            return other
+    raise AssertionError("no prefix placed as asked in 64 tries")
+
+
 def _scenario(
     gateway_url: str, inflight: object
 ) -> tuple[httpx.Response, httpx.Response, httpx.Response, float]:
     """Warm the shared prefix on one replica, keep that replica busy with a long request of the same
-    prefix, then send one more with the prefix and one with another prefix."""
+    prefix, then send one more with the prefix and one with another prefix, which goes to the other
+    replica when all are free (for a ring: whose key's owner is the other one)."""
 
     async def run() -> tuple[httpx.Response, httpx.Response, httpx.Response, float]:
         async with httpx.AsyncClient(base_url=gateway_url, timeout=20) as client:
             warm = await client.post(CHAT, json=_body(SHARED, "warm-up", 2))
             assert warm.status_code == 200
+            elsewhere = await _prefix_placed(client, False, warm.headers["x-gateway-replica"])
             busy = asyncio.create_task(client.post(CHAT, json=_body(SHARED, "long answer", 40)))
             assert await asyncio.to_thread(wait_until, lambda: inflight() == 1)  # type: ignore[operator]
             started = time.perf_counter()
             same = asyncio.create_task(client.post(CHAT, json=_body(SHARED, "same prefix", 2)))
             await asyncio.sleep(0.1)
-            other = await client.post(CHAT, json=_body(OTHER, "other prefix", 2))
+            other = await client.post(CHAT, json=_body(elsewhere, "other prefix", 2))
             other_done_s = time.perf_counter() - started
             return await busy, await same, other, other_done_s
 
@@ -113,3 +126,49 @@ def test_without_prefix_wait_the_queued_request_takes_the_free_replica(
     assert other.status_code in (200, 429)  # both replicas may be busy when it arrives: not the point
     assert _prefix_waits(gateway.url) == {}, "nothing waited for its prefix"
     assert wait_until(lambda: registry.total_inflight() == 0)
+
+
+def test_a_ring_holds_for_its_keys_owner_this_instance_never_sent_the_prefix_to(
+    mock_engines, gateways
+) -> None:
+    """Two gateway instances without shared state, `prefix-affinity`, one slot per replica each. The
+    prompt's prefix is warm on its ring owner through instance A; instance B has never sent it anywhere
+    (its witness credits the owner with nothing) and its own slot on the owner is taken by a long
+    request of another prefix that maps there too. B's request with the warm prefix waits for the
+    owner, as A's would, instead of seeding the prefix on the other replica."""
+    engines = [mock_engines(model=MODEL, token_delay_ms=20) for _ in range(2)]
+    settings = pool(
+        engines,
+        policy="prefix-affinity",
+        max_concurrency_per_replica=1,
+        slo={"ttft_s": 10.0, "tpot_s": None},
+    )
+    first, second = gateways(gateway_settings([settings])), gateways(gateway_settings([settings]))
+
+    async def run() -> tuple[str, httpx.Response, httpx.Response]:
+        async with (
+            httpx.AsyncClient(base_url=first.url, timeout=20) as a,
+            httpx.AsyncClient(base_url=second.url, timeout=20) as b,
+        ):
+            warm = await a.post(CHAT, json=_body(SHARED, "warm-up", 2))
+            owner = warm.headers["x-gateway-replica"]
+            other = await _prefix_placed(a, True, owner)  # another prefix the ring maps there
+            learned = await b.post(CHAT, json=_body(other, "a hold time to learn", 2))  # S known
+            assert learned.headers["x-gateway-replica"] == owner
+            busy = asyncio.create_task(b.post(CHAT, json=_body(other, "long answer", 40)))
+            registry = second.app.state.registry
+            assert await asyncio.to_thread(wait_until, lambda: registry.total_inflight() == 1)
+            same = await b.post(CHAT, json=_body(SHARED, "same prefix", 2))
+            return owner, await busy, same
+
+    owner, busy, same = asyncio.run(run())
+    assert busy.status_code == same.status_code == 200
+    assert busy.headers["x-gateway-replica"] == owner
+    assert same.headers["x-gateway-replica"] == owner, "waited for the key's owner, not seeded elsewhere"
+    assert int(same.headers["x-gateway-queue-ms"]) >= 300  # until the long answer ended
+    waits = _prefix_waits(second.url)
+    assert waits[("llm_gateway_prefix_wait_total", "owner")] == 1.0
+    for gateway in (first, second):
+        registry = gateway.app.state.registry
+        assert wait_until(lambda: registry.total_inflight() == 0)  # noqa: B023 (called before the next)
+        assert all(r.inflight_requests == 0 for r in registry.all_replicas())

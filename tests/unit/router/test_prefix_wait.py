@@ -201,12 +201,35 @@ def test_waits_for_the_keys_full_owner_its_witness_credits() -> None:
 
 
 @pytest.mark.parametrize(
+    ("why", "matched"),
+    [
+        ("another instance's requests keep it warm: this one's witness saw none of it go there", 0),
+        ("the witness saw under half of it", 4),
+    ],
+)
+def test_waits_for_the_keys_full_owner_whatever_its_witness_saw(why: str, matched: int) -> None:
+    views = fleet(("r0", "r1"), r0=FULL, r1=FREE)
+    wait = key_owner_wait(request(), views, KeyOwner("r0", matched), queue(deadline_s=103.0))
+    assert wait == OwnerWait("r0", until_s=101.0, expected_wait_s=2.0, predicted_ttft_s=0.0), why
+
+
+def test_the_witness_blocks_price_the_keys_owners_predicted_ttft() -> None:
+    """Own uncached tokens at a4 = 1 s per 1,000: the witness saw all 10 blocks (160 tokens cached,
+    T = 0.5) or none (T = 0.5 + 0.16); the wait keeps T inside the objective either way."""
+    model = LatencyEstimate(ttft=(0.5, 0.0, 0.0, 0.0, 1.0, 0.0))
+    views = fleet(("r0", "r1"), r0={**FULL, "latency": model}, r1=FREE)
+    warm = key_owner_wait(request(), views, KeyOwner("r0", 10), queue(deadline_s=110.0))
+    cold = key_owner_wait(request(), views, KeyOwner("r0", 0), queue(deadline_s=110.0))
+    assert warm is not None and warm.predicted_ttft_s == pytest.approx(0.5)
+    assert cold is not None and cold.predicted_ttft_s == pytest.approx(0.66)
+    assert cold.until_s == pytest.approx(100.0 + 4.0 - 2.0 - 0.66)
+
+
+@pytest.mark.parametrize(
     ("why", "owner", "views"),
     [
         ("the owner has a free slot", KeyOwner("r0", 10), {"r0": FREE, "r1": FREE}),
         ("nothing free elsewhere", KeyOwner("r0", 10), {"r0": FULL, "r1": FULL}),
-        ("a cold prefix: the witness saw none of it go there", KeyOwner("r0", 0), None),
-        ("the witness saw under half of it", KeyOwner("r0", 4), None),
         ("the owner is not a candidate (down)", KeyOwner("r0", 10), {"r0": {**FULL, "healthy": False}}),
         ("the owner is not in the snapshot", KeyOwner("r9", 10), None),
     ],
