@@ -168,7 +168,6 @@ def test_a_ring_holds_for_its_keys_owner_this_instance_never_sent_the_prefix_to(
     assert int(same.headers["x-gateway-queue-ms"]) >= 300  # until the long answer ended
     waits = _prefix_waits(second.url)
     assert waits[("llm_gateway_prefix_wait_total", "owner")] == 1.0
-    for gateway in (first, second):
-        registry = gateway.app.state.registry
-        assert wait_until(lambda: registry.total_inflight() == 0)  # noqa: B023 (called before the next)
+    for registry in (first.app.state.registry, second.app.state.registry):
+        assert wait_until(lambda r=registry: r.total_inflight() == 0)
         assert all(r.inflight_requests == 0 for r in registry.all_replicas())
