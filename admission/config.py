@@ -36,6 +36,12 @@ class AdmissionConfig:
                   each at its dispatch time + the mean hold time; this catches cohorts of
                   equal-length requests that free their slots together).
 
+    Either check is overruled by evidence that k would be served: the classes below k were
+    dispatched over the last seconds fast enough to give it `need` slots within B
+    (`admission.early_refusal`, λ_below). The queue serves k first, so those slots were its; the
+    forecast sees releases, not caps that grow (a cold onset), and refused the top class there while
+    the classes below were served.
+
     The checks run only when the fast path found no free slot and there is evidence: not before a
     ticket has completed (no hold time), not while this controller holds no ticket, and not when
     `full_by_own_caps()` (given by the gateway) says the pool is blocked by a limit it shares with

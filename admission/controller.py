@@ -255,7 +255,7 @@ class AdmissionController(Generic[S]):
         """Count a dispatch; returns its release-forecast key (the slot is held from now on, on the
         replica `slot_key` names; its output budget feeds the forecast's prior)."""
         priority = request.priority
-        self._rates.record(priority)
+        self._rates.record(priority, queued)
         self.stats.record_dispatch(priority, queue_wait_s, fast_path=not queued)
         if self._observer is not None:
             self._observer.dispatched(priority, queue_wait_s)

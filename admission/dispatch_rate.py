@@ -19,7 +19,10 @@ dispatched, which is the honest reading of a stalled queue.
 
 `PoolRates` is what the admission controller divides by: one meter for the pool and one per class,
 one meter of arrivals per class (requests that asked for a slot, admitted or refused), and the capacity
-the release forecast implies, C = held tickets ÷ mean hold time.
+the release forecast implies, C = held tickets ÷ mean hold time. Besides, a recent meter per class
+(τ = `RECENT_TIME_CONSTANT_S`, 2 s) of its dispatches from the queue says how fast waiters of the
+classes below one were given slots just now (`below_per_s`): slots an arrival of that class would
+have been given first.
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ from core.clock import Clock
 
 DEFAULT_TIME_CONSTANT_S = 10.0
 DEFAULT_MIN_WINDOW_S = 1.0
+RECENT_TIME_CONSTANT_S = 2.0
+"""The time constant of the recent per-class dispatch meters (`PoolRates.below_per_s`): about a TTFT
+objective's queue budget, so what they saw still says something about the next such budget."""
 
 
 class DispatchRateMeter:
@@ -86,13 +92,16 @@ class PoolRates:
         self._names = tuple(class_names)
         self._meter = DispatchRateMeter(clock)
         self._class_meters = {name: DispatchRateMeter(clock) for name in self._names}
+        self._recent_meters = {name: DispatchRateMeter(clock, RECENT_TIME_CONSTANT_S) for name in self._names}
         self._arrival_meters = {name: DispatchRateMeter(clock) for name in self._names}
         self._forecast = forecast
 
-    def record(self, class_name: str) -> None:
-        """One dispatch of class `class_name` now."""
+    def record(self, class_name: str, queued: bool = False) -> None:
+        """One dispatch of class `class_name` now (`queued`: of a waiter, not on the fast path)."""
         self._meter.record()
         self._class_meters[class_name].record()
+        if queued:
+            self._recent_meters[class_name].record()
 
     def arrived(self, class_name: str) -> None:
         """A request of class `class_name` asked for a slot now (whatever its answer)."""
@@ -113,6 +122,16 @@ class PoolRates:
             max(self._arrival_meters[name].rate_per_s() or 0.0, self._class_meters[name].rate_per_s() or 0.0)
             for name in above
         )
+
+    def below_per_s(self, class_name: str) -> float:
+        """Waiters of the classes strictly below `class_name` dispatched per second over the last
+        seconds (the recent meters, τ = `RECENT_TIME_CONSTANT_S`); 0 for the lowest class. The queue
+        serves the higher classes first, so each is a slot a waiter of `class_name` would have taken:
+        openings the release forecast may not see (a learned cap growing in an onset). Waiters only:
+        a fast-path dispatch took a slot that was free at its arrival, as the pool filled, which says
+        nothing about the slots that open once it is full."""
+        below = self._names[self._names.index(class_name) + 1 :]
+        return sum(self._recent_meters[name].rate_per_s() or 0.0 for name in below)
 
     def capacity_per_s(self) -> float | None:
         """C: dispatches per second the pool sustains while full — held tickets ÷ mean hold time; None

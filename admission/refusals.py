@@ -81,6 +81,7 @@ class Refusals:
             capacity_per_s=self._rates.capacity_per_s(),
             above_per_s=self._rates.above_per_s(class_name),
             forecast=self._forecast,
+            below_per_s=self._rates.below_per_s(class_name),
         )
         return None if verdict is None else self.early(priority, verdict.why, verdict.wait_s)
 

@@ -9,9 +9,13 @@ import math
 
 import pytest
 
+from admission.dispatch_rate import RECENT_TIME_CONSTANT_S
+from admission.early_refusal import Hopeless, hopeless
 from admission.outcomes import AdmissionRefused, RejectReason
 from admission.priority_classes import PriorityClass
+from admission.release_forecast import ReleaseForecast
 from admission.ticket import Ticket
+from core.clock import FakeClock
 
 from .fakes import Harness, Slot, make_harness, req, run_scheduled_pump, settle
 
@@ -323,3 +327,57 @@ async def test_under_overload_the_tenant_past_its_share_is_refused_and_a_light_o
     await settle()
     assert not light_waiter.done(), "behind about one heavy request, not twenty: it may wait"
     await _finish(h, held, [*waiters, light_waiter])
+
+
+async def test_an_arrival_is_queued_while_the_classes_below_it_are_being_served() -> None:
+    """A cold onset: a batch cohort holds every slot and frees nothing for 4 s, yet the cap grows and batch
+    waiters take the new slots. By the forecast a critical arrival is hopeless (budget 2 s); but the
+    queue would give it the next of those slots before any batch waiter, so it is queued and takes the
+    next slot that opens. Found at 1.5× the knee: critical refused with Retry-After 15-50 s while
+    interactive and batch requests were dispatched in the next second."""
+    classes = (PriorityClass("critical", 2.0), PriorityClass("batch", 300.0))
+    h = make_harness(slots=4, classes=classes, early_refusal_ratio=1.0)
+    cohort = await _steady(h, {"batch": 4}, rounds=3, hold_s=4.0)
+    with pytest.raises(AdmissionRefused) as refused:  # nothing below is served yet: the forecast decides
+        await h.controller.admit(req("before", "critical"))
+    assert "not expected to free them in time" in str(refused.value)
+    batch = await _queue(h, "batch", 4)  # batch may wait 300 s: queued
+    h.fleet.slots = 7  # the learned cap grows by three
+    h.controller.on_release()
+    await settle()
+    assert h.fleet.dispatched[-3:] == ["batch-w0", "batch-w1", "batch-w2"]
+    assert h.controller.held_tickets() == 7
+    critical = asyncio.create_task(h.controller.admit(req("after", "critical")))
+    await settle()
+    assert not critical.done(), "queued: the slots batch is taking would be its"
+    h.fleet.slots = 8
+    h.controller.on_release()
+    await settle()
+    assert h.fleet.dispatched[-1] == "after", "the next slot goes to critical, ahead of batch-w3"
+    grown = [await task for task in batch[:3]]
+    await _finish(h, [*cohort, *grown, await critical], batch[3:])
+
+
+def test_the_rate_below_is_extrapolated_no_further_than_it_was_measured() -> None:
+    """need − blocked against λ_below × min(B, τ): 4 requests at 1/s are 2 slots within τ = 2 s, not
+    the 8 a budget of 8 s would extrapolate; blocked slots do not count against it."""
+    forecast = ReleaseForecast(FakeClock(start_s=0.0))
+
+    def verdict(ahead: int, below_per_s: float, blocked: int = 0) -> Hopeless | None:
+        return hopeless(
+            priority="critical",
+            ratio=1.0,
+            max_wait_s=8.0,
+            ahead=ahead,
+            blocked=blocked,
+            capacity_per_s=0.01,  # C × B = 0.08: hopeless by capacity alone
+            above_per_s=0.0,
+            forecast=forecast,
+            below_per_s=below_per_s,
+        )
+
+    assert RECENT_TIME_CONSTANT_S == 2.0
+    assert verdict(ahead=1, below_per_s=1.0) is None  # need 2 ≤ 1/s × 2 s
+    assert verdict(ahead=1, below_per_s=1.0, blocked=5) is None
+    assert verdict(ahead=2, below_per_s=1.0) is not None  # need 3 > 2, though 3 ≤ 1/s × 8 s
+    assert verdict(ahead=0, below_per_s=0.0) is not None
