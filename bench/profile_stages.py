@@ -95,6 +95,7 @@ _STRONG: dict[str, tuple[str, ...]] = {
     ADMISSION: (
         "admission/",
         "gateway/proxy/admit.py",
+        "gateway/proxy/ring_owner_claim.py",
         "gateway/proxy/admission_assembly.py",
         "gateway/proxy/disagg/admit.py",
     ),

@@ -178,15 +178,20 @@ class BoundedRingPicker(IndexedPicker):
         self, request: RoutingRequest, candidates: Sequence[ReplicaView], pool: Sequence[ReplicaView]
     ) -> KeyOwner | None:
         """The first of `candidates` clockwise from the request's key, bound and caps aside, with the
-        blocks the witness saw go there (`router.profile.OwningPicker`); None without a key."""
+        blocks the witness saw go there and whether it is under the bound over `candidates`
+        (`router.profile.OwningPicker`); None without a key."""
         key = self._key_of(request)
         if key is None:
             return None
-        ids = {replica.replica_id for replica in candidates}
+        by_id = {replica.replica_id: replica for replica in candidates}
         for replica_id in self._rings.ring_for(pool).walk(key):
-            if replica_id in ids:
+            owner = by_id.get(replica_id)
+            if owner is not None:
                 stride, hashes = self._strided(request)
-                return KeyOwner(replica_id, self._index.matched_blocks(replica_id, hashes) * stride)
+                under = self._bound is None or inflight_load(owner, self._bound.unit) < self._bound.limit(
+                    request, candidates
+                )
+                return KeyOwner(replica_id, self._index.matched_blocks(replica_id, hashes) * stride, under)
         return None
 
     def _least_load(self, replicas: list[ReplicaView], scores: list[float], limit: int) -> Pick:

@@ -93,11 +93,14 @@ class Recorder(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class KeyOwner:
-    """The replica a request's key maps to, full or not, and how many of its leading blocks that
-    replica is believed to hold (`router.prefix_wait.key_owner_wait`)."""
+    """The replica a request's key maps to, full or not, how many of its leading blocks that replica is
+    believed to hold (`router.prefix_wait.key_owner_wait`), and whether its load is under the ring's
+    bound over the same candidates (`under_bound`; True for a ring without one): what may still send
+    the request there past a learned cap (`gateway.proxy.admit.PoolAdmission.try_dispatch`)."""
 
     replica_id: str
     matched_blocks: int
+    under_bound: bool = True
 
 
 @runtime_checkable

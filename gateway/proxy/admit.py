@@ -38,13 +38,13 @@ from core.clock import Clock
 from gateway.base.errors import from_refusal
 from gateway.base.metrics import GatewayMetrics
 from gateway.proxy.admission_metrics import MetricsObserver
+from gateway.proxy.ring_owner_claim import claim_for_key, keyed_policy
 from gateway.proxy.route import Router
 from gateway.upstream.registry import Pool, ReplicaRegistry
 from gateway.upstream.slot import Slot
 from gateway.upstream.slot_credits import SlotCredits
 from router.prefix_index import policy_prefix_index
 from router.prefix_wait import QueueState, key_owner_wait, owner_wait
-from router.profile import Profile
 from router.types import Decision, ReplicaView, RoutingRequest
 
 
@@ -221,7 +221,8 @@ class PoolAdmission:
         attempt, self._attempt = self._attempt, None
         share, views = attempt[1:] if attempt and attempt[0] is request else (self.cap_share(request), None)
         routing = request.routing if share == 1.0 else replace(request.routing, cap_share=share)
-        slot = self.claim(routing, views)
+        keyed = keyed_policy(self.pool)
+        slot = self.claim(routing, views) if keyed is None else claim_for_key(self, keyed, routing, views)
         if slot is None and not self.pool.has_eligible_replica(request.routing.model):
             raise self.no_replica(request.routing.model)
         return slot
@@ -247,9 +248,8 @@ class PoolAdmission:
         took is kept for the `try_dispatch` that follows (module docstring)."""
         self._attempt = None
         routing = request.routing
-        policy = self.pool.policy
-        index = policy_prefix_index(policy)
-        keyed = policy if isinstance(policy, Profile) and policy.routes_on_key else None
+        index = policy_prefix_index(self.pool.policy)
+        keyed = keyed_policy(self.pool)
         if routing is None or (index is None and keyed is None):
             return None
         if self._max_inflight is not None and self._registry.total_inflight() >= self._max_inflight:

@@ -130,6 +130,14 @@ class ReplicaCost:
         return limit.steered_set_point_s if limit is not None and limit.windowed else None
 
     @property
+    def cap_has_room(self) -> bool:
+        """The engine's token latency over its last window under the set point its learned cap steers
+        to: a cap that binds now lags the batch (it grows a step a window) rather than holds the
+        objective; False without fast samples (`gateway.proxy.ring_owner_claim`)."""
+        set_point, latency = self.cap_set_point_s, self.token_latency_s
+        return set_point is not None and latency is not None and latency < set_point
+
+    @property
     def cap_held_near_floor(self) -> bool:
         """The learned cap held within twice `min_cap_per_replica` with the token latency over its set
         point (`TpotConcurrencyLimit.held_near_floor`); False without fast samples."""

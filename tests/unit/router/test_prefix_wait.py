@@ -251,7 +251,13 @@ def test_the_ring_names_its_keys_owner_full_or_not_with_the_blocks_its_witness_s
     assert ring.key_owner(routed, views) == KeyOwner(order[0], 0)  # cold: nothing seen yet
     decided(ring.decide(routed, views))
     full = fleet(**{order[0]: FULL})
-    assert ring.key_owner(routed, full) == KeyOwner(order[0], len(HASHES)), "full, still the owner"
+    assert ring.key_owner(routed, full) == KeyOwner(order[0], len(HASHES), under_bound=False), (
+        "full, still the owner — over the bound: it runs every request of the fleet"
+    )
+    loaded = fleet(**{rid: FULL if rid == order[0] else FREE | {"inflight_requests": 3} for rid in order})
+    assert ring.key_owner(routed, loaded) == KeyOwner(order[0], len(HASHES), under_bound=True), (
+        "full by its cap, under the bound ceil(1.25 × (4 + 3 × 3 + 1) / 4) = 5"
+    )
     retry = replace(routed, exclude=frozenset({order[0]}))
     assert ring.key_owner(retry, full) == KeyOwner(order[1], 0), "excluded: the next one clockwise"
     assert ring.key_owner(replace(routed, prefix_key=None), full) is None, "no key, no owner"
