@@ -39,8 +39,13 @@ from typing import Protocol
 
 from gateway.upstream.registry import Pool
 from gateway.upstream.slot import Slot
+from router.bounded import PREFIX_BRANCHES, SESSION_BRANCHES
 from router.profile import Profile
 from router.types import Decision, ReplicaView, RoutingRequest
+
+MOVED = frozenset({PREFIX_BRANCHES.moved, SESSION_BRANCHES.moved})
+"""The branches of a request moved along the ring (`spillover`, `session_break`): the only decisions
+that look for the owner (a hit is the owner; no key or all over the bound has none to keep)."""
 
 
 class Claims(Protocol):
@@ -67,8 +72,8 @@ def claim_for_key(
     """A slot for `routing` under the key-routed policy `keyed`, its owner kept through a learned cap
     (module docstring); None when no replica has a free slot."""
     decision = claims.decide(routing, views)
-    if decision is None:
-        return None
+    if decision is None or decision.branch not in MOVED:
+        return None if decision is None else claims.take(decision, routing)
     pool = claims.pool
     owner = keyed.key_owner(routing, views if views is not None else pool.snapshot(routing.cap_share))
     if (
