@@ -17,17 +17,18 @@ from tests.unit.gateway.in_memory_admission import pool_admission
 
 MODEL = "m"
 PROMPT = "You are a support agent for the ACME fleet. " * 40
+SESSION = "conversation-17"
 
 
-def ring_pool(**pool: Any) -> tuple[PoolAdmission, Replica, Replica]:
-    """Two replicas under `prefix-affinity`, both with a learned cap of 50: (admission, the key's
+def ring_pool(policy: str = "prefix-affinity", **pool: Any) -> tuple[PoolAdmission, Replica, Replica]:
+    """Two replicas under `policy` (a ring), both with a learned cap of 50: (admission, the key's
     owner, the other one)."""
     settings = parse_settings(
         {
             "pools": [
                 {
                     "model": MODEL,
-                    "policy": "prefix-affinity",
+                    "policy": policy,
                     "replicas": {"static": ["http://10.0.0.1:8000", "http://10.0.0.2:8000"]},
                     "slo": {"tpot_s": 0.05},
                     **pool,
@@ -40,7 +41,7 @@ def ring_pool(**pool: Any) -> tuple[PoolAdmission, Replica, Replica]:
     set_point_s = 0.05 * settings.pools[0].latency_model.tpot_target_ratio
     for replica in replicas.values():
         learn_a_windowed_cap_of_50(replica, set_point_s)
-    probe = admission.try_dispatch(request())
+    probe = admission.try_dispatch(request(SESSION if policy == "session-affinity" else None))
     assert probe is not None
     owner = probe.replica
     probe.release()
@@ -57,8 +58,9 @@ def learn_a_windowed_cap_of_50(replica: Replica, set_point_s: float) -> None:
     assert replica.cost.learned_cap == 50 and replica.cost.cap_has_room
 
 
-def request() -> AdmissionRequest:
-    return AdmissionRequest(Tenant("t"), "interactive", 100, build_routing_request(MODEL, PROMPT + "Hi?"))
+def request(session: str | None = None) -> AdmissionRequest:
+    routing = build_routing_request(MODEL, PROMPT + "Hi?", session_key=session)
+    return AdmissionRequest(Tenant("t"), "interactive", 100, routing)
 
 
 def test_an_owner_at_its_learned_cap_takes_the_request_within_the_headroom_instead_of_spilling() -> None:
@@ -119,4 +121,13 @@ def test_a_set_point_at_the_objective_leaves_no_headroom() -> None:
     owner.inflight_requests, other.inflight_requests = 50, 45
     slot = admission.try_dispatch(request())
     assert slot is not None and slot.replica is other
+    slot.release()
+
+
+def test_a_session_ring_keeps_its_sessions_replica_the_same_way() -> None:
+    admission, owner, other = ring_pool("session-affinity")
+    owner.inflight_requests, other.inflight_requests = 50, 45
+    slot = admission.try_dispatch(request(SESSION))
+    assert slot is not None and slot.replica is owner
+    assert slot.decision.branch == "session_hit"
     slot.release()
