@@ -65,9 +65,10 @@ def hopeless(
     if capacity_per_s is None or not math.isfinite(capacity_per_s * budget_s):
         return None
     margin = OVERTAKE_MARGIN_SIGMAS * math.sqrt(above_per_s * budget_s)
-    need = ahead + 1 + blocked + above_per_s * budget_s + margin
-    if need - blocked <= below_per_s * min(budget_s, RECENT_TIME_CONSTANT_S) + SLACK:
+    unblocked = ahead + 1 + above_per_s * budget_s + margin
+    if unblocked <= below_per_s * min(budget_s, RECENT_TIME_CONSTANT_S) + SLACK:
         return None  # the slots the classes below are taking would be its
+    need = unblocked + blocked
     available = capacity_per_s - above_per_s
     if need > capacity_per_s * budget_s + SLACK:
         if available <= 0:

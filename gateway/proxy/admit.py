@@ -38,7 +38,7 @@ from core.clock import Clock
 from gateway.base.errors import from_refusal
 from gateway.base.metrics import GatewayMetrics
 from gateway.proxy.admission_metrics import MetricsObserver
-from gateway.proxy.ring_owner_claim import claim_for_key, keyed_policy
+from gateway.proxy.ring_owner_claim import claim_for_key, headroom_share, keyed_policy
 from gateway.proxy.route import Router
 from gateway.upstream.registry import Pool, ReplicaRegistry
 from gateway.upstream.slot import Slot
@@ -236,7 +236,7 @@ class PoolAdmission:
         the one extra sequence costs the replica's batch less than the set point's margin. A configured
         cap is not scaled, so without a learned one this is one more ordinary try."""
         assert request.routing is not None
-        share = self.cap_share(request) / self.pool.settings.latency_model.tpot_target_ratio
+        share = headroom_share(self.pool, self.cap_share(request))
         return self.claim(replace(request.routing, cap_share=share))
 
     def prefer_wait(self, request: AdmissionRequest, context: WaitContext) -> Hold | None:

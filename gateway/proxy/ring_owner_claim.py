@@ -60,6 +60,13 @@ class Claims(Protocol):
     def take(self, decision: Decision, routing: RoutingRequest) -> Slot: ...
 
 
+def headroom_share(pool: Pool, share: float) -> float:
+    """`share` of a learned cap stretched to the headroom the cap leaves below the objective: × 1 /
+    `tpot_target_ratio` (a configured cap is not scaled by a share). Also a waiter's at its deadline
+    (`PoolAdmission.try_at_deadline`)."""
+    return share / pool.settings.latency_model.tpot_target_ratio
+
+
 def keyed_policy(pool: Pool) -> Profile | None:
     """The pool's policy when it routes on a key (the rings: `prefix-affinity`, `session-affinity`)."""
     policy = pool.policy
@@ -82,7 +89,7 @@ def claim_for_key(
         and owner.under_bound
         and pool.replicas[owner.replica_id].cost.cap_has_room
     ):
-        share = routing.cap_share / pool.settings.latency_model.tpot_target_ratio
+        share = headroom_share(pool, routing.cap_share)
         others = frozenset(pool.replicas) - {owner.replica_id}
         stretched = claims.decide(replace(routing, cap_share=share, exclude=routing.exclude | others))
         if stretched is not None:
