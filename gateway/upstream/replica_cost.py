@@ -26,10 +26,13 @@ its first token and at its end, and the engine's KV use.
 
 The learned cap (`gateway.config.latency_settings`, rules in `gateway.upstream.tpot_limit`): each
 fresh scrape (`engine_sampled`) records the requests other senders run on the engine
-(`foreign_requests`: engine running + waiting − this instance's in-flight) and, when the scrape closed
-a token-latency window, moves the cap on the engine's whole batch; without such windows each finished
-stream's TPOT moves it (`learn_tpot`). None while `affinity_share` is at or above
-`cap_max_affinity_share`, when that gate is set (off by default).
+(`foreign_requests`: engine running + waiting − this instance's in-flight) and this instance's share
+of the engine's batch (`own_share`: in-flight ÷ max(in-flight, batch), an exponentially weighted mean
+over scrapes, weight `OWN_SHARE_WEIGHT` = 0.1; 1 without scrapes), and, when the scrape closed a
+token-latency window, moves the cap on the engine's whole batch; without such windows each finished
+stream's TPOT moves it (`learn_tpot`; with them it trims the set point at the pace `own_share` sets).
+None while `affinity_share` is at or above `cap_max_affinity_share`, when that gate is set (off by
+default).
 
 `affinity_share`: the share of the prompt tokens dispatched here that some replicas of the pool were
 expected to hold and others not — (tokens the best-placed replica holds − tokens the worst-placed one
@@ -66,6 +69,11 @@ class DispatchSample:
     since_last_token_s: float = 0.0
 
 
+OWN_SHARE_WEIGHT = 0.1
+"""Weight of one scrape in `ReplicaCost.own_share` (about the last ten scrapes, 5 s at the default
+interval: the mix of senders changes with their loads, not scrape by scrape)."""
+
+
 class ReplicaCost:
     """One replica's token-aware load, latency model and learned cap (module docstring)."""
 
@@ -79,6 +87,7 @@ class ReplicaCost:
         "last_token_s",
         "learned_cap",
         "model",
+        "own_share",
         "prefill_tokens_inflight",
         "token_latency_s",
     )
@@ -98,6 +107,7 @@ class ReplicaCost:
         self.last_token_s: float | None = None
         self.learned_cap: int | None = None
         self.foreign_requests = 0.0
+        self.own_share = 1.0
         """Requests on the engine that this instance did not send (other gateway instances, direct
         clients): engine running + waiting minus this instance's in-flight, at the last fresh scrape."""
         self.token_latency_s: float | None = None
@@ -219,6 +229,9 @@ class ReplicaCost:
         instance's; `token_latency_s` (when the scrape closed a window) moves the learned cap on the
         engine's whole batch (`TpotConcurrencyLimit.observe_window`)."""
         self.foreign_requests = max(0.0, engine_batch - own_inflight)
+        if own_inflight > 0 or engine_batch > 0:
+            share = own_inflight / max(float(own_inflight), engine_batch)
+            self.own_share += OWN_SHARE_WEIGHT * (share - self.own_share)
         if token_latency_s is not None:
             self.token_latency_s = token_latency_s
         limit = self._tpot_limit
@@ -238,6 +251,7 @@ class ReplicaCost:
     def engine_lost(self) -> None:
         """No fresh scrape any more: nothing is known of other senders."""
         self.foreign_requests = 0.0
+        self.own_share = 1.0
 
     def learn_tpot(self, running: float, engine: EngineLoad | None, tpot_s: float, inflight: int = 0) -> None:
         """Learn one TPOT sample (with `inflight` requests on the replica now) and move the cap."""
@@ -251,5 +265,5 @@ class ReplicaCost:
         if self._gated():
             limit.reset()  # prefix affinity at work: a cap would spill requests to cold replicas
         else:
-            limit.observe(tpot_s, inflight)
+            limit.observe(tpot_s, inflight, self.own_share)
         self.learned_cap = limit.cap

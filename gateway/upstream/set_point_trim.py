@@ -18,10 +18,20 @@ limit, or one not reached) they say only that the load is light, and trimmed up 
 wound up to the objective itself, from where a step in the load is admitted up to the objective (the
 trace and the runs: docs/bench-log/2026-12-05-overload-onset.md, "The trim's windup"). Down it always
 moves: TPOTs over the objective are a reason whatever the limit did.
+
+Several instances: each gateway instance hears only of its own requests' TPOTs, a share `s` of the
+replica's (`ReplicaCost.own_share`: its in-flight ÷ the engine's batch, smoothed). Counted in its own
+requests, the trim of one of three instances moved at a third of the pace of one instance alone: at
+1.5× the knee the set point sat at its start through the whole run, where one instance had trimmed it
+to its ceiling halfway through, and the caps stayed lower (docs/bench-log/2026-12-06-trim-pace.md).
+So the counts scale with the share: the quantile of the last max(`MIN_ATTAINMENT_SAMPLES`,
+round(s × `ATTAINMENT_SAMPLES`)), every max(`MIN_ATTAINMENT_EVERY`, round(s × `ATTAINMENT_EVERY`)):
+the pace counted in the replica's finished requests is one instance's, the quantile noisier.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
 
@@ -33,6 +43,10 @@ ATTAINMENT_SAMPLES = 64
 """Finished requests the quantile is taken over (the latest of this replica's)."""
 ATTAINMENT_EVERY = 16
 """The set point is trimmed every this many finished requests, by at most × [0.8, 1.25]^0.5."""
+MIN_ATTAINMENT_SAMPLES = 16
+"""The fewest finished requests a trim takes its quantile over, whatever this instance's share."""
+MIN_ATTAINMENT_EVERY = 4
+"""The fewest finished requests between two trims, whatever this instance's share."""
 TRIM_BOUNDS = (0.5, 0.9)
 """The set point stays within these shares of the objective. Why not up to the objective itself: the
 trim moves on requests admitted a generation ago, so when a cohort of requests ends together (the batch
@@ -54,16 +68,21 @@ class SetPointTrim:
         self._recent_tpots: deque[float] = deque(maxlen=ATTAINMENT_SAMPLES)
         self._since_trim = 0
 
-    def trimmed(self, tpot_s: float, set_point_s: float, latency_s: float | None) -> float:
+    def trimmed(
+        self, tpot_s: float, set_point_s: float, latency_s: float | None, share: float = 1.0
+    ) -> float:
         """The set point after one finished request's TPOT `tpot_s`, with `latency_s` the smoothed token
-        latency the limit steers (None before the first window)."""
+        latency the limit steers (None before the first window) and `share` (0 < share ≤ 1) this
+        instance's share of the replica's requests (module docstring, "Several instances")."""
         recent = self._recent_tpots
         recent.append(tpot_s)
         self._since_trim += 1
-        if len(recent) < ATTAINMENT_SAMPLES or self._since_trim < ATTAINMENT_EVERY:
+        samples = max(MIN_ATTAINMENT_SAMPLES, round(ATTAINMENT_SAMPLES * share))
+        every = max(MIN_ATTAINMENT_EVERY, round(ATTAINMENT_EVERY * share))
+        if len(recent) < samples or self._since_trim < every:
             return set_point_s
         self._since_trim = 0
-        ordered = sorted(recent)
+        ordered = sorted(itertools.islice(recent, len(recent) - samples, None))
         quantile_s = ordered[min(len(ordered) - 1, int(ATTAINMENT_QUANTILE * len(ordered)))]
         step = math.sqrt(min(1.25, max(0.8, ATTAINMENT_RATIO * self._slo_s / quantile_s)))
         if step > 1.0 and (latency_s is None or latency_s < TRIM_UP_BINDING * set_point_s):

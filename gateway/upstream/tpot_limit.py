@@ -247,14 +247,16 @@ class TpotConcurrencyLimit:
             new = check.probe_level
         self.limit = max(float(self._min), new)  # engine-wide: a per-instance configured cap applies apart
 
-    def observe(self, tpot_s: float, inflight: int) -> None:
+    def observe(self, tpot_s: float, inflight: int, share: float = 1.0) -> None:
         """One finished request's TPOT, with `inflight` requests on the replica now. Once fast samples
         arrive it no longer moves the limit; it trims the fast limit's set point instead (module
-        docstring, "The set point's trim")."""
+        docstring, "The set point's trim"), at the pace `share` (this instance's share of the replica's
+        requests) sets (`gateway.upstream.set_point_trim`, "Several instances")."""
         if not math.isfinite(tpot_s) or tpot_s <= 0:
             return
         if self.windowed:
-            self._target_s = self._set_point_trim.trimmed(tpot_s, self._target_s, self._steered_latency_s)
+            trim = self._set_point_trim
+            self._target_s = trim.trimmed(tpot_s, self._target_s, self._steered_latency_s, share)
             return
         self._tpot_s = _moved(self._tpot_s, tpot_s, TPOT_WEIGHT)
         self._samples += 1

@@ -299,3 +299,23 @@ def test_a_share_of_the_learned_cap_scales_only_a_learned_cap() -> None:
     assert not replica.view(0.0, 0.9).has_free_slot, "the lowest class's 90 %: full"
     _, hand_set, _ = registry(max_concurrency_per_replica=16)
     assert hand_set.effective_max_concurrency(0.9) == 16
+
+
+def test_an_instance_sending_a_third_of_the_requests_trims_its_set_point_at_the_replicas_pace() -> None:
+    """Each instance hears only of its own finished requests: one with a third of the engine's batch
+    trims its set point after a third of the requests one instance alone needs (the replica's pace),
+    and its share follows the engine's batch (`own_share`)."""
+    _, alone, _ = registry()
+    _, third, _ = registry()
+    for _ in range(40):  # held at the 40 ms set point, 90 running on the engine
+        alone.cost.engine_sampled(0.038, 90.0, own_inflight=90)
+        third.cost.engine_sampled(0.038, 90.0, own_inflight=30)
+    assert alone.cost.own_share == 1.0
+    assert third.cost.own_share == pytest.approx(1 / 3, abs=0.02)
+    for _ in range(32):  # each hears of 32 finished requests far inside the objective
+        alone.cost.learn_tpot(90.0, None, 0.03, inflight=90)
+        third.cost.learn_tpot(90.0, None, 0.03, inflight=30)
+    assert alone.learned_cap_set_point_s == pytest.approx(0.04), "alone: 64 of its own before a trim"
+    assert third.learned_cap_set_point_s == pytest.approx(0.04 * 1.25**0.5), "a third: 21, then one step"
+    third.cost.engine_lost()
+    assert third.cost.own_share == 1.0, "no scrape: nothing known of other senders"

@@ -371,3 +371,16 @@ def test_the_trim_raises_the_set_point_no_higher_than_its_ceiling_nor_lowers_one
             limit.observe(0.02, inflight=80)  # far inside the objective
             limit.observe_window(0.99 * limit.set_point_s, batch=100)
         assert limit.set_point_s == pytest.approx(settled * SLO_S), ratio
+
+
+def test_the_trim_takes_its_quantile_over_at_least_its_floor_of_requests_whatever_the_share() -> None:
+    """An instance that sends a replica almost nothing still trims on `MIN_ATTAINMENT_SAMPLES` of its
+    own requests, not on one or none."""
+    from gateway.upstream.set_point_trim import MIN_ATTAINMENT_SAMPLES, SetPointTrim
+
+    trim = SetPointTrim(SLO_S, 0.04)
+    set_point_s = 0.04
+    for _ in range(MIN_ATTAINMENT_SAMPLES - 1):
+        set_point_s = trim.trimmed(0.03, set_point_s, latency_s=0.039, share=0.001)
+    assert set_point_s == 0.04
+    assert trim.trimmed(0.03, set_point_s, latency_s=0.039, share=0.001) == pytest.approx(0.04 * 1.25**0.5)
