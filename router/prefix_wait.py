@@ -20,11 +20,23 @@ holds (`admission.hold_times`: 10) and how many waiters ahead of it already wait
     wait only when  some candidate has a free slot  and  no candidate with a free slot is worth it
     owner       = the full candidate with the most matched blocks, worth it (ties: the soonest wait)
     S_owner     = the owner's own mean hold S_i, else S           (no samples yet, or not > 0)
-    W           = (ahead_owner + 1) × S_owner / inflight_owner    expected wait for a slot there: a full
-                                                                  replica frees inflight / S_i slots per s
+    share       = inflight_owner / batch_owner                    this instance's share of the owner's
+                                                                  batch (engine running + waiting, fresh;
+                                                                  else its own counts: share 1)
+    W           = (ahead_owner + share) × S_owner / inflight_owner
+                                                                  expected wait for a slot there (below)
     T           = owner's predicted TTFT with its prefix hit (`router.latency_model`; 0 while cold)
     slack       = min(slo_ttft − waited − W − T,  deadline − now − W)
     wait ⇔ slack > 0, until now + slack; then it spills (or, if the owner freed first, goes there)
+
+Why W: the owner frees batch / S_i slots per second. The waiters ahead of this request for it are
+this instance's `ahead_owner` and, behind several gateway instances, the others' — unknown here, taken
+in proportion to the share of the owner's batch each sends: ahead_owner / share in all. So W = (ahead /
+share + 1) × S_i / batch, the formula above; with one instance (share 1) it is (ahead + 1) × S_i /
+inflight. Counting only this instance's in-flight as the owner's rate (the rule before) made the wait
+1 / share times too long for the request's own slot: behind three instances the requests spilled their
+prefixes to cold replicas (cache hit 73–76 % against 83–84 % for one instance at 1.5× the knee:
+docs/bench-log/2026-12-06-trim-pace.md).
 
 The second term keeps the expected slot before the queue's deadline, so a request never times out
 waiting for its owner while a slot elsewhere was free. No decision (None) when the request has no
@@ -158,12 +170,14 @@ def _candidates(
 
 
 def _expected_wait_s(owner: ReplicaView, queue: QueueState) -> float:
-    """W = (ahead_owner + 1) × S_owner / inflight_owner (module docstring)."""
+    """W = (ahead_owner + share) × S_owner / inflight_owner (module docstring)."""
     ahead = queue.ahead_by_replica.get(owner.replica_id, 0)
     own_hold_s = queue.mean_hold_s_by_replica.get(owner.replica_id)
     hold_s = queue.mean_hold_s or 0.0
     owner_hold_s = own_hold_s if own_hold_s is not None and own_hold_s > 0 else hold_s
-    return (ahead + 1) * owner_hold_s / max(1, owner.inflight_requests)
+    inflight = max(1, owner.inflight_requests)
+    batch = max(float(inflight), running_sequences(owner) + waiting_requests(owner))
+    return (ahead + inflight / batch) * owner_hold_s / inflight
 
 
 def _until(

@@ -13,7 +13,7 @@ from router.latency_model import LatencyEstimate
 from router.prefix_index import PrefixIndex
 from router.prefix_wait import OwnerWait, QueueState, key_owner_wait, owner_wait
 from router.profile import KeyOwner, Profile
-from router.types import RoutingRequest
+from router.types import EngineLoad, RoutingRequest
 from tests.unit.router.snapshots import decided, fleet, policy, prefix_request, ring_order
 
 HASHES = tuple(range(100, 110))  # a 10-block prompt
@@ -69,6 +69,20 @@ def test_waiters_ahead_for_the_same_owner_lengthen_the_expected_wait() -> None:
     wait = owner_wait(request(slo_ttft_s=10.0), views, index_with(r0=10), ahead)
     assert wait is not None and wait.expected_wait_s == pytest.approx(6.0)  # (2 + 1) × 8 / 4
     assert owner_wait(request(), views, index_with(r0=10), ahead) is None  # 6 s > the 4 s objective
+
+
+def test_behind_other_instances_the_owners_whole_batch_frees_the_requests_slot() -> None:
+    """Own 4 of the owner's 12 (other gateway instances run 8 there): its slots free at 12 / 8 per s,
+    the waiters ahead everywhere taken as 3 × this instance's. W = (ahead + 4/12) × 8 / 4."""
+    decoding = {**FULL, "decoding_requests": 4}
+    views = fleet(("r0", "r1"), r0={**decoding, "engine": EngineLoad(running=12.0)}, r1=FREE)
+    wait = owner_wait(request(), views, index_with(r0=10), queue())
+    assert wait is not None and wait.expected_wait_s == pytest.approx(2 / 3)  # alone it was 2 s: spill
+    ahead = queue(deadline_s=110.0, ahead_by_replica={"r0": 1})
+    wait = owner_wait(request(), views, index_with(r0=10), ahead)
+    assert wait is not None and wait.expected_wait_s == pytest.approx(8 / 3)  # (1 + 1/3) × 8 / 4
+    stale = fleet(("r0", "r1"), r0={**decoding, "engine": EngineLoad(running=12.0, stale=True)}, r1=FREE)
+    assert owner_wait(request(), stale, index_with(r0=10), queue()) is None, "a stale sample: share 1"
 
 
 def test_the_owners_predicted_ttft_with_its_prefix_hit_counts_against_the_objective() -> None:
