@@ -107,9 +107,10 @@ class ReplicaCost:
         self.last_token_s: float | None = None
         self.learned_cap: int | None = None
         self.foreign_requests = 0.0
-        self.own_share = 1.0
         """Requests on the engine that this instance did not send (other gateway instances, direct
         clients): engine running + waiting minus this instance's in-flight, at the last fresh scrape."""
+        self.own_share = 1.0
+        """This instance's share of the engine's batch, smoothed over scrapes (module docstring)."""
         self.token_latency_s: float | None = None
         """The engine's mean inter-token latency over the last closed scrape window (None: unknown)."""
         self.affinity_share: float | None = None
