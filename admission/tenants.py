@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 from admission.priority_classes import DEFAULT_PRIORITY_CLASSES
 from admission.rate_limit import TenantRateLimits, TokenBucketLimit
+from router.types import CapTier
 
 ANONYMOUS_TENANT_NAME = "anonymous"
 DEFAULT_PRIORITY = "interactive"
@@ -189,6 +190,16 @@ class TenantDirectory:
         requested = (header_value or "").strip().lower()
         rank = self._rank.get(requested, self._default_rank)
         return self._classes[max(rank, self._ceiling_rank(tenant))]
+
+    def cap_tier(self, priority: str) -> CapTier:
+        """Where class `priority` stands for a learned cap (`router.types.CapTier`): the top or the
+        lowest of several classes, else plain."""
+        classes = self._classes
+        if len(classes) < 2:
+            return CapTier.PLAIN
+        if priority == classes[0]:
+            return CapTier.TOP
+        return CapTier.LOWEST if priority == classes[-1] else CapTier.PLAIN
 
     def _add(self, tenant: Tenant) -> None:
         if tenant.name in self._by_name:

@@ -29,7 +29,7 @@ import xxhash
 
 from core.tokens import estimate_tokens
 from router.options import OptionReader
-from router.types import RoutingRequest
+from router.types import CapTier, RoutingRequest
 
 DEFAULT_BLOCK_SIZE_CHARS = 64
 DEFAULT_MAX_PREFIX_CHARS = 16_384
@@ -236,6 +236,7 @@ def build_routing_request(
     slo_ttft_s: float | None = None,
     slo_tpot_s: float | None = None,
     lora_adapter: bool = False,
+    cap_tier: CapTier = CapTier.PLAIN,
 ) -> RoutingRequest:
     """The `RoutingRequest` the gateway hands to `Policy.decide`, keys included.
 
@@ -258,4 +259,5 @@ def build_routing_request(
         slo_ttft_s=slo_ttft_s,
         slo_tpot_s=slo_tpot_s,
         lora_adapter=lora_adapter,
+        cap_tier=cap_tier,
     )

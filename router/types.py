@@ -104,6 +104,17 @@ class ReplicaView:
         return self.max_concurrency is None or self.inflight_requests < self.max_concurrency
 
 
+class CapTier(StrEnum):
+    """A request's priority class as a learned cap sees it (`RoutingRequest.cap_tier`)."""
+
+    PLAIN = "plain"
+    """A middle class, or the only one."""
+    TOP = "top"
+    """The highest of several classes: may take the place the lowest class holds under a learned cap."""
+    LOWEST = "lowest"
+    """The lowest of several classes: its requests are counted on the replica (what the top may take)."""
+
+
 @dataclass(frozen=True, slots=True)
 class RoutingRequest:
     """What routing needs to know about a request; the body itself never reaches the router.
@@ -136,6 +147,10 @@ class RoutingRequest:
     class while the classes above have demand: `admission.lowest_class_reserve`; more for a waiter at
     its deadline: the gateway's `PoolAdmission.try_at_deadline`): the gateway builds the replicas'
     views for this request with it."""
+    cap_tier: CapTier = CapTier.PLAIN
+    """Where the request's priority class stands for a learned cap (`CapTier`; `PLAIN` with a single
+    class): the lowest class's requests are counted on the replica they run on, the top class may run
+    above a learned cap by that count (`admission.lowest_class_reserve`, "The top class")."""
     lora_adapter: bool = False
     """`model` is a LoRA adapter (one a replica lists with a parent, or the pool may load): routing keeps
     it off replicas whose LoRA slots are full of other adapters (`router.lora`)."""

@@ -45,7 +45,7 @@ from gateway.upstream.slot import Slot
 from gateway.upstream.slot_credits import SlotCredits
 from router.prefix_index import policy_prefix_index
 from router.prefix_wait import QueueState, key_owner_wait, owner_wait
-from router.types import Decision, ReplicaView, RoutingRequest
+from router.types import CapTier, Decision, ReplicaView, RoutingRequest
 
 
 class PoolAdmission:
@@ -145,13 +145,13 @@ class PoolAdmission:
         return sum(known) / len(known) if known else None
 
     def slots_over_caps(self, request: AdmissionRequest) -> int:
-        """Requests this instance runs above its replicas' caps, as `request`'s class sees them (a
-        learned cap cut below what runs; its share of the cap, `cap_share`): releases that free
-        nothing for that waiter (admission's early refusal counts them first)."""
+        """Requests this instance runs above its replicas' caps as `request`'s class sees them (its
+        `cap_share`; the top class's borrow): releases that free nothing for it (early refusal's blocked)."""
         cap_share = self.cap_share(request)
+        borrow = request.routing is not None and request.routing.cap_tier is CapTier.TOP
         over = 0
         for replica in self.pool.replicas.values():
-            cap = replica.effective_max_concurrency(cap_share)
+            cap = replica.effective_max_concurrency(cap_share, borrow)
             if cap is not None and replica.inflight_requests > cap:
                 over += replica.inflight_requests - cap
         return over
@@ -200,6 +200,7 @@ class PoolAdmission:
             uncached,
             prompt_tokens=routing.estimated_prompt_tokens,
             affinity_tokens=affinity,
+            lowest_class=routing.cap_tier is CapTier.LOWEST,
         )
         if self._credits is not None:
             self._credits.on_dispatch(replica)
@@ -261,7 +262,7 @@ class PoolAdmission:
             c.now_s, c.waited_s, c.deadline_s, c.mean_hold_s, c.ahead_by_key, c.mean_hold_s_by_key
         )
         share = self.cap_share(request)
-        views = self.pool.snapshot(share)
+        views = self.pool.snapshot(share, routing.cap_tier is CapTier.TOP)
         if index is not None:
             wait = owner_wait(routing, views, index, queue, self.pool.settings.prefix_wait.min_match_ratio)
         else:

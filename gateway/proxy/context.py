@@ -26,7 +26,7 @@ from gateway.proxy.timers import IDLE_HEADER, TTFT_HEADER, RequestTimers, reques
 from gateway.upstream.model_catalog import ServedModel
 from gateway.upstream.registry import Pool
 from router.keys import build_routing_request, session_key_of
-from router.types import RoutingRequest
+from router.types import CapTier, RoutingRequest
 
 FORWARDED_HEADERS = (b"accept", b"user-agent", b"traceparent", b"tracestate")
 """Client headers passed upstream as they are (beside content-type and the request id). Never the
@@ -89,6 +89,7 @@ def build_context(
     priority: str,
     engine_key: str | None = None,
     record: RequestRecord = NO_RECORD,
+    cap_tier: CapTier = CapTier.PLAIN,
 ) -> RequestContext:
     """Fix the request's routing key, upstream bytes and timers (400 on a bad timer header); `record`
     (the request's observability record, started at arrival) is bound to the context. `served` is the
@@ -107,6 +108,7 @@ def build_context(
         slo_ttft_s=slo_ttft_s,
         slo_tpot_s=slo_tpot_s,
         lora_adapter=served.lora_adapter,
+        cap_tier=cap_tier,
     )
     timers = request_timers(
         pool.settings.timeouts, header(scope, TTFT_HEADER.encode()), header(scope, IDLE_HEADER.encode())

@@ -214,6 +214,7 @@ class ProxyHandler:
                 priority=priority,
                 engine_key=self._engine_keys.get(served.pool.model),
                 record=record,
+                cap_tier=self._tenants.cap_tier(priority),
             )
             if endpoint is Endpoint.RESPONSES:  # the id's replica is recorded before the last byte
                 reply.before_end = functools.partial(self._affinity.remember, built, reply)

@@ -82,7 +82,7 @@ def claim_for_key(
     if decision is None or decision.branch not in MOVED:
         return None if decision is None else claims.take(decision, routing)
     pool = claims.pool
-    owner = keyed.key_owner(routing, views if views is not None else pool.snapshot(routing.cap_share))
+    owner = keyed.key_owner(routing, views if views is not None else pool.views_for(routing))
     if (
         owner is not None
         and owner.replica_id != decision.replica_id

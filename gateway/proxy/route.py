@@ -39,7 +39,7 @@ class Router:
         taken: `router.profile`)."""
         started_s = time.perf_counter()
         if views is None:
-            views = pool.snapshot(routing.cap_share)
+            views = pool.views_for(routing)
         decision = pool.policy.decide(routing, views, commit=False)
         if decision is not None and routing.pinned:
             decision = replace(decision, branch=Branch.PINNED)

@@ -19,7 +19,7 @@ from gateway.upstream.replica_cost import ReplicaCost
 from router.eligibility import any_routable
 from router.keys import KeySettings
 from router.profile import Policy
-from router.types import ReplicaView
+from router.types import CapTier, ReplicaView, RoutingRequest
 
 logger = logging.getLogger(__name__)
 
@@ -158,13 +158,17 @@ class Pool:
                 self._on_panic_change(self)
         return panic
 
-    def snapshot(self, cap_share: float = 1.0) -> tuple[ReplicaView, ...]:
+    def snapshot(self, cap_share: float = 1.0, borrow: bool = False) -> tuple[ReplicaView, ...]:
         """Frozen views for one routing decision (panic mode evaluated first: in panic, the views of up,
         non-draining replicas say their breaker is not open); `cap_share`: the request's class's
-        share of a learned cap (`Replica.view`)."""
+        share of a learned cap, `borrow`: it may take the lowest class's place there (`Replica.view`)."""
         now_s = self._clock.now_s()
         self._evaluate_panic(now_s)
-        return tuple(r.view(now_s, cap_share) for r in self.replicas.values())
+        return tuple(r.view(now_s, cap_share, borrow) for r in self.replicas.values())
+
+    def views_for(self, routing: RoutingRequest) -> tuple[ReplicaView, ...]:
+        """`snapshot` for `routing`'s class: its cap share, and the top class's borrow."""
+        return self.snapshot(routing.cap_share, routing.cap_tier is CapTier.TOP)
 
     def has_eligible_replica(self, model: str | None = None) -> bool:
         """At least one replica may take traffic (`router.eligibility.any_routable`, panic included: in

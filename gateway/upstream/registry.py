@@ -118,10 +118,12 @@ class ReplicaRegistry:
         *,
         prompt_tokens: int | None = None,
         affinity_tokens: int | None = None,
+        lowest_class: bool = False,
     ) -> Slot:
         """Count one request of `tokens` estimated tokens (`prompt_tokens` of its prompt and
-        `affinity_tokens` of those held by some replicas of the pool and not others, when known),
-        `uncached_tokens` of them left to prefill, on
+        `affinity_tokens` of those held by some replicas of the pool and not others, when known;
+        `lowest_class`: of the lowest of several priority classes), `uncached_tokens` of them left to
+        prefill, on
         `replica` (chosen by `decision`; a decision made in panic mode — over the pool's last snapshot
         — is counted in `panic_decisions_total`)."""
         if replica.panic:
@@ -141,6 +143,7 @@ class ReplicaRegistry:
             uncached_tokens=uncached_tokens,
             prompt_tokens=prompt_tokens,
             affinity_tokens=affinity_tokens,
+            lowest_class=lowest_class,
         )
 
     def _released_one(self, replica: Replica) -> None:

@@ -54,6 +54,9 @@ class Replica:
     """Gone from discovery while serving: removed from the pool when its last request ends."""
     inflight_requests: int = 0
     inflight_tokens: int = 0
+    lowest_class_inflight: int = 0
+    """Of `inflight_requests`, those of the lowest of several priority classes (`CapTier.LOWEST`): the
+    place a request of the top class may take above a learned cap (`effective_max_concurrency`)."""
     consecutive_connect_failures: int = 0
     hold_until_s: float = 0.0
     last_success_s: float | None = None
@@ -92,9 +95,10 @@ class Replica:
         `router.eligibility.is_routable` on `view`."""
         return is_routable(self.view(now_s))
 
-    def view(self, now_s: float, cap_share: float = 1.0) -> ReplicaView:
+    def view(self, now_s: float, cap_share: float = 1.0, borrow: bool = False) -> ReplicaView:
         """This replica as routing sees it now, for a request whose class may fill `cap_share` of a
-        learned cap (`RoutingRequest.cap_share`)."""
+        learned cap (`RoutingRequest.cap_share`) and, with `borrow` (the top class), the place the
+        lowest class holds under it."""
         return ReplicaView(
             replica_id=self.replica_id,
             url=self.url,
@@ -103,7 +107,7 @@ class Replica:
             breaker_open=not self.panic and not self.breaker.allows(),
             inflight_requests=self.inflight_requests,
             inflight_tokens=self.inflight_tokens,
-            max_concurrency=self.effective_max_concurrency(cap_share),
+            max_concurrency=self.effective_max_concurrency(cap_share, borrow),
             engine=self.engine,
             prefill_tokens_inflight=self.cost.prefill_tokens_inflight,
             decoding_requests=self.cost.decoding_requests,
@@ -112,14 +116,17 @@ class Replica:
             models=self.models,
         )
 
-    def effective_max_concurrency(self, cap_share: float = 1.0) -> int | None:
+    def effective_max_concurrency(self, cap_share: float = 1.0, borrow: bool = False) -> int | None:
         """The cap routing applies to this instance's in-flight requests: `max_concurrency`, or the
         learned cap when one is set (never above `max_concurrency`), lowered to this instance's credits
         when shared. A learned cap fed by the engine's token latency is on the engine's whole batch, so
         the requests other senders run there (`ReplicaCost.foreign_requests`) come off it first.
         `cap_share` (a priority class's, ≤ 1: `admission.lowest_class_reserve`; above 1 for a waiter at
         its deadline: `PoolAdmission.try_at_deadline`) scales the learned cap to
-        max(1, ⌊learned × cap_share⌋) before the rest; a cap without a learned one is not scaled."""
+        max(1, ⌊learned × cap_share⌋) before the rest; a cap without a learned one is not scaled.
+        `borrow` (a top-class request: `admission.lowest_class_reserve`, "The top class") adds the
+        lowest class's requests running here (`lowest_class_inflight`) to a learned cap: the top class
+        takes their place; a configured cap and shared credits still bound it."""
         cost = self.cost
         learned = cost.learned_cap
         if learned is None:
@@ -129,6 +136,8 @@ class Replica:
                 learned = max(1, math.floor(learned * cap_share))
             if cost.windowed:
                 learned = max(0, learned - math.ceil(cost.foreign_requests))
+            if borrow:
+                learned += self.lowest_class_inflight
             cap = learned if self.max_concurrency is None else min(learned, self.max_concurrency)
         if self.credit_limit is None or cap is None:
             return cap

@@ -1,7 +1,8 @@
 """A `Slot`: one request's place on one replica, with the routing decision that chose it.
 
 Taking a slot (`ReplicaRegistry.claim`) counts the request on the replica at once — in-flight
-requests and estimated tokens (what routing reads), its uncached prompt tokens in the replica's
+requests (those of the lowest priority class apart too: `Replica.lowest_class_inflight`) and estimated
+tokens (what routing reads), its uncached prompt tokens in the replica's
 prefill load (`gateway.upstream.replica_cost`), the breaker's in-flight count, the `inflight` gauge —
 and `release()` undoes exactly that, once (idempotent). `first_token()` moves the request from the
 replica's prefill load to its decode batch and teaches the replica's latency model its TTFT;
@@ -63,6 +64,7 @@ class Slot:
         "_dispatched_s",
         "_first_token_s",
         "_gauges",
+        "_lowest_class",
         "_now_s",
         "_on_release",
         "_released",
@@ -85,6 +87,7 @@ class Slot:
         uncached_tokens: int = 0,
         prompt_tokens: int | None = None,
         affinity_tokens: int | None = None,
+        lowest_class: bool = False,
     ) -> None:
         self.replica = replica
         self.decision = decision
@@ -105,6 +108,8 @@ class Slot:
         )
         replica.inflight_requests += 1
         replica.inflight_tokens += tokens
+        self._lowest_class = lowest_class
+        replica.lowest_class_inflight += lowest_class
         replica.breaker.on_dispatch()
         gauges.inflight.inc()
         self._publish_prefill()
@@ -161,6 +166,7 @@ class Slot:
         self._released = True
         self.replica.inflight_requests -= 1
         self.replica.inflight_tokens -= self.tokens
+        self.replica.lowest_class_inflight -= self._lowest_class
         self.replica.cost.ended(self._sample, decoding=self._first_token_s is not None)
         self.replica.breaker.on_release()
         self._gauges.inflight.dec()

@@ -251,3 +251,36 @@ def test_a_retry_sent_when_its_retry_after_said_claims_its_place(mock_engines, g
     assert lane.labels(MODEL, "promised")._value.get() == 2
     assert lane.labels(MODEL, "claimed")._value.get() == 1, "the client's retry claimed its place"
     assert wait_until(lambda: gateway.app.state.registry.total_inflight() == 0)
+
+
+def test_critical_takes_the_place_batch_holds_under_a_learned_cap(mock_engines, gateways) -> None:
+    engine = mock_engines(model=MODEL, token_delay_ms=20)
+    gateway = gateways(gateway_settings([pool([engine], latency_model={"adaptive_cap": False})]))
+    (replica,) = gateway.app.state.registry.all_replicas()
+    replica.cost.learned_cap = 1  # a cap the engine taught; frozen here (adaptive_cap off moves none)
+    depth = gateway.app.state.metrics.queue_depth
+    with httpx.Client(base_url=gateway.url, timeout=10) as client:
+        batch = _body(max_tokens=300, stream=True)
+        with client.stream("POST", CHAT, json=batch, headers={"x-gateway-priority": "batch"}) as held:
+            assert held.status_code == 200
+            assert (replica.inflight_requests, replica.lowest_class_inflight) == (1, 1)
+
+            async def interactive_waits_critical_does_not() -> httpx.Response:
+                async with httpx.AsyncClient(base_url=gateway.url, timeout=10) as aclient:
+                    headers = {"x-gateway-priority": "interactive"}
+                    waiting = asyncio.create_task(aclient.post(CHAT, json=_body(), headers=headers))
+                    queued = depth.labels(MODEL, "interactive")
+                    await eventually(lambda: queued._value.get() == 1, what="interactive queued")
+                    top = {"x-gateway-priority": "critical"}
+                    critical = await aclient.post(CHAT, json=_body(), headers=top)
+                    assert not waiting.done(), "the middle class still waits for the cap"
+                    waiting.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await waiting
+                    return critical
+
+            critical = asyncio.run(interactive_waits_critical_does_not())
+            assert critical.status_code == 200, critical.text
+            assert int(critical.headers["x-gateway-queue-ms"]) < 1000, "served beside batch, not after it"
+    assert wait_until(lambda: gateway.app.state.registry.total_inflight() == 0)
+    assert replica.lowest_class_inflight == 0

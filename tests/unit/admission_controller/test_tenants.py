@@ -13,6 +13,7 @@ from admission.tenants import (
     hash_api_key,
     main,
 )
+from router.types import CapTier
 
 ACME_KEY = "sk-acme-123"
 ACME = Tenant("acme", api_key_hashes=(hash_api_key(ACME_KEY),), priority_ceiling="interactive")
@@ -60,6 +61,17 @@ def test_priority_is_clamped_to_the_ceiling_and_defaults_to_interactive() -> Non
     assert directory.resolve_priority(batch_only, None) == "batch"  # the default is clamped too
     custom = TenantDirectory([], class_names=["gold", "silver"], default_priority="silver")
     assert custom.resolve_priority(custom.anonymous_tenant, "gold") == "gold"
+
+
+def test_cap_tier_names_the_top_and_the_lowest_of_several_classes() -> None:
+    directory = TenantDirectory([])
+    assert [directory.cap_tier(c) for c in ("critical", "interactive", "batch")] == [
+        CapTier.TOP,
+        CapTier.PLAIN,
+        CapTier.LOWEST,
+    ]
+    only = TenantDirectory([], class_names=["gold"], default_priority="gold")
+    assert only.cap_tier("gold") is CapTier.PLAIN, "one class is neither above nor below another"
 
 
 def test_tenant_limits_become_per_minute_buckets() -> None:

@@ -1,0 +1,64 @@
+"""The top class takes the lowest class's place under a learned cap: `critical` is not refused while
+`batch` runs (`admission.lowest_class_reserve`, "The top class")."""
+
+from __future__ import annotations
+
+from admission.tenants import Tenant
+from admission.ticket import AdmissionRequest
+from gateway.upstream.slot import Slot
+from router.keys import build_routing_request
+from router.types import CapTier
+from tests.unit.gateway.test_lowest_class_reserve_claims import MODEL, one_replica_pool
+
+TENANT = Tenant("t")
+TIERS = {"critical": CapTier.TOP, "interactive": CapTier.PLAIN, "batch": CapTier.LOWEST}
+
+
+def request(priority: str) -> AdmissionRequest:
+    routing = build_routing_request(MODEL, f"a {priority} prompt", cap_tier=TIERS[priority])
+    return AdmissionRequest(TENANT, priority, 100, routing)
+
+
+async def test_critical_runs_above_the_cap_by_the_batch_requests_there_and_no_further() -> None:
+    admission, replica = one_replica_pool(reserve=0.0)  # learned cap 50
+    replica.inflight_requests = 45
+    batch = [admission.try_dispatch(request("batch")) for _ in range(5)]
+    assert all(isinstance(slot, Slot) for slot in batch)
+    assert (replica.inflight_requests, replica.lowest_class_inflight) == (50, 5)
+    assert admission.try_dispatch(request("interactive")) is None, "the cap is full for the middle class"
+    critical = [admission.try_dispatch(request("critical")) for _ in range(6)]
+    assert all(isinstance(slot, Slot) for slot in critical[:5]), "critical takes the 5 places batch holds"
+    assert critical[5] is None, "and no more than those"
+    assert admission.slots_over_caps(request("critical")) == 0
+    assert admission.slots_over_caps(request("interactive")) == 5, "the middle class waits for them first"
+    for slot in batch:
+        assert slot is not None
+        slot.release()
+        slot.release()  # idempotent: counted off once
+    assert (replica.inflight_requests, replica.lowest_class_inflight) == (50, 0)
+    assert admission.try_dispatch(request("critical")) is None, "no batch left to take the place of"
+    for slot in critical[:5]:
+        assert slot is not None
+        slot.release()
+    assert (replica.inflight_requests, replica.lowest_class_inflight) == (45, 0)
+
+
+async def test_a_configured_cap_is_not_borrowed_against() -> None:
+    admission, replica = one_replica_pool(reserve=0.0)
+    replica.max_concurrency = 50
+    replica.inflight_requests = 48
+    batch = [admission.try_dispatch(request("batch")) for _ in range(2)]
+    assert replica.lowest_class_inflight == 2
+    assert admission.try_dispatch(request("critical")) is None, "the operator's cap of 50 holds"
+    for slot in batch:
+        assert slot is not None
+        slot.release()
+
+
+async def test_without_a_learned_cap_nothing_changes() -> None:
+    _, replica = one_replica_pool(reserve=0.0)
+    replica.cost.learned_cap = None
+    assert replica.effective_max_concurrency(borrow=True) is None
+    replica.max_concurrency = 4
+    replica.lowest_class_inflight = 3
+    assert replica.effective_max_concurrency(borrow=True) == 4
