@@ -32,8 +32,9 @@ the slot; `CapTier` in `router.types`):
 
 Every other class still sees the cap, so what the top class took comes back as the next releases go
 to no one below it: the batch class pays with its next slots, and the latency the cap steers counts
-the extra sequences like any others. A configured `max_concurrency_per_replica` and shared credits
-are not lent against; with a single class nothing changes.
+the extra sequences like any others. With shared slot credits the lowest class's credits are lent the
+same way (each of those requests holds one of this instance's); a configured
+`max_concurrency_per_replica` is not lent against; with a single class nothing changes.
 """
 
 from __future__ import annotations
