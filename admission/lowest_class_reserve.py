@@ -17,12 +17,13 @@ exceeds the cap (it keeps steering the engine's TPOT), a pool serving only batch
 under overload the lowest class is dispatched only when the classes above leave room. Early refusal
 counts the classes above by their arrivals (`PoolRates.above_per_s`), so the lowest class is also the
 first refused at arrival. A hand-set `max_concurrency_per_replica` (no learned cap) is not scaled, and
-a disaggregated pool's pair claims (`gateway.proxy.disagg.admit`) and a retry's claim use the whole cap.
+a disaggregated pool's pair claims (`gateway.proxy.disagg.admit`) and a retry's claim use the whole cap
+(the top class's borrow below included).
 
 The top class: the reserve covers the slots that free up, not the ones already held. When a cap is cut
 below what runs (an overload's onset: every replica's first cut within a few seconds), nothing frees
 for a generation, and a `critical` arrival was refused at arrival while `batch` requests dispatched
-before the cut ran on (9–12 of 194 critical arrivals at 1.5× the knee, all in the first cut:
+before the cut ran on (9–15 of 194 critical arrivals at 1.5× the knee, all in the first cut:
 docs/bench-log/2026-12-06-top-class-place.md). An engine cannot preempt a running sequence, but the
 cap can lend its place: a request of the highest of several classes may run above a replica's learned
 cap by as many requests of the lowest class as run there (`Replica.lowest_class_inflight`, counted by
@@ -32,9 +33,11 @@ the slot; `CapTier` in `router.types`):
 
 Every other class still sees the cap, so what the top class took comes back as the next releases go
 to no one below it: the batch class pays with its next slots, and the latency the cap steers counts
-the extra sequences like any others. With shared slot credits the lowest class's credits are lent the
-same way (each of those requests holds one of this instance's); a configured
-`max_concurrency_per_replica` is not lent against; with a single class nothing changes.
+the extra sequences like any others. A configured `max_concurrency_per_replica` and shared slot credits
+still bound the sum (`Replica.effective_max_concurrency`: the lease cap in Redis bounds every
+instance's requests together); with a single class nothing changes. Where a cap share stretches the
+cap (a waiter at its deadline, a ring's owner kept: × 1 / `tpot_target_ratio`), the borrow is added
+to the stretched cap.
 """
 
 from __future__ import annotations

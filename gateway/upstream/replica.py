@@ -125,9 +125,9 @@ class Replica:
         its deadline: `PoolAdmission.try_at_deadline`) scales the learned cap to
         max(1, ⌊learned × cap_share⌋) before the rest; a cap without a learned one is not scaled.
         `borrow` (a top-class request: `admission.lowest_class_reserve`, "The top class") adds the
-        lowest class's requests running here (`lowest_class_inflight`) to a learned cap, credits
-        included (each of those holds one of this instance's): the top class takes their place. A
-        configured cap is not lent against."""
+        lowest class's requests running here (`lowest_class_inflight`) to a learned cap: the top class
+        takes their place. A configured cap and shared credits still bound it (the credits' lease cap
+        in Redis bounds the sum over instances; `fail_closed` with Redis down admits nothing)."""
         cost = self.cost
         learned = cost.learned_cap
         if learned is None:
@@ -137,13 +137,12 @@ class Replica:
                 learned = max(1, math.floor(learned * cap_share))
             if cost.windowed:
                 learned = max(0, learned - math.ceil(cost.foreign_requests))
+            if borrow:
+                learned += self.lowest_class_inflight
             cap = learned if self.max_concurrency is None else min(learned, self.max_concurrency)
-        if self.credit_limit is not None and cap is not None:
-            cap = min(cap, self.credit_limit())
-        if not borrow or learned is None or cap is None:
+        if self.credit_limit is None or cap is None:
             return cap
-        lent = cap + self.lowest_class_inflight
-        return lent if self.max_concurrency is None else min(lent, self.max_concurrency)
+        return min(cap, self.credit_limit())
 
     @property
     def learned_cap(self) -> int | None:
