@@ -156,6 +156,12 @@ class RoutingRequest:
     it off replicas whose LoRA slots are full of other adapters (`router.lora`)."""
 
     @property
+    def borrows_lowest_place(self) -> bool:
+        """The top of several classes: it may run above a learned cap by the lowest class's requests
+        there (`CapTier.TOP`; the one test routing views and admission's blocked count share)."""
+        return self.cap_tier is CapTier.TOP
+
+    @property
     def estimated_total_tokens(self) -> int:
         """Prompt tokens plus the requested output budget (0 when the client set none)."""
         return self.estimated_prompt_tokens + (self.max_tokens or 0)

@@ -148,7 +148,7 @@ class PoolAdmission:
         """Requests this instance runs above its replicas' caps as `request`'s class sees them (its
         `cap_share`; the top class's borrow): releases that free nothing for it (early refusal's blocked)."""
         cap_share = self.cap_share(request)
-        borrow = request.routing is not None and request.routing.cap_tier is CapTier.TOP
+        borrow = request.routing is not None and request.routing.borrows_lowest_place
         over = 0
         for replica in self.pool.replicas.values():
             cap = replica.effective_max_concurrency(cap_share, borrow)
@@ -262,7 +262,7 @@ class PoolAdmission:
             c.now_s, c.waited_s, c.deadline_s, c.mean_hold_s, c.ahead_by_key, c.mean_hold_s_by_key
         )
         share = self.cap_share(request)
-        views = self.pool.snapshot(share, routing.cap_tier is CapTier.TOP)
+        views = self.pool.snapshot(share, routing.borrows_lowest_place)
         if index is not None:
             wait = owner_wait(routing, views, index, queue, self.pool.settings.prefix_wait.min_match_ratio)
         else:

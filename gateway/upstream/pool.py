@@ -19,7 +19,7 @@ from gateway.upstream.replica_cost import ReplicaCost
 from router.eligibility import any_routable
 from router.keys import KeySettings
 from router.profile import Policy
-from router.types import CapTier, ReplicaView, RoutingRequest
+from router.types import ReplicaView, RoutingRequest
 
 logger = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ class Pool:
 
     def views_for(self, routing: RoutingRequest) -> tuple[ReplicaView, ...]:
         """`snapshot` for `routing`'s class: its cap share, and the top class's borrow."""
-        return self.snapshot(routing.cap_share, routing.cap_tier is CapTier.TOP)
+        return self.snapshot(routing.cap_share, routing.borrows_lowest_place)
 
     def has_eligible_replica(self, model: str | None = None) -> bool:
         """At least one replica may take traffic (`router.eligibility.any_routable`, panic included: in
