@@ -38,6 +38,14 @@ still bound the sum (`Replica.effective_max_concurrency`: the lease cap in Redis
 instance's requests together); with a single class nothing changes. Where a cap share stretches the
 cap (a waiter at its deadline, a ring's owner kept: × 1 / `tpot_target_ratio`), the borrow is added
 to the stretched cap.
+
+Several gateway instances: a learned cap is on the engine's whole batch, so each instance subtracts
+the requests the others run there (`ReplicaCost.foreign_requests`). Lending only its own lowest-class
+places (about 1/k of the engine's) while bearing the engine's whole excess over the cap, an instance
+refused critical arrivals in the onset again (docs/bench-log/2026-12-06-shared-lowest-class.md). With
+Redis state every instance's lowest-class requests on the replica count, the others' exchanged every
+250 ms (`gateway.fleet.lowest_class_sharing`) and never more than the others' requests subtracted; with
+memory state, or Redis unreachable, only the instance's own.
 """
 
 from __future__ import annotations

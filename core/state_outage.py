@@ -54,6 +54,7 @@ class RedisOperation(StrEnum):
     RESPONSE_STATE_GET = "response_state_get"
     RESPONSE_STATE_PUT = "response_state_put"
     PREFIX_INDEX_SYNC = "prefix_index_sync"
+    LOWEST_CLASS_SYNC = "lowest_class_sync"
     RESPONSE_STATE_DELETE = "response_state_delete"
 
 

@@ -44,7 +44,13 @@ from gateway.config.engine_keys import engine_keys
 from gateway.config.settings import ConfigError, Settings
 from gateway.fleet.autoscaling import AutoscaleSignals
 from gateway.fleet.instance_membership import GatewayMembership, RedisMembership
-from gateway.fleet.shared_state_assembly import share_prefix_indexes, slot_credits, state_backend, tenant_gate
+from gateway.fleet.shared_state_assembly import (
+    share_lowest_class_counts,
+    share_prefix_indexes,
+    slot_credits,
+    state_backend,
+    tenant_gate,
+)
 from gateway.observability.events import ServeEvents
 from gateway.observability.observer import RequestObserver
 from gateway.observability.tracer import TracingUnavailable
@@ -156,6 +162,7 @@ class Components:
         self._on_close(
             share_prefix_indexes(backend, s.state.share_prefix_index, self.registry.pools, metrics)
         )
+        self._on_close(share_lowest_class_counts(backend, s, self.registry.pools, metrics))
         admission = build_admission(
             s,
             registry=self.registry,

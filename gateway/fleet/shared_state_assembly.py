@@ -9,7 +9,9 @@
 - `slot_credits`: the replica slot credits on Redis (None with memory state: each instance's own cap is
   the cap);
 - `share_prefix_indexes`: with Redis state and `state.share_prefix_index`, the exchange of the prefix
-  indexes of every pool whose policy keeps one (`gateway.fleet.prefix_sharing`).
+  indexes of every pool whose policy keeps one (`gateway.fleet.prefix_sharing`);
+- `share_lowest_class_counts`: with Redis state and several priority classes, the exchange of each
+  replica's lowest-class request count (`gateway.fleet.lowest_class_sharing`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from core.shared_state import RedisBackend, outlasted_periods
 from core.state_outage import FailureMode, RedisOperation
 from gateway.base.metrics import GatewayMetrics
 from gateway.config.settings import Settings
+from gateway.fleet.instance_membership import new_instance_id
+from gateway.fleet.lowest_class_sharing import CountedPool, LowestClassSharing
 from gateway.fleet.prefix_sharing import PrefixIndexSharing, SharingMetrics
 from gateway.upstream.slot_credits import SlotCredits
 from router.prefix_index import policy_prefix_index
@@ -122,6 +126,26 @@ def share_prefix_indexes(
         return pools[name].replicas.keys()
 
     sharing = PrefixIndexSharing(backend, indexes, members, SharingMetrics(metrics))
+    sharing.start()
+    return sharing.stop
+
+
+def share_lowest_class_counts(
+    backend: RedisBackend | None,
+    settings: Settings,
+    pools: Mapping[str, CountedPool],
+    metrics: GatewayMetrics,
+) -> Callable[[], Awaitable[None]]:
+    """Start exchanging each replica's lowest-class count with Redis state and several priority
+    classes; returns the closer to register (a no-op when nothing is exchanged)."""
+    if backend is None or len(settings.admission.classes) < 2 or not pools:
+        return _nothing_to_close
+    sharing = LowestClassSharing(
+        backend,
+        pools,
+        new_instance_id(),
+        on_loop_error=metrics.state_errors_total.labels("lowest_class_sync_loop").inc,
+    )
     sharing.start()
     return sharing.stop
 

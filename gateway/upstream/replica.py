@@ -57,6 +57,9 @@ class Replica:
     lowest_class_inflight: int = 0
     """Of `inflight_requests`, those of the lowest of several priority classes (`CapTier.LOWEST`): the
     place a request of the top class may take above a learned cap (`effective_max_concurrency`)."""
+    foreign_lowest_class: int = 0
+    """Lowest-class requests the other gateway instances run here, from shared state
+    (`gateway.fleet.lowest_class_sharing`); 0 with memory state or Redis unreachable."""
     consecutive_connect_failures: int = 0
     hold_until_s: float = 0.0
     last_success_s: float | None = None
@@ -125,9 +128,11 @@ class Replica:
         its deadline: `PoolAdmission.try_at_deadline`) scales the learned cap to
         max(1, ⌊learned × cap_share⌋) before the rest; a cap without a learned one is not scaled.
         `borrow` (a top-class request: `admission.lowest_class_reserve`, "The top class") adds the
-        lowest class's requests running here (`lowest_class_inflight`) to a learned cap: the top class
-        takes their place. A configured cap and shared credits still bound it (the credits' lease cap
-        in Redis bounds the sum over instances; `fail_closed` with Redis down admits nothing)."""
+        lowest class's requests running here (`lowest_class_inflight`, and with shared state the other
+        instances' `foreign_lowest_class`, at most their requests subtracted above) to a learned cap:
+        the top class takes their place. A configured cap and shared credits still bound it (the
+        credits' lease cap in Redis bounds the sum over instances; `fail_closed` with Redis down admits
+        nothing)."""
         cost = self.cost
         learned = cost.learned_cap
         if learned is None:
@@ -135,10 +140,10 @@ class Replica:
         else:
             if cap_share != 1.0 and learned > 1:
                 learned = max(1, math.floor(learned * cap_share))
-            if cost.windowed:
-                learned = max(0, learned - math.ceil(cost.foreign_requests))
+            foreign = math.ceil(cost.foreign_requests) if cost.windowed else 0
+            learned = max(0, learned - foreign)
             if borrow:
-                learned += self.lowest_class_inflight
+                learned += self.lowest_class_inflight + min(self.foreign_lowest_class, foreign)
             cap = learned if self.max_concurrency is None else min(learned, self.max_concurrency)
         if self.credit_limit is None or cap is None:
             return cap

@@ -9,6 +9,7 @@ from gateway.upstream.slot import Slot
 from router.keys import build_routing_request
 from router.types import CapTier
 from tests.unit.gateway.test_lowest_class_reserve_claims import MODEL, one_replica_pool
+from tests.unit.gateway.test_replica_cost import engine_sample, registry
 
 TENANT = Tenant("t")
 TIERS = {"critical": CapTier.TOP, "interactive": CapTier.PLAIN, "batch": CapTier.LOWEST}
@@ -79,3 +80,20 @@ async def test_shared_credits_bound_the_borrow_and_closed_credits_admit_nothing(
         assert slot is not None
         slot.release()
     assert (replica.inflight_requests, replica.lowest_class_inflight) == (17, 0)
+
+
+def test_behind_several_instances_critical_takes_the_places_every_instance_s_batch_holds() -> None:
+    _, replica, _ = registry(slo={"tpot_s": 0.05})  # set point 40 ms
+    replica.inflight_requests = 30
+    replica.engine_sampled(engine_sample(running=100, token_latency_s=0.08))
+    cap = replica.cost.learned_cap
+    assert cap is not None and replica.cost.foreign_requests == 70, "the others run 70 of the engine's 100"
+    replica.lowest_class_inflight = 5
+    assert replica.effective_max_concurrency(borrow=True) == cap - 70 + 5, "memory state: its own 5 only"
+    replica.foreign_lowest_class = 20  # the other instances' batch requests there (shared state)
+    assert replica.effective_max_concurrency(borrow=True) == cap - 70 + 25, "the engine's 25 places"
+    assert replica.effective_max_concurrency() == cap - 70, "the other classes still see the cap"
+    replica.foreign_lowest_class = 500  # a count ahead of the scrape: never more than the others run
+    assert replica.effective_max_concurrency(borrow=True) == cap + 5
+    replica.engine_sampled(None)  # stale samples: the others' requests no longer come off the cap
+    assert replica.effective_max_concurrency(borrow=True) == cap + 5, "so none of theirs is lent either"
