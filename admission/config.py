@@ -46,9 +46,10 @@ class AdmissionConfig:
     ticket has completed (no hold time), not while this controller holds no ticket, and not when
     `full_by_own_caps()` (given by the gateway) says the pool is blocked by a limit it shares with
     other pools (the process's upstream connection limit): then slots free up with work it cannot
-    see, and the arrival queues. With `early_refusal_needs_queue` (set with shared slot credits) an
-    arrival that would be first in line always queues, because a queued request is what makes the
-    credit refiller ask Redis for more. Retry-After of an early refusal is when a retry could be
+    see, and the arrival queues. With `early_refusal_needs_queue` (set where shared slot credits
+    govern the pool: Redis state and a configured `max_concurrency_per_replica`) an arrival that would
+    be first in line always queues, because a queued request is what makes the credit refiller ask
+    Redis for more. Retry-After of an early refusal is when a retry could be
     admitted: the expected wait for the capacity check, (time to the needed release − B) for the
     forecast, clamped like every Retry-After.
     """

@@ -162,7 +162,9 @@ class Components:
         self._on_close(
             share_prefix_indexes(backend, s.state.share_prefix_index, self.registry.pools, metrics)
         )
-        self._on_close(share_lowest_class_counts(backend, s, self.registry.pools, metrics))
+        self._on_close(
+            share_lowest_class_counts(backend, s, self.registry.pools, metrics, self.registry.notify_capacity)
+        )
         admission = build_admission(
             s,
             registry=self.registry,

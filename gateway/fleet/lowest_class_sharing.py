@@ -19,10 +19,11 @@ per process, `gateway.fleet.instance_membership.new_instance_id`) whose value is
 `TIME` + `TTL_S`) and its counts, `{replica id: requests}` as JSON. Every `INTERVAL_S` ONE atomic Lua
 script per pool writes this instance's field, deletes the expired fields of instances that stopped
 (killed without a goodbye) and returns the other live fields; Python sums them per replica into
-`Replica.foreign_lowest_class`. An instance stopping removes its field (`stop`). `INTERVAL_S` is half
-the default engine scrape interval, so the counts are about as fresh as the others' requests they are
-set against; after `QUIET_SYNCS` exchanges in a row that saw no lowest-class request anywhere the loop
-waits `IDLE_INTERVAL_S` instead, until one does.
+`Replica.foreign_lowest_class`; when a count grew, `on_more` (the registry's `notify_capacity`) lets
+admission look at its waiters again, as a learned cap that grew does. An instance stopping removes its
+field (`stop`). `INTERVAL_S` is half the default engine scrape interval, so the counts are about as
+fresh as the others' requests they are set against; after `QUIET_SYNCS` exchanges in a row that saw no
+lowest-class request anywhere the loop waits `IDLE_INTERVAL_S` instead, until one does.
 
 Redis unreachable (the call counted in `llm_gateway_state_errors_total{operation="lowest_class_sync"}`
 and logged by the backend): every `foreign_lowest_class` goes to 0 — the instance borrows only its
@@ -98,7 +99,7 @@ class CountedPool(Protocol):
     """A pool's replicas by id (`gateway.upstream.registry.Pool` fits)."""
 
     @property
-    def replicas(self) -> Mapping[str, Any]: ...
+    def replicas(self) -> Mapping[str, CountedReplica]: ...
 
 
 def sum_counts(payloads: list[Any]) -> dict[str, int]:
@@ -126,9 +127,11 @@ class LowestClassSharing:
         pools: Mapping[str, CountedPool],
         instance_id: str,
         *,
+        on_more: Callable[[], None] | None = None,
         on_loop_error: Callable[[], None] | None = None,
     ) -> None:
         self._backend = backend
+        self._on_more = on_more
         self._pools = pools
         self._instance_id = instance_id
         self._sync = backend.register(_SYNC_LUA)
@@ -155,7 +158,7 @@ class LowestClassSharing:
     async def sync_once(self) -> bool:
         """One exchange for every pool; True when a lowest-class request ran anywhere, False when none
         did or Redis could not be reached (then every foreign count is 0)."""
-        seen = False
+        seen = more = False
         for name, pool in self._pools.items():
             replicas = pool.replicas
             own = {rid: r.lowest_class_inflight for rid, r in replicas.items() if r.lowest_class_inflight > 0}
@@ -170,8 +173,12 @@ class LowestClassSharing:
                 continue
             others = sum_counts(list(reply))
             for replica_id, replica in pool.replicas.items():
-                replica.foreign_lowest_class = others.get(replica_id, 0)
+                count = others.get(replica_id, 0)
+                more = more or count > replica.foreign_lowest_class
+                replica.foreign_lowest_class = count
             seen = seen or bool(own) or bool(others)
+        if more and self._on_more is not None:
+            self._on_more()
         return seen
 
     def _key(self, pool_name: str) -> str:

@@ -135,15 +135,18 @@ def share_lowest_class_counts(
     settings: Settings,
     pools: Mapping[str, CountedPool],
     metrics: GatewayMetrics,
+    on_more: Callable[[], None],
 ) -> Callable[[], Awaitable[None]]:
     """Start exchanging each replica's lowest-class count with Redis state and several priority
-    classes; returns the closer to register (a no-op when nothing is exchanged)."""
+    classes (`on_more()` when the others' count on a replica grew: the top class's waiters may fit);
+    returns the closer to register (a no-op when nothing is exchanged)."""
     if backend is None or len(settings.admission.classes) < 2 or not pools:
         return _nothing_to_close
     sharing = LowestClassSharing(
         backend,
         pools,
         new_instance_id(),
+        on_more=on_more,
         on_loop_error=metrics.state_errors_total.labels("lowest_class_sync_loop").inc,
     )
     sharing.start()

@@ -22,6 +22,7 @@ from admission.tenants import Tenant, TenantDirectory
 from core.clock import Clock
 from gateway.base.metrics import GatewayMetrics
 from gateway.config.admission_settings import AdmissionSettings
+from gateway.config.pool_settings import PoolSettings
 from gateway.config.settings import Settings
 from gateway.proxy.admit import PoolAdmission
 from gateway.proxy.route import Router
@@ -113,9 +114,7 @@ def build_admission(
     """One `PoolAdmission` per pool, its classes' waits bounded by the pool's TTFT objective
     (`admission.slo_wait`); every slot release (and capacity change) schedules every pool's pump (and
     wakes the credits' refiller); a credit that arrives schedules its pool's pump."""
-    # With shared slot credits, a queued request is what makes this instance ask Redis for more: an
-    # arrival that would be first in line always queues (see AdmissionConfig).
-    config = replace(admission_config(settings.admission), early_refusal_needs_queue=credits is not None)
+    config = admission_config(settings.admission)
     if credits is not None:
         registry.add_release_listener(credits.wake)
     pools: dict[str, PoolAdmission] = {}
@@ -128,7 +127,9 @@ def build_admission(
             router,
             gate,
             clock=clock,
-            config=replace(config, classes=classes),
+            config=replace(
+                config, classes=classes, early_refusal_needs_queue=credits_govern(pool.settings, credits)
+            ),
             metrics=metrics,
             credits=credits,
             max_inflight=settings.upstream.max_connections,
@@ -138,3 +139,11 @@ def build_admission(
             credits.attach(pool, waiting=admission.queue_depth, on_credit=admission.on_release)
         pools[pool.model] = admission
     return Admission(pools)
+
+
+def credits_govern(pool: PoolSettings, credits: SlotCredits | None) -> bool:
+    """Shared slot credits bound the pool's replicas: Redis state and a configured
+    `max_concurrency_per_replica` (credits govern only capped replicas). There a queued request is what
+    makes this instance ask Redis for more, so an arrival that would be first in line always queues
+    (`AdmissionConfig.early_refusal_needs_queue`); elsewhere early refusal answers it at arrival."""
+    return credits is not None and pool.max_concurrency_per_replica is not None

@@ -5,6 +5,7 @@ ttl, one that leaves at once, and an unreachable Redis leaves every instance wit
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,9 +38,11 @@ class FakePool:
     )
 
 
-def instance(backend: RedisBackend, name: str) -> tuple[LowestClassSharing, FakePool]:
+def instance(
+    backend: RedisBackend, name: str, on_more: Callable[[], None] | None = None
+) -> tuple[LowestClassSharing, FakePool]:
     pool = FakePool()
-    return LowestClassSharing(backend, {POOL: pool}, name), pool
+    return LowestClassSharing(backend, {POOL: pool}, name, on_more=on_more), pool
 
 
 def foreign(pool: FakePool) -> list[int]:
@@ -157,3 +160,24 @@ async def test_a_gateway_on_redis_state_exchanges_its_counts_with_several_classe
     finally:
         await app.shutdown()
     assert not await raw_redis.exists(key), "a graceful stop removes its field"
+
+
+async def test_a_count_that_grew_lets_admission_look_at_its_waiters_again(
+    make_backend: BackendFactory,
+) -> None:
+    clock = FakeClock(start_s=1000.0)
+    woken: list[int] = []
+    (a, pool_a), (b, _) = (
+        instance(make_backend(script_time=clock), "a"),
+        instance(make_backend(script_time=clock), "b", on_more=lambda: woken.append(1)),
+    )
+    pool_a.replicas["10.0.0.2:8000"].lowest_class_inflight = 2
+    await a.sync_once()
+    await b.sync_once()
+    assert len(woken) == 1, "the top class's waiters may fit: 2 more places on 10.0.0.2"
+    await b.sync_once()
+    assert len(woken) == 1, "nothing grew"
+    pool_a.replicas["10.0.0.2:8000"].lowest_class_inflight = 1
+    await a.sync_once()
+    await b.sync_once()
+    assert len(woken) == 1, "fewer places: nobody new fits"

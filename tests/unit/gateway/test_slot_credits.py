@@ -434,6 +434,26 @@ async def test_pools_naming_the_same_engine_address_each_hold_their_own_cap(
     assert await store.count(SHARED_RID) == 0  # no lease keyed by the address alone
 
 
+async def test_a_pool_without_a_configured_cap_judges_its_first_arrival_at_arrival(
+    clock: FakeClock, store: MemoryLeaseStore
+) -> None:
+    """Credits govern only capped replicas, so in a pool without `max_concurrency_per_replica` a queued
+    request asks Redis for nothing: early refusal answers an arrival that would be first in line (found
+    behind three instances sharing state: interactive arrivals first in line when learned caps were cut
+    queued into a `queue_timeout` 2 s later instead of a 429 at arrival)."""
+    pools = instance_pools(
+        store,
+        clock,
+        None,
+        [
+            {"model": "capped", "replicas": {"static": URLS}, "max_concurrency_per_replica": 2},
+            {"model": "uncapped", "replicas": {"static": ["http://10.0.0.3:8000"]}},
+        ],
+    )
+    assert pools["capped"].controller._config.early_refusal_needs_queue
+    assert not pools["uncapped"].controller._config.early_refusal_needs_queue
+
+
 async def test_after_an_idle_period_an_arrival_queues_for_a_credit_instead_of_being_refused(
     clock: FakeClock, store: MemoryLeaseStore
 ) -> None:
