@@ -28,8 +28,10 @@ lowest-class request anywhere the loop waits `IDLE_INTERVAL_S` instead, until on
 Redis unreachable (the call counted in `llm_gateway_state_errors_total{operation="lowest_class_sync"}`
 and logged by the backend): every `foreign_lowest_class` goes to 0 — the instance borrows only its
 own lowest-class places, as with memory state, the side on which the cap holds — and the loop retries
-at `IDLE_INTERVAL_S`. `state.on_error` does not apply: nothing waits on this exchange. A failure of the
-loop itself is logged with its stack trace and counted as `operation="lowest_class_sync_loop"`.
+at `IDLE_INTERVAL_S`. `state.on_error` does not apply: nothing waits on this exchange. Any other
+failure (a Redis error such as OOM, or a bug) is logged with its stack trace, counted as
+`operation="lowest_class_sync_loop"`, zeroes the foreign counts the same way and retries at
+`IDLE_INTERVAL_S`; a failing goodbye at `stop` too (the fields expire after `TTL_S`).
 Started only with Redis state and more than one priority class (with one class there is no lowest
 class to count).
 """
@@ -145,15 +147,23 @@ class LowestClassSharing:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="lowest-class-sharing")
 
     async def stop(self) -> None:
-        """Stop the loop and remove this instance's fields (Redis unreachable: they expire by themselves)."""
+        """Stop the loop and remove this instance's fields. Redis unreachable (known from the last call)
+        or failing: they expire by themselves after `TTL_S` (a failure is logged and counted)."""
         task, self._task = self._task, None
         if task is not None:
             await cancel_and_wait([task])
-        for name, pool in self._pools.items():
-            self._forget(pool)
-            await self._backend.run(
-                RedisOperation.LOWEST_CLASS_SYNC, self._leave, [self._key(name)], [self._instance_id]
-            )
+        self._forget_all()
+        if not self._backend.available:
+            return
+        try:
+            for name in self._pools:
+                await self._backend.run(
+                    RedisOperation.LOWEST_CLASS_SYNC, self._leave, [self._key(name)], [self._instance_id]
+                )
+        except Exception:
+            logger.exception("lowest-class counts: leaving failed; the fields expire after %.1f s", TTL_S)
+            if self._on_loop_error is not None:
+                self._on_loop_error()
 
     async def sync_once(self) -> bool:
         """One exchange for every pool; True when a lowest-class request ran anywhere, False when none
@@ -189,18 +199,24 @@ class LowestClassSharing:
         for replica in pool.replicas.values():
             replica.foreign_lowest_class = 0
 
+    def _forget_all(self) -> None:
+        for pool in self._pools.values():
+            self._forget(pool)
+
     async def _run(self) -> None:
         quiet = 0
         while True:
+            failed = False
             try:
                 seen = await self.sync_once()
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception:  # a Redis error other than unreachable (e.g. OOM), or a bug
                 logger.exception("lowest-class count exchange failed")
                 if self._on_loop_error is not None:
                     self._on_loop_error()
-                seen = False
+                self._forget_all()  # counts not refreshed are not lent
+                seen, failed = False, True
             quiet = 0 if seen else quiet + 1
-            interval_s = INTERVAL_S if quiet < QUIET_SYNCS and self._backend.available else IDLE_INTERVAL_S
-            await asyncio.sleep(interval_s)
+            calm = quiet >= QUIET_SYNCS or failed or not self._backend.available
+            await asyncio.sleep(IDLE_INTERVAL_S if calm else INTERVAL_S)

@@ -141,9 +141,8 @@ class Replica:
             if cap_share != 1.0 and learned > 1:
                 learned = max(1, math.floor(learned * cap_share))
             foreign = math.ceil(cost.foreign_requests) if cost.windowed else 0
-            learned = max(0, learned - foreign)
-            if borrow:
-                learned += self.lowest_class_inflight + min(self.foreign_lowest_class, foreign)
+            lent = self.lowest_class_inflight + min(self.foreign_lowest_class, foreign) if borrow else 0
+            learned = max(0, learned - foreign + lent)
             cap = learned if self.max_concurrency is None else min(learned, self.max_concurrency)
         if self.credit_limit is None or cap is None:
             return cap

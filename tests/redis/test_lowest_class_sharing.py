@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 
 from core.clock import FakeClock
 from core.shared_state import RedisBackend
@@ -181,3 +182,32 @@ async def test_a_count_that_grew_lets_admission_look_at_its_waiters_again(
     await a.sync_once()
     await b.sync_once()
     assert len(woken) == 1, "fewer places: nobody new fits"
+
+
+async def test_a_failing_exchange_lends_nothing_and_stopping_does_not_raise(
+    make_backend: BackendFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    errors: list[int] = []
+    backend = make_backend()
+    a, pool_a = instance(make_backend(), "a")
+    b = LowestClassSharing(
+        backend, {POOL: (pool_b := FakePool())}, "b", on_loop_error=lambda: errors.append(1)
+    )
+    pool_a.replicas["10.0.0.1:8000"].lowest_class_inflight = 4
+    await a.sync_once()
+    await b.sync_once()
+    assert foreign(pool_b) == [4, 0]
+
+    async def out_of_memory(*_: Any) -> Any:
+        raise ResponseError("OOM command not allowed when used memory > 'maxmemory'")
+
+    monkeypatch.setattr(backend, "run", out_of_memory)  # reachable, but every script fails
+    b.start()
+    for _ in range(100):
+        if errors:
+            break
+        await asyncio.sleep(0.01)
+    assert errors and foreign(pool_b) == [0, 0], "counts it could not refresh are not lent"
+    await b.stop()
+    assert len(errors) == 2, "the failed goodbye is logged and counted, not raised"
+    await a.stop()

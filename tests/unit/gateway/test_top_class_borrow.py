@@ -97,3 +97,9 @@ def test_behind_several_instances_critical_takes_the_places_every_instance_s_bat
     assert replica.effective_max_concurrency(borrow=True) == cap + 5
     replica.engine_sampled(None)  # stale samples: the others' requests no longer come off the cap
     assert replica.effective_max_concurrency(borrow=True) == cap + 5, "so none of theirs is lent either"
+    replica.engine_sampled(engine_sample(running=141))  # the others run 111: 30 over the cap by themselves
+    assert replica.cost.foreign_requests == 111 and replica.cost.learned_cap == cap
+    replica.foreign_lowest_class = 20
+    assert replica.effective_max_concurrency(borrow=True) == 0, "their batch places do not cover their excess"
+    replica.foreign_lowest_class = 35
+    assert replica.effective_max_concurrency(borrow=True) == cap - 111 + 40, "what is left of them is lent"
