@@ -147,6 +147,7 @@ _STRONG: dict[str, tuple[str, ...]] = {
         "gateway/upstream/model_discovery.py",
         "gateway/upstream/pool_watchers.py",
         "gateway/fleet/instance_membership.py",
+        "gateway/fleet/lowest_class_sharing.py",
         "core/shared_state.py",
         "core/state_outage.py",
     ),
