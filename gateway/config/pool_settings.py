@@ -243,6 +243,13 @@ class PoolSettings(StrictModel):
     _sets_replace_pool_keys = model_validator(mode="before")(fill_pool_from_decode)
 
     @property
+    def learns_cap(self) -> bool:
+        """The pool learns a per-replica cap from the TPOT objective (`latency_model.enabled` and
+        `adaptive_cap`, with `slo.tpot_s`): `gateway.upstream.tpot_limit`."""
+        latency = self.latency_model
+        return latency.enabled and latency.adaptive_cap and bool(self.slo.tpot_s)
+
+    @property
     def continues_streams(self) -> bool:
         """Whether broken streams of this pool are continued on another replica."""
         enabled = self.continuation.enabled

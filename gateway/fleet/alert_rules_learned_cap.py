@@ -37,7 +37,7 @@ ALERT_NAME = "LLMGatewayLearnedCapHeldAtFloor"
 
 def learned_cap_rules(pools: Sequence[PoolSettings], extra: str) -> list[Rule]:
     """The fleet's learned-cap alert (module docstring); none when no pool learns a cap."""
-    if not any(p.latency_model.enabled and p.latency_model.adaptive_cap and p.slo.tpot_s for p in pools):
+    if not any(p.learns_cap for p in pools):
         return []
     w, steady = duration(HELD_WINDOW_S), duration(STEADY_WINDOW_S)
     series = f"llm_gateway_learned_cap_held_at_floor{selector(extra)}"

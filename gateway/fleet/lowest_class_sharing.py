@@ -33,7 +33,7 @@ failure (a Redis error such as OOM, or a bug) is logged with its stack trace, co
 `operation="lowest_class_sync_loop"`, zeroes the foreign counts the same way and retries at
 `IDLE_INTERVAL_S`; a failing goodbye at `stop` too (the fields expire after `TTL_S`).
 Started only with Redis state and more than one priority class (with one class there is no lowest
-class to count).
+class to count), for the pools that learn a cap (`PoolSettings.learns_cap`: only a learned cap lends).
 """
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ class LowestClassSharing:
                 self._forget(pool)
                 continue
             others = sum_counts(list(reply))
-            for replica_id, replica in pool.replicas.items():
+            for replica_id, replica in replicas.items():
                 count = others.get(replica_id, 0)
                 more = more or count > replica.foreign_lowest_class
                 replica.foreign_lowest_class = count

@@ -11,7 +11,7 @@
 - `share_prefix_indexes`: with Redis state and `state.share_prefix_index`, the exchange of the prefix
   indexes of every pool whose policy keeps one (`gateway.fleet.prefix_sharing`);
 - `share_lowest_class_counts`: with Redis state and several priority classes, the exchange of each
-  replica's lowest-class request count (`gateway.fleet.lowest_class_sharing`).
+  replica's lowest-class request count in the pools that learn a cap (`gateway.fleet.lowest_class_sharing`).
 """
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ from core.state_outage import FailureMode, RedisOperation
 from gateway.base.metrics import GatewayMetrics
 from gateway.config.settings import Settings
 from gateway.fleet.instance_membership import new_instance_id
-from gateway.fleet.lowest_class_sharing import CountedPool, LowestClassSharing
+from gateway.fleet.lowest_class_sharing import LowestClassSharing
 from gateway.fleet.prefix_sharing import PrefixIndexSharing, SharingMetrics
+from gateway.upstream.registry import Pool
 from gateway.upstream.slot_credits import SlotCredits
 from router.prefix_index import policy_prefix_index
 
@@ -133,18 +134,20 @@ def share_prefix_indexes(
 def share_lowest_class_counts(
     backend: RedisBackend | None,
     settings: Settings,
-    pools: Mapping[str, CountedPool],
+    pools: Mapping[str, Pool],
     metrics: GatewayMetrics,
     on_more: Callable[[], None],
 ) -> Callable[[], Awaitable[None]]:
     """Start exchanging each replica's lowest-class count with Redis state and several priority
-    classes (`on_more()` when the others' count on a replica grew: the top class's waiters may fit);
-    returns the closer to register (a no-op when nothing is exchanged)."""
-    if backend is None or len(settings.admission.classes) < 2 or not pools:
+    classes, for the pools that learn a cap (no other pool lends a place: `PoolSettings.learns_cap`);
+    `on_more()` when the others' count on a replica grew (the top class's waiters may fit). Returns
+    the closer to register (a no-op when nothing is exchanged)."""
+    capped = {name: pool for name, pool in pools.items() if pool.settings.learns_cap}
+    if backend is None or len(settings.admission.classes) < 2 or not capped:
         return _nothing_to_close
     sharing = LowestClassSharing(
         backend,
-        pools,
+        capped,
         new_instance_id(),
         on_more=on_more,
         on_loop_error=metrics.state_errors_total.labels("lowest_class_sync_loop").inc,

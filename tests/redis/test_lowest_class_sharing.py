@@ -134,20 +134,26 @@ def test_a_malformed_payload_counts_for_nothing() -> None:
 
 
 @pytest.mark.parametrize(
-    ("classes", "exchanged"),
+    ("classes", "adaptive_cap", "exchanged"),
     [
-        (None, True),  # the default classes: critical, interactive, batch
-        ({"only": {"max_wait_s": 5}}, False),  # one class: no lowest class to count
+        (None, True, True),  # the default classes (critical, interactive, batch), a learned cap
+        ({"only": {"max_wait_s": 5}}, True, False),  # one class: no lowest class to count
+        (None, False, False),  # no learned cap: no place to lend
     ],
 )
-async def test_a_gateway_on_redis_state_exchanges_its_counts_with_several_classes(
-    raw_redis: Redis, key_prefix: str, classes: dict[str, Any] | None, exchanged: bool
+async def test_a_gateway_on_redis_state_exchanges_its_counts_with_several_classes_and_a_learned_cap(
+    raw_redis: Redis, key_prefix: str, classes: dict[str, Any] | None, adaptive_cap: bool, exchanged: bool
 ) -> None:
     admission: dict[str, Any] = {} if classes is None else {"classes": classes, "default_priority": "only"}
+    pool = {
+        "model": POOL,
+        "replicas": {"static": ["http://127.0.0.1:1"]},
+        "latency_model": {"adaptive_cap": adaptive_cap},
+    }
     raw = {
         "state": {"backend": "redis", "url": REDIS_URL, "key_prefix": key_prefix},
         "admission": admission,
-        "pools": [{"model": POOL, "replicas": {"static": ["http://127.0.0.1:1"]}}],
+        "pools": [pool],
     }
     app = GatewayApp(parse_settings(raw))
     await app.startup()
