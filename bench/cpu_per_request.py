@@ -35,8 +35,8 @@ from typing import Any
 import aiohttp
 import httpx
 
-from bench.fleet import free_port
 from bench.fleet_config import GatewayOptions, gateway_config
+from bench.listen_ports import free_port
 from bench.open_loop import open_loop
 from bench.proc import CpuReading
 

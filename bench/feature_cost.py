@@ -41,8 +41,9 @@ from bench.cpu_per_request import (
     summarize,
     to_json,
 )
-from bench.fleet import Fleet, free_port
+from bench.fleet import Fleet
 from bench.fleet_config import EngineOptions
+from bench.listen_ports import free_port
 
 MODEL = "bench-fast"
 

@@ -7,7 +7,8 @@ each a child process on 127.0.0.1.
   `state: {backend: redis}`). With Redis state each fleet's gateways get a fresh `key_prefix` unless the
   config names one, so no entry sees the state of the one before. The load generator spreads requests
   over `gateway_urls`.
-- Ports are ephemeral (bound to 0, released, handed to the child) unless `base_port` is given: then
+- Ports are chosen free (`bench.listen_ports`: below the kernel's ephemeral range, so no readiness
+  poll's connection takes one before the child binds it) unless `base_port` is given: then
   gateway instance j listens on `base_port + j` and engine i on `base_port + K + i` (one gateway: the
   gateway on `base_port`, engine i on `base_port + 1 + i`).
 - Engines and gateways run what `bench.fleet_config` describes: the engines' flags (`EngineOptions`,
@@ -30,7 +31,6 @@ import ctypes
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,6 +42,7 @@ from pathlib import Path
 import httpx
 
 from bench.fleet_config import EngineOptions, GatewayOptions, gateway_config
+from bench.listen_ports import free_port
 
 READY_TIMEOUT_S = 30.0
 _PR_SET_PDEATHSIG = 1
@@ -51,12 +52,6 @@ _PR_SET_PDEATHSIG = 1
 class Pinning:
     gateway_cpu: int | None = None
     others_cpu: int | None = None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def pin_self(cpu: int | None) -> None:

@@ -46,8 +46,9 @@ from typing import Any
 import aiohttp
 import httpx
 
-from bench.fleet import Fleet, free_port
+from bench.fleet import Fleet
 from bench.fleet_config import EngineOptions
+from bench.listen_ports import free_port
 from bench.report import environment
 from bench.stats import percentile
 

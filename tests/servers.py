@@ -12,6 +12,7 @@ from typing import Any
 
 import uvicorn
 
+from bench import listen_ports
 from gateway.api.connection_limit import ConnectionGuard
 from gateway.app import GatewayApp, create_app
 from gateway.config.settings import parse_settings
@@ -169,10 +170,9 @@ def start_gateway(raw_settings: dict[str, Any]) -> ServerThread:
 
 
 def free_port() -> int:
-    """A port with nothing listening (bound then closed): connections to it are refused."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port with nothing listening: connections to it are refused until a server binds it. Chosen
+    below the ephemeral range (`bench.listen_ports`), so a subprocess started later still finds it free."""
+    return listen_ports.free_port()
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float = 2.0, poll_s: float = 0.01) -> bool:
