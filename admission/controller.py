@@ -237,14 +237,29 @@ class AdmissionController(Generic[S]):
             slot = None if hold is not None else self._try_dispatch(request)
             if slot is not None:
                 return slot, 0.0, self._record_dispatch(request, slot, 0.0)
-            self._holds.may_be_free = hold is not None
+            self._holds.arrival_answered(priority, hold)
         refusal = None if hold is not None else self._refusals.hopeless(request, first=first)
-        round_first = not probed and self._holds.may_be_free
+        round_first = not probed and self._may_be_free_for(priority)
         if refusal is not None and not round_first:
             raise refusal
         return await self._queue_pump.wait(
             request, hold, round_first=round_first, refusal=refusal, first=first
         )
+
+    def _may_be_free_for(self, priority: str) -> bool:
+        """Whether the last round may have left a slot for an arrival of class `priority` behind
+        waiters: it held waiters out, and it did not stop on one dispatched before such an arrival
+        (no slot for a waiter of its class or above is none for it). A round that stopped on a class
+        below saw that class's slots only: the lowest class fills less of a learned cap than the
+        others (`admission.lowest_class_reserve`), and an arrival above it behind waiters holding
+        for their own replica was refused at arrival while a replica had room for it."""
+        holds = self._holds
+        if not holds.held_any:
+            return False
+        if holds.stopped_at is None:
+            return True
+        names = self._queue.class_names
+        return names.index(holds.stopped_at) > names.index(priority)
 
     def _key_of(self, slot: Dispatched[S]) -> str | None:
         return None if self._slot_key is None or isinstance(slot, SlotSet) else self._slot_key(slot)

@@ -17,7 +17,10 @@ resource waited for, not one per waiter. `WaitContext.ahead_by_key` counts the w
 in the round's dispatch order that hold for each key (what a waiter's own wait for that resource
 depends on); at arrival (the fast path) it is empty: nobody of its class or above is queued then. An
 arrival behind waiters that the last round held out is asked in a round of its own, run at once
-(`admission.queue_pump`): they declined the slots that round found, which may be free for it.
+(`admission.queue_pump`): they declined the slots that round found, which may be free for it — unless
+that round stopped on a waiter of the arrival's class or above, for which no slot was free
+(`AdmissionController._may_be_free_for`; a round that stopped on a class below saw only that class's
+share of the caps).
 
 A waiter's holding is reported to `report` (the controller's observer) twice: `HELD` at its first
 `Hold` (never again for it, whatever it answers later), then how it left the queue — dispatched to the
@@ -105,8 +108,10 @@ class Holds:
         self._deadlines = HoldDeadlines()
         self._held_out: set[str] = set()
         self._ahead: Counter[str] = Counter()
-        self.may_be_free = False
-        """The last pump round ended with waiters held out (a slot may be free), not on a None."""
+        self.held_any = False
+        """The last pump round held waiters out: a slot they declined may be free for another."""
+        self.stopped_at: str | None = None
+        """The class of the waiter the last round stopped on (no slot for it); None: it did not stop."""
 
     def at_arrival(self, request: AdmissionRequest, max_wait_s: float) -> Hold | None:
         """The hook's answer for an arrival that nobody of its class or above waits before."""
@@ -146,9 +151,17 @@ class Holds:
             now_s, waited_s, deadline_s, forecast.mean_hold_s, ahead, forecast.mean_hold_s_by_key
         )
 
-    def end_round(self, stopped: bool) -> None:
-        """The round ended on a None (`stopped`: no slot for anyone) or after the last waiter."""
-        self.may_be_free = not stopped and bool(self._held_out)
+    def end_round(self, stopped_at: str | None) -> None:
+        """The round ended on a waiter of class `stopped_at` that found no slot, or (None) after the
+        last waiter."""
+        self.held_any = bool(self._held_out)
+        self.stopped_at = stopped_at
+
+    def arrival_answered(self, priority: str, hold: Hold | None) -> None:
+        """An arrival first in line was held (a slot it declined may be free), or found no slot in
+        class `priority` (as a round stopping on it)."""
+        self.held_any = hold is not None
+        self.stopped_at = None if hold is not None else priority
 
     def set(self, waiter: HeldWaiter, hold: Hold | None) -> None:
         """`waiter` holds `hold` now (None: nothing); its first hold is reported `HELD`."""

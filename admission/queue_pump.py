@@ -231,12 +231,12 @@ class QueuePump(Generic[S]):
             if hold is not None:
                 continue  # held out: the waiters behind it may take the slot it declined
             if slot is None:
-                self._holds.end_round(stopped=True)
+                self._holds.end_round(stopped_at=entry.priority)
                 return
             self._queue.take(entry)  # queued: walked in dispatch order, nothing removed it since
             self._grant(entry, slot)
             self._depths_changed({entry.priority})
-        self._holds.end_round(stopped=False)
+        self._holds.end_round(stopped_at=None)
 
     def _abandon(self, entry: QueueEntry[Waiter[S]]) -> None:
         """The waiter's task was cancelled: leave the queue, or give back a slot granted meanwhile."""

@@ -44,7 +44,8 @@ class Slot:
 class KeyedFleet:
     """Replicas with caps; a request's owner travels in `routing.session_key`. `try_dispatch` takes the
     owner when it has room, else the first replica with room; the hook holds for a full owner while
-    another replica has room, until `budget_s` after the waiter arrived (None: never hold)."""
+    another replica has room, until `budget_s` after the waiter arrived (None: never hold). A `batch`
+    request may fill each cap but `batch_reserve` slots (the lowest class's share of a learned cap)."""
 
     caps: dict[str, int]
     budget_s: float | None = 3.0
@@ -54,17 +55,23 @@ class KeyedFleet:
     contexts: list[WaitContext] = field(default_factory=list)
     ahead_seen: list[dict[str, int]] = field(default_factory=list)
     fail: set[str] = field(default_factory=set)
+    batch_reserve: int = 0
     controller: AdmissionController[Slot] | None = None
 
     def __post_init__(self) -> None:
         self.in_use = dict.fromkeys(self.caps, 0)
 
-    def has_room(self, replica: str) -> bool:
-        return self.in_use[replica] < self.caps[replica]
+    def has_room(self, replica: str, priority: str = "interactive") -> bool:
+        reserve = self.batch_reserve if priority == "batch" else 0
+        return self.in_use[replica] < self.caps[replica] - reserve
 
     def try_dispatch(self, request: AdmissionRequest) -> Slot | None:
-        label, owner = _label(request), _owner(request)
-        free = [owner] if self.has_room(owner) else [r for r in self.caps if self.has_room(r)]
+        label, owner, priority = _label(request), _owner(request), request.priority
+        free = (
+            [owner]
+            if self.has_room(owner, priority)
+            else [r for r in self.caps if self.has_room(r, priority)]
+        )
         if not free:
             return None
         self.in_use[free[0]] += 1
@@ -78,7 +85,8 @@ class KeyedFleet:
         self.ahead_seen.append(dict(context.ahead_by_key))
         if label in self.fail:
             raise RuntimeError(f"hook failed for {label}")
-        if self.budget_s is None or self.has_room(owner) or not any(map(self.has_room, self.caps)):
+        room = [self.has_room(replica, request.priority) for replica in self.caps]
+        if self.budget_s is None or self.has_room(owner, request.priority) or not any(room):
             return None
         return Hold(owner, context.now_s - context.waited_s + self.budget_s)
 
@@ -124,10 +132,11 @@ def make(
     budget_s: float | None = 3.0,
     early_refusal_ratio: float | None = None,
     keyed: bool = True,
+    batch_reserve: int = 0,
 ) -> Harness:
     clock = FakeClock(start_s=1000.0)
     timers = ManualTimers(clock)
-    fleet = KeyedFleet(caps, budget_s)
+    fleet = KeyedFleet(caps, budget_s, batch_reserve=batch_reserve)
     observer = HoldRecorder()
     gate = TenantGate.in_memory(clock, timers)
     config = AdmissionConfig(early_refusal_ratio=early_refusal_ratio)
@@ -291,6 +300,29 @@ async def test_an_arrival_behind_holders_gets_a_round_before_early_refusal_is_as
     await y.release()
     await x0.release()
     for task in held:
+        await (await granted(task)).release()
+    assert h.fleet.in_use == {"A": 0, "B": 0} and len(h.controller) == 0 and h.timers.pending == 0
+
+
+async def test_an_arrival_behind_holders_gets_a_round_when_the_last_stopped_on_a_class_below() -> None:
+    """A round that stopped on a batch waiter saw only batch's share of the caps: an interactive
+    arrival behind interactive waiters holding for their own replica still gets a round, and takes the
+    slot batch may not fill (before: queued behind the holders without one, or refused at arrival)."""
+    h = make({"A": 1, "B": 2}, budget_s=30.0, batch_reserve=1)
+    x0 = await granted(h.admit("x0", "A"))  # A full
+    b0 = await granted(h.admit("b0", "B", "batch"))  # B full for batch, one slot left for the others
+    held = [h.admit(f"x{n}", "A") for n in (1, 2)]  # A full, B has room: each holds for A
+    waiting = h.admit("w", "B", "batch")  # no room for batch anywhere: the round stops on it
+    await settle()
+    assert len(h.controller) == 3 and not waiting.done() and not any(task.done() for task in held)
+    y = await granted(h.admit("y", "B"))  # behind the holders: a round of its own finds B's last slot
+    assert h.fleet.placed[-1] == ("y", "B") and y.queue_wait_s == 0.0
+    z = h.admit("z", "B")  # nothing free for anyone now: it waits, no round dispatches it
+    await settle()
+    assert not z.done() and len(h.controller) == 4
+    for ticket in (y, b0, x0):
+        await ticket.release()
+    for task in (*held, z, waiting):
         await (await granted(task)).release()
     assert h.fleet.in_use == {"A": 0, "B": 0} and len(h.controller) == 0 and h.timers.pending == 0
 
