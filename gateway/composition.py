@@ -174,7 +174,9 @@ class Components:
             metrics=metrics,
             credits=credits,
         )
-        add_pair_admissions(admission, s, registry=self.registry, gate=gate, clock=clock, metrics=metrics)
+        add_pair_admissions(
+            admission, s, registry=self.registry, gate=gate, clock=clock, metrics=metrics, credits=credits
+        )
         self._on_close(self.preemption.aclose)
         self.session = build_proxy_session(s.upstream)
         self._on_close(self.session.close)

@@ -177,15 +177,16 @@ class ReplicaCredits:
 
 
 class PoolCredits:
-    """The credits of one pool, its demand (`waiting`) and how it is told about new ones."""
+    """The credits of one pool, its demand (`waiting`) and how it is told about new ones. The demand is
+    every queue that dispatches on the pool's replicas: the pool's own, and for a disaggregated pool's
+    two sets also the pair queue (`add_demand`)."""
 
     def __init__(
         self, pool: Pool, owner: CreditOwner, waiting: Callable[[], int], on_credit: Callable[[], None]
     ) -> None:
         self.pool = pool
         self.owner = owner
-        self.waiting = waiting
-        self.on_credit = on_credit
+        self._demands: list[tuple[Callable[[], int], Callable[[], None]]] = [(waiting, on_credit)]
         self.replicas: dict[str, ReplicaCredits] = {}
         self.others_starving = 0
         self.presence: HeldCredit | None = None
@@ -194,6 +195,19 @@ class PoolCredits:
         self.last_dispatch_s = -math.inf
         self.last_waiting_s = -math.inf
         self.window_end_s = owner.clock.now_s() + owner.linger_s
+
+    def add_demand(self, waiting: Callable[[], int], on_credit: Callable[[], None]) -> None:
+        """Another queue dispatching on this pool's replicas: its waiters count, it hears of credits."""
+        self._demands.append((waiting, on_credit))
+
+    def waiting(self) -> int:
+        """Requests queued for a slot on this pool's replicas, over every queue that dispatches there."""
+        return sum(waiting() for waiting, _ in self._demands)
+
+    def on_credit(self) -> None:
+        """Credits arrived or the mode changed: every queue dispatching here looks again."""
+        for _, on_credit in self._demands:
+            on_credit()
 
     @property
     def presence_id(self) -> str:

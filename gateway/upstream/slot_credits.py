@@ -25,7 +25,8 @@ The limit on a replica (`ReplicaCredits.limit`):
 The refiller (`step`, run by one background task started on first use, woken by claims and releases):
 - renews every held lease (and the presence below) every ttl / 3; a lease that was lost (expired while
   the instance stalled) is dropped and counted (`gateway.upstream.slot_credit_store_link`);
-- acquires credits while the pool has queued waiters (at most one per replica per round, fewest held
+- acquires credits while the pool has queued waiters — its own queue's and those of any queue that
+  `add_demand` added (a disaggregated pool's pair queue) — (at most one per replica per round, fewest held
   first, up to the number of waiters) and one spare per eligible replica while the pool is active
   (dispatch within the linger), so routing keeps its choice of replicas; each credit that arrives
   calls the pool's `on_credit` (the admission controller's `on_release`). A replica that refused is
@@ -110,6 +111,12 @@ class SlotCredits:
         when credits arrive or the mode changes (the pool's admission controller `on_release`)."""
         self._pools[pool.model] = PoolCredits(pool, self, waiting, on_credit)
         self._pools[pool.model].sync()
+
+    def add_demand(self, model: str, *, waiting: Callable[[], int], on_credit: Callable[[], None]) -> None:
+        """Another queue dispatches on attached pool `model`'s replicas (a disaggregated pool's pair queue
+        on each of its two sets): its waiters ask for credits as the pool's own do, and `on_credit()` is
+        called with the pool's. Without it a pair request queued for a credit was never granted one."""
+        self._pools[model].add_demand(waiting, on_credit)
 
     def held(self, model: str, replica_id: str) -> int:
         """Credits this instance holds on a replica of `model`."""

@@ -12,9 +12,12 @@ what is left. `no_replica` (503) when either set has no eligible replica at
 all. Queue classes, waits and early refusal are the pool's, as for an aggregated pool
 (`build_admission`).
 
-Not wired yet: with Redis slot credits, a request waiting here does not ask the credits' refiller for
-more (the sets' own `PoolAdmission` queues, which do, stay empty); the connection limit is checked per
-set, so a pair may take the last connection and one more.
+With Redis slot credits (`gateway.upstream.slot_credits`) the pair queue is demand on both sets: its
+waiters make the refiller ask for credits on either set as the sets' own (empty) queues would, and a
+credit's arrival wakes it. Where credits govern either set (a configured cap), an arrival that would be
+first in line queues rather than being refused early, as in an aggregated pool
+(`admission_assembly.credits_govern`): a queued request is what asks Redis for more. Not wired: the
+connection limit is checked per set, so a pair may take the last connection and one more.
 """
 
 from __future__ import annotations
@@ -31,11 +34,12 @@ from core.clock import Clock
 from gateway.base.errors import from_refusal
 from gateway.base.metrics import GatewayMetrics
 from gateway.config.settings import Settings
-from gateway.proxy.admission_assembly import Admission, admission_config
+from gateway.proxy.admission_assembly import Admission, admission_config, credits_govern
 from gateway.proxy.admission_metrics import MetricsObserver
 from gateway.proxy.admit import PoolAdmission
 from gateway.upstream.registry import ReplicaRegistry
 from gateway.upstream.slot import Slot
+from gateway.upstream.slot_credits import SlotCredits
 from router.types import RoutingRequest
 
 
@@ -118,22 +122,29 @@ def add_pair_admissions(
     gate: TenantGate,
     clock: Clock,
     metrics: GatewayMetrics,
+    credits: SlotCredits | None = None,
 ) -> None:
     """A `PairAdmission` for every disaggregated pool, over the `PoolAdmission`s of its two sets, woken
-    by every slot release like the others."""
+    by every slot release like the others; with `credits`, its queue is demand on both sets (module
+    docstring)."""
     config = admission_config(settings.admission)
     for pool in registry.pools.values():
         if pool.prefill is None:
             continue
         slo = pool.settings.slo
         classes = slo_bounded_classes(config.classes, slo.ttft_s, slo.queue_wait_ratio, slo.bound_classes)
+        sets = (pool, pool.prefill)
+        needs_queue = any(credits_govern(side.settings, credits) for side in sets)
         pair = PairAdmission(
             admission.pool(pool.model),
             admission.pool(pool.prefill.model),
             gate,
             clock=clock,
-            config=replace(config, classes=classes),
+            config=replace(config, classes=classes, early_refusal_needs_queue=needs_queue),
             metrics=metrics,
         )
         registry.add_release_listener(pair.controller.on_release)
+        if credits is not None:
+            for side in sets:
+                credits.add_demand(side.model, waiting=pair.queue_depth, on_credit=pair.controller.on_release)
         admission.add_pair(pool.model, pair)
