@@ -27,6 +27,7 @@ holds (`admission.hold_times`: 10) and how many waiters ahead of it already wait
                                                                   expected wait for a slot there (below)
     T           = owner's predicted TTFT with its prefix hit (`router.latency_model`; 0 while cold)
     slack       = min(slo_ttft − waited − W − T,  deadline − now − W)
+                  the first term alone while the owner has room at the deadline's last try (below)
     wait ⇔ slack > 0, until now + slack; then it spills (or, if the owner freed first, goes there)
 
 Why W: the owner frees batch / S_i slots per second. The waiters ahead of this request for it are
@@ -39,7 +40,13 @@ prefixes to cold replicas (cache hit 73–76 % against 83–84 % for one instanc
 docs/bench-log/2026-12-06-trim-pace.md).
 
 The second term keeps the expected slot before the queue's deadline, so a request never times out
-waiting for its owner while a slot elsewhere was free. No decision (None) when the request has no
+waiting for its owner while a slot elsewhere was free. Where a waiter at its deadline gets a last try
+within the headroom a learned cap leaves below the objective (the gateway's `deadline_headroom`:
+`QueueState.room_at_deadline`) and the owner has room there now, that try is its owner's slot: the
+wait may then run to the deadline and past it, within the TTFT objective. Ended by the deadline term,
+such a wait spilled a full cold prefill to another replica while the owner's slot was a step away:
+past the knee those spills cost the fleet's cache hit ratio and with it goodput
+(docs/bench-log/2026-12-06-knee-first-generation.md). No decision (None) when the request has no
 blocks or no TTFT objective, before S is known, when nothing is free elsewhere (it waits anyway: the
 pump stops there as before), or when no full replica holds enough of the prompt.
 
@@ -67,7 +74,7 @@ miss anywhere, but sent to its owner it is where its next requests go.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from router.eligibility import is_routable
@@ -90,6 +97,9 @@ class QueueState:
     mean_hold_s: float | None
     ahead_by_replica: Mapping[str, int]
     mean_hold_s_by_replica: Mapping[str, float] = field(default_factory=dict)
+    room_at_deadline: Callable[[str], bool] | None = None
+    """Whether a replica has room for this request within the headroom its deadline's last try may use
+    (the gateway's `deadline_headroom`); None: no such try, the wait ends before the deadline."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,9 +196,11 @@ def _until(
     """Wait for `owner` while the slack lasts (module docstring), None when there is none."""
     assert request.slo_ttft_s is not None
     ttft_s = _predicted_ttft_s(owner, request, held)
-    slack_s = min(
-        request.slo_ttft_s - queue.waited_s - wait_s - ttft_s, queue.deadline_s - queue.now_s - wait_s
-    )
+    slack_s = request.slo_ttft_s - queue.waited_s - wait_s - ttft_s
+    deadline_slack_s = queue.deadline_s - queue.now_s - wait_s
+    last_try = queue.room_at_deadline
+    if deadline_slack_s < slack_s and (last_try is None or not last_try(owner.replica_id)):
+        slack_s = deadline_slack_s
     if slack_s <= 0:
         return None
     return OwnerWait(owner.replica_id, queue.now_s + slack_s, wait_s, ttft_s)

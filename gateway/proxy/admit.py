@@ -38,7 +38,7 @@ from core.clock import Clock
 from gateway.base.errors import from_refusal
 from gateway.base.metrics import GatewayMetrics
 from gateway.proxy.admission_metrics import MetricsObserver
-from gateway.proxy.ring_owner_claim import claim_for_key, headroom_share, keyed_policy
+from gateway.proxy.ring_owner_claim import claim_for_key, headroom_share, keyed_policy, room_at_deadline
 from gateway.proxy.route import Router
 from gateway.upstream.registry import Pool, ReplicaRegistry
 from gateway.upstream.slot import Slot
@@ -257,12 +257,12 @@ class PoolAdmission:
             return None
         if self._credits is not None:
             self._credits.sync(self.pool)
-        c = context
+        c, share, borrow = context, self.cap_share(request), routing.borrows_lowest_place
+        room = room_at_deadline(self.pool, share, borrow, c.now_s) if self._deadline_headroom() else None
         queue = QueueState(
-            c.now_s, c.waited_s, c.deadline_s, c.mean_hold_s, c.ahead_by_key, c.mean_hold_s_by_key
+            c.now_s, c.waited_s, c.deadline_s, c.mean_hold_s, c.ahead_by_key, c.mean_hold_s_by_key, room
         )
-        share = self.cap_share(request)
-        views = self.pool.snapshot(share, routing.borrows_lowest_place)
+        views = self.pool.snapshot(share, borrow)
         if index is not None:
             wait = owner_wait(routing, views, index, queue, self.pool.settings.prefix_wait.min_match_ratio)
         else:

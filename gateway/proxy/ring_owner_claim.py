@@ -34,6 +34,7 @@ Runs, with and without the set point's gate: docs/bench-log/2026-12-06-ring-owne
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
 
@@ -65,6 +66,14 @@ def headroom_share(pool: Pool, share: float) -> float:
     `tpot_target_ratio` (a configured cap is not scaled by a share). Also a waiter's at its deadline
     (`PoolAdmission.try_at_deadline`)."""
     return share / pool.settings.latency_model.tpot_target_ratio
+
+
+def room_at_deadline(pool: Pool, share: float, borrow: bool, now_s: float) -> Callable[[str], bool]:
+    """Whether a replica of `pool` has a free slot now for a request of cap share `share` within the
+    headroom (`headroom_share`) its last try at its queue deadline may use
+    (`router.prefix_wait.QueueState.room_at_deadline`)."""
+    stretched = headroom_share(pool, share)
+    return lambda replica_id: pool.replicas[replica_id].view(now_s, stretched, borrow).has_free_slot
 
 
 def keyed_policy(pool: Pool) -> Profile | None:

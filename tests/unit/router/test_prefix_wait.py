@@ -1,6 +1,7 @@
 """The "wait for the prefix's owner or spill" decision (router/prefix_wait.py), against hand-computed
 budgets: W = (ahead + 1) × S_owner / inflight (S_owner: the owner's own mean hold, else the pool's),
-slack = min(slo − waited − W − T, deadline − now − W); and the same for a ring's key owner."""
+slack = min(slo − waited − W − T, deadline − now − W), the first term alone while the owner has room at
+the deadline's last try; and the same for a ring's key owner."""
 
 from __future__ import annotations
 
@@ -54,6 +55,48 @@ def test_waits_for_the_full_owner_while_another_replica_is_free() -> None:
     assert wait is None
     wait = owner_wait(request(), views, index_with(r0=10), queue(deadline_s=103.0))
     assert wait == OwnerWait("r0", until_s=101.0, expected_wait_s=2.0, predicted_ttft_s=0.0)
+
+
+def test_an_owner_with_room_at_the_deadlines_last_try_is_waited_for_through_the_deadline() -> None:
+    """The deadline's last try (`deadline_headroom`) takes the owner's slot within the headroom: the
+    wait is then bounded by the TTFT objective alone, not by the expected slot before the deadline."""
+    views = fleet(("r0", "r1"), r0=FULL, r1=FREE)
+    asked: list[str] = []
+
+    def room(replica_id: str) -> bool:
+        asked.append(replica_id)
+        return replica_id == "r0"
+
+    # W = 2 s; slack = 4 − 0 − 2 − 0 = 2 (the deadline term, 102 − 100 − 2 = 0, no longer binds)
+    wait = owner_wait(request(), views, index_with(r0=10), queue(room_at_deadline=room))
+    assert wait == OwnerWait("r0", until_s=102.0, expected_wait_s=2.0, predicted_ttft_s=0.0)
+    assert asked == ["r0"], "asked about the owner only"
+    late = queue(room_at_deadline=room, waited_s=2.5)  # 4 − 2.5 − 2 < 0: the objective still bounds it
+    assert owner_wait(request(), views, index_with(r0=10), late) is None
+
+
+def test_an_owner_without_room_at_the_deadline_is_waited_for_only_until_the_expected_slot() -> None:
+    views = fleet(("r0", "r1"), r0=FULL, r1=FREE)
+    full = queue(room_at_deadline=lambda replica_id: False)
+    assert owner_wait(request(), views, index_with(r0=10), full) is None, "spills in time, as without"
+    wait = owner_wait(request(), views, index_with(r0=10), replace(full, deadline_s=103.0))
+    assert wait == OwnerWait("r0", until_s=101.0, expected_wait_s=2.0, predicted_ttft_s=0.0)
+
+
+def test_the_deadlines_last_try_is_not_asked_when_the_deadline_does_not_bind() -> None:
+    views = fleet(("r0", "r1"), r0=FULL, r1=FREE)
+
+    def room(replica_id: str) -> bool:
+        raise AssertionError("not needed: the TTFT objective ends the wait first")
+
+    wait = owner_wait(request(), views, index_with(r0=10), queue(deadline_s=110.0, room_at_deadline=room))
+    assert wait is not None and wait.until_s == pytest.approx(102.0)
+
+
+def test_a_keys_owner_with_room_at_the_deadline_is_waited_for_through_it() -> None:
+    views = fleet(("r0", "r1"), r0=FULL, r1=FREE)
+    wait = key_owner_wait(request(), views, KeyOwner("r0", 10), queue(room_at_deadline=lambda rid: True))
+    assert wait == OwnerWait("r0", until_s=102.0, expected_wait_s=2.0, predicted_ttft_s=0.0)
 
 
 def test_the_ttft_objective_bounds_the_wait_with_the_time_already_waited() -> None:
