@@ -96,7 +96,7 @@ class PoolAdmission:
                 clock=self._clock,
                 config=self._config,
                 observer=MetricsObserver(self._metrics, model),
-                full_by_own_caps=self.full_by_own_caps,
+                full_by_own_caps=self.connections_free,
                 prefer_wait=self.prefer_wait if self.pool.settings.prefix_wait.enabled else None,
                 slot_key=_replica_id,
                 output_tokens=_output_budget,
@@ -132,11 +132,11 @@ class PoolAdmission:
         """Requests of this pool waiting for a replica slot (every name)."""
         return sum(len(controller) for controller in self._controllers.values())
 
-    def full_by_own_caps(self) -> bool:
-        """False while the process's upstream connection limit, which every pool shares, is what
-        stops a claim: other pools' releases free slots then, which this pool's own tickets cannot
-        forecast (admission's early refusal stays out)."""
-        return self._max_inflight is None or self._registry.total_inflight() < self._max_inflight
+    def connections_free(self, count: int = 1) -> bool:
+        """`count` more upstream requests fit under the process's connection limit (a disaggregated pair
+        claims two); admission's `full_by_own_caps`: while this limit, shared by every pool, stops a
+        claim, other pools' releases free slots this pool's tickets cannot forecast (no early refusal)."""
+        return self._max_inflight is None or self._registry.total_inflight() + count <= self._max_inflight
 
     def token_latency_s(self) -> float | None:
         """The pool's time per output token now: the mean of its engines' last token-latency windows
@@ -173,7 +173,7 @@ class PoolAdmission:
     ) -> Decision | None:
         """`claim`'s routing half: the replica it would take, nothing claimed (a disaggregated pool
         decides on both of its sets before it claims either: `gateway.proxy.disagg.admit`)."""
-        if self._max_inflight is not None and self._registry.total_inflight() >= self._max_inflight:
+        if not self.connections_free():
             return None
         if self._credits is not None and views is None:  # views given: synced when they were taken
             self._credits.sync(self.pool)
@@ -253,7 +253,7 @@ class PoolAdmission:
         keyed = keyed_policy(self.pool)
         if routing is None or (index is None and keyed is None):
             return None
-        if self._max_inflight is not None and self._registry.total_inflight() >= self._max_inflight:
+        if not self.connections_free():
             return None
         if self._credits is not None:
             self._credits.sync(self.pool)

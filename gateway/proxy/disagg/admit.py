@@ -16,8 +16,11 @@ With Redis slot credits (`gateway.upstream.slot_credits`) the pair queue is dema
 waiters make the refiller ask for credits on either set as the sets' own (empty) queues would, and a
 credit's arrival wakes it. Where credits govern either set (a configured cap), an arrival that would be
 first in line queues rather than being refused early, as in an aggregated pool
-(`admission_assembly.credits_govern`): a queued request is what asks Redis for more. Not wired: the
-connection limit is checked per set, so a pair may take the last connection and one more.
+(`admission_assembly.credits_govern`): a queued request is what asks Redis for more.
+
+The process's upstream connection limit (`upstream.max_connections`) counts a pair as two: a pair is
+claimed only while both of its requests fit under it, and only then is the pool full by its own caps
+(early refusal forecasts from its own tickets), as `PoolAdmission.connections_free` says of one.
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ from gateway.upstream.slot import Slot
 from gateway.upstream.slot_credits import SlotCredits
 from router.types import RoutingRequest
 
+PAIR_CONNECTIONS = 2
+"""Upstream requests one pair holds at once: its prefill and its decode slot."""
+
 
 class PairAdmission:
     """One disaggregated pool's admission (module docstring)."""
@@ -65,7 +71,7 @@ class PairAdmission:
             clock=clock,
             config=config,
             observer=MetricsObserver(metrics, self.model),
-            full_by_own_caps=decode.full_by_own_caps,
+            full_by_own_caps=self.full_by_own_caps,
         )
 
     async def admit(self, request: AdmissionRequest) -> Ticket[Slot]:
@@ -79,8 +85,14 @@ class PairAdmission:
     def queue_depth(self) -> int:
         return len(self.controller)
 
+    def full_by_own_caps(self) -> bool:
+        """A pair's two requests fit under the process's connection limit (module docstring)."""
+        return self.decode.connections_free(PAIR_CONNECTIONS)
+
     def claim_pair(self, routing: RoutingRequest) -> SlotSet[Slot] | None:
         """Both slots, or none (module docstring)."""
+        if not self.decode.connections_free(PAIR_CONNECTIONS):
+            return None
         prefill = self.prefill.decide(routing)
         if prefill is None:
             return None

@@ -3,6 +3,7 @@ prefill set's prefix index — a request waiting for decode room never meets its
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 from admission.tenant_gate import TenantGate
@@ -25,23 +26,30 @@ DECODE = ["http://10.0.2.1:8000"]
 PROMPT = "s" * 4096  # 64 blocks
 
 
-def pair_admission() -> tuple[PairAdmission, PrefixIndex]:
+def pair_admission(
+    decode_cap: int | None = 1, upstream_connections: int | None = None
+) -> tuple[PairAdmission, PrefixIndex]:
     """The pair admission of a pool with two prefill replicas (prefix-index) and one decode replica
-    taking one request at a time, and the prefill set's prefix index."""
-    settings = parse_settings(
-        {
-            "pools": [
-                {
-                    "model": MODEL,
-                    "disaggregation": {
-                        "protocol": "vllm",
-                        "prefill": {"replicas": {"static": PREFILL}, "policy": "prefix-index"},
-                        "decode": {"replicas": {"static": DECODE}, "max_concurrency_per_replica": 1},
-                    },
-                }
-            ]
-        }
-    )
+    taking `decode_cap` requests at a time, and the prefill set's prefix index; the process's upstream
+    connection limit at `upstream_connections` (the default when None)."""
+    decode: dict[str, object] = {"replicas": {"static": DECODE}}
+    if decode_cap is not None:
+        decode["max_concurrency_per_replica"] = decode_cap
+    raw: dict[str, object] = {
+        "pools": [
+            {
+                "model": MODEL,
+                "disaggregation": {
+                    "protocol": "vllm",
+                    "prefill": {"replicas": {"static": PREFILL}, "policy": "prefix-index"},
+                    "decode": decode,
+                },
+            }
+        ]
+    }
+    if upstream_connections is not None:
+        raw["upstream"] = {"max_connections": upstream_connections}
+    settings = parse_settings(raw)
     clock = FakeClock(0.0)
     metrics = GatewayMetrics()
     registry = ReplicaRegistry(settings, metrics, clock, random.Random(1))
@@ -54,6 +62,12 @@ def pair_admission() -> tuple[PairAdmission, PrefixIndex]:
     index = policy_prefix_index(pair.prefill.pool.policy)
     assert index is not None
     return pair, index
+
+
+def inflight(pair: PairAdmission) -> int:
+    """Requests in flight on both sets' replicas."""
+    replicas = (*pair.prefill.pool.replicas.values(), *pair.decode.pool.replicas.values())
+    return sum(r.inflight_requests for r in replicas)
 
 
 def test_a_pair_refused_for_decode_room_records_nothing_in_the_prefill_index() -> None:
@@ -109,7 +123,27 @@ async def test_admission_gives_a_ticket_holding_both_slots_by_role() -> None:
     assert all(isinstance(slot, Slot) for slot in ticket.slots.values())
     assert ticket.slot(SlotRole.PREFILL).replica.replica_id in {p.removeprefix("http://") for p in PREFILL}
     await ticket.release()
-    assert all(
-        r.inflight_requests == 0
-        for r in (*pair.prefill.pool.replicas.values(), *pair.decode.pool.replicas.values())
+    assert inflight(pair) == 0
+
+
+async def test_a_pair_counts_as_two_under_the_upstream_connection_limit() -> None:
+    """With 3 upstream connections and one pair holding 2, the next pair (2 more) is not claimed — it
+    would hold 4 — and the pool is not full by its own caps (early refusal stays out); a queued pair
+    request is dispatched when the first pair's slots are released."""
+    pair, _ = pair_admission(decode_cap=None, upstream_connections=3)
+    first = pair.claim_pair(build_routing_request(MODEL, "other " * 800))
+    assert first is not None
+    assert pair.claim_pair(build_routing_request(MODEL, PROMPT)) is None
+    assert pair.prefill.connections_free(1), "one connection is left for a single request"
+    assert not pair.full_by_own_caps()
+    assert inflight(pair) == 2
+    waiting = asyncio.create_task(
+        pair.admit(AdmissionRequest(Tenant("t"), "interactive", 10, build_routing_request(MODEL, PROMPT)))
     )
+    await asyncio.sleep(0)
+    assert not waiting.done(), "it waits for connections rather than taking a third and fourth"
+    first.release()  # the registry's release listener wakes the pair's queue
+    ticket = await asyncio.wait_for(waiting, 1.0)
+    assert set(ticket.slots) == {SlotRole.PREFILL, SlotRole.DECODE}
+    await ticket.release()
+    assert pair.full_by_own_caps()
