@@ -116,7 +116,7 @@ class Experiment:
             "stream": self.client.stream,
             "client": self.client_kind,
             "api": self.api,
-            "slo_ms": {"ttft": self.slo.ttft_s * 1000, "tpot": self.slo.tpot_s * 1000},
+            "slo_ms": self.slo.to_ms(),
             "priority_mix": self.priority_mix,
             "time_scale": self.time_scale,
             **({"faults": [e.describe() for e in self.schedule]} if self.schedule else {}),

@@ -194,7 +194,7 @@ def experiment(args: argparse.Namespace, local: bool) -> Experiment:
             extra_headers=headers,
             keep_alive=args.keep_alive,
         ),
-        slo=Slo(ttft_s=args.slo_ttft_ms / 1000.0, tpot_s=args.slo_tpot_ms / 1000.0),
+        slo=slo_of(args),
         priority_mix=parse_priority_mix(args.priority_mix),
         api=args.api,
         client_kind=args.client,
@@ -212,3 +212,23 @@ def dump_workload(exp: Experiment, path: str, count: int) -> int:
     from bench.presets import write_trace
 
     return write_trace(Path(path), islice(exp.specs(), count))
+
+
+def slo_of(args: argparse.Namespace) -> Slo:
+    """The report's objectives (simulated seconds): `--slo-ttft-ms` / `--slo-tpot-ms`, and each
+    `--class-slo CLASS=TTFT_MS[:TPOT_MS]` for a class of `--priority-mix` (ValueError otherwise)."""
+    mix = parse_priority_mix(args.priority_mix)
+    classes: list[tuple[str, float, float]] = []
+    for item in args.class_slo:
+        name, sep, objectives = item.partition("=")
+        ttft_ms, _, tpot_ms = objectives.partition(":")
+        try:
+            ttft_s, tpot_s = float(ttft_ms) / 1000.0, float(tpot_ms or args.slo_tpot_ms) / 1000.0
+        except ValueError:
+            ttft_s = tpot_s = -1.0
+        if not sep or ttft_s <= 0 or tpot_s <= 0:
+            raise ValueError(f"--class-slo {item!r} is not CLASS=TTFT_MS[:TPOT_MS] with positive objectives")
+        if name not in mix or name in (c[0] for c in classes):
+            raise ValueError(f"--class-slo {item!r}: {name!r} is not a --priority-mix class or given twice")
+        classes.append((name, ttft_s, tpot_s))
+    return Slo(args.slo_ttft_ms / 1000.0, args.slo_tpot_ms / 1000.0, tuple(classes))

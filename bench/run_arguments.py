@@ -137,6 +137,14 @@ def add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--honour-retry-after", type=int, default=0, metavar="N", help="retry up to N times")
     g.add_argument("--slo-ttft-ms", type=float, default=2000.0)
     g.add_argument("--slo-tpot-ms", type=float, default=50.0)
+    g.add_argument(
+        "--class-slo",
+        action="append",
+        default=[],
+        metavar="CLASS=TTFT_MS[:TPOT_MS]",
+        help="judge a --priority-mix class by objectives of its own (e.g. batch=60000); TPOT as "
+        "--slo-tpot-ms unless given",
+    )
     g.add_argument("--sample-interval-s", type=float, default=0.5, help="engine /metrics polling")
 
     g = parser.add_argument_group("output")

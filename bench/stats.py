@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from bench.sample import Sample
 
@@ -73,15 +74,33 @@ class Distribution:
 
 @dataclass(frozen=True, slots=True)
 class Slo:
-    """Latency SLO of one request: time to first token and time per output token."""
+    """Latency SLO of one request: time to first token and time per output token. `classes` gives a
+    priority class objectives of its own, (name, ttft_s, tpot_s) each (`--class-slo`): the lowest class,
+    whose queue wait the gateway's TTFT objective does not bound, is judged by what it was promised."""
 
     ttft_s: float
     tpot_s: float
+    classes: tuple[tuple[str, float, float], ...] = ()
+
+    def for_class(self, name: str | None) -> tuple[float, float]:
+        """(ttft_s, tpot_s) a request of class `name` is judged by."""
+        for cls, ttft_s, tpot_s in self.classes:
+            if cls == name:
+                return ttft_s, tpot_s
+        return self.ttft_s, self.tpot_s
 
     def met_by(self, sample: Sample) -> bool:
-        if not sample.ok or sample.ttft_s is None or sample.ttft_s > self.ttft_s:
+        ttft_s, tpot_s = self.for_class(sample.priority) if self.classes else (self.ttft_s, self.tpot_s)
+        if not sample.ok or sample.ttft_s is None or sample.ttft_s > ttft_s:
             return False
-        return sample.tpot_s is None or sample.tpot_s <= self.tpot_s
+        return sample.tpot_s is None or sample.tpot_s <= tpot_s
+
+    def to_ms(self) -> dict[str, Any]:
+        """The objectives in milliseconds, as reports record them (`classes` only when set)."""
+        ms: dict[str, Any] = {"ttft": self.ttft_s * 1000, "tpot": self.tpot_s * 1000}
+        if self.classes:
+            ms["classes"] = {name: {"ttft": t * 1000, "tpot": p * 1000} for name, t, p in self.classes}
+        return ms
 
 
 @dataclass(frozen=True, slots=True)

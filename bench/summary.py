@@ -152,7 +152,7 @@ def summarize(
             "requests_per_s": len(ok) / duration_s if duration_s > 0 else 0.0,
             "output_tokens_per_s": tokens / duration_s if duration_s > 0 else 0.0,
         },
-        "slo": {"ttft_ms": slo.ttft_s * MS, "tpot_ms": slo.tpot_s * MS},
+        "slo": {f"{key}_ms" if key != "classes" else key: value for key, value in slo.to_ms().items()},
         "goodput": asdict(good),
         "outcomes": outcomes(raw),
         "retries": retries(raw),

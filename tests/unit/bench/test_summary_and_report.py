@@ -65,6 +65,22 @@ def test_summary_outcomes_and_classes() -> None:
     assert classes["default"]["requests"] == 1
 
 
+def test_a_class_with_objectives_of_its_own_is_judged_by_them() -> None:
+    """`batch` judged by a 1 s TTFT: its 0.9 s request now meets the SLO, in goodput and in its class;
+    the other classes keep the pool's objectives, and the report records both."""
+    slo = Slo(ttft_s=0.5, tpot_s=0.05, classes=(("batch", 1.0, 0.05),))
+    summary = summarize(samples(), slo)
+    assert summary["goodput"]["requests"] == 3
+    assert summary["per_class"]["batch"]["slo_met"] == 2
+    assert summary["per_class"]["critical"]["slo_met"] == 1
+    assert summary["slo"] == {
+        "ttft_ms": 500.0,
+        "tpot_ms": 50.0,
+        "classes": {"batch": {"ttft": 1000.0, "tpot": 50.0}},
+    }
+    assert summarize(samples(), SLO)["slo"] == {"ttft_ms": 500.0, "tpot_ms": 50.0}
+
+
 def test_time_scale_reports_simulated_latency_but_wall_rejections() -> None:
     summary = summarize(samples(), Slo(ttft_s=5.0, tpot_s=0.5), time_scale=10.0)
     assert summary["ttft_ms"]["p50"] == pytest.approx(4000.0)

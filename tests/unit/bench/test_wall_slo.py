@@ -8,7 +8,7 @@ import pytest
 
 from bench import commands
 from bench.compare_presets import PresetParser
-from bench.options import gateway_options
+from bench.options import gateway_options, slo_of
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -41,3 +41,30 @@ def test_a_gateway_template_keeps_its_own_slo(tmp_path) -> None:
     config.write_text("pools: []\n")
     args = _parse(["--speed", "0.5", "--gateway-config", str(config)])
     assert "slo" not in gateway_options(args).pool_overrides
+
+
+def test_class_slo_judges_a_class_of_the_mix_by_its_own_objectives() -> None:
+    args = _parse(
+        ["--priority-mix", "interactive=0.7,batch=0.3", "--class-slo", "batch=60000", "--slo-tpot-ms", "40"]
+    )
+    slo = slo_of(args)
+    assert slo.for_class("batch") == (pytest.approx(60.0), pytest.approx(0.04))
+    assert slo.for_class("interactive") == (pytest.approx(2.0), pytest.approx(0.04))
+    assert gateway_options(args).pool_overrides["slo"]["ttft_s"] == pytest.approx(2.0), "the gateway's stays"
+    both = slo_of(_parse(["--priority-mix", "batch=1", "--class-slo", "batch=30000:80"]))
+    assert both.for_class("batch") == (pytest.approx(30.0), pytest.approx(0.08))
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--class-slo", "batch=60000"], "not a --priority-mix class"),
+        (["--priority-mix", "batch=1", "--class-slo", "batch"], "is not CLASS=TTFT_MS"),
+        (["--priority-mix", "batch=1", "--class-slo", "batch=soon"], "is not CLASS=TTFT_MS"),
+        (["--priority-mix", "batch=1", "--class-slo", "batch=0"], "positive objectives"),
+        (["--priority-mix", "batch=1", "--class-slo", "batch=1:2", "--class-slo", "batch=3"], "given twice"),
+    ],
+)
+def test_a_bad_class_slo_is_refused_with_its_reason(argv: list[str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        slo_of(_parse(argv))
