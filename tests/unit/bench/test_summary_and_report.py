@@ -76,7 +76,7 @@ def test_a_class_with_objectives_of_its_own_is_judged_by_them() -> None:
     assert summary["slo"] == {
         "ttft_ms": 500.0,
         "tpot_ms": 50.0,
-        "classes": {"batch": {"ttft": 1000.0, "tpot": 50.0}},
+        "classes": {"batch": {"ttft_ms": 1000.0, "tpot_ms": 50.0}},
     }
     assert summarize(samples(), SLO)["slo"] == {"ttft_ms": 500.0, "tpot_ms": 50.0}
 
