@@ -15,7 +15,8 @@ prefix (the hit-ratio reference); `direct` sends to the first engine with no gat
 
 Variants: `--variant LABEL:KEY=YAML;KEY=YAML` is an entry whose pool gets those overrides on top of
 `--pool-set` (dotted keys reach into a mapping: `continuation.enabled=false`); `LABEL:` alone is the
-pool as configured. Faults (`--fault`, `--poison-fraction`; bench/faults.py) apply to every entry alike,
+pool as configured. A variant is not a `--policy` entry's: it runs the default policy unless it sets
+`policy=NAME` (`--policy` names entries of their own). Faults (`--fault`, `--poison-fraction`; bench/faults.py) apply to every entry alike,
 on its own fresh fleet. `--preset faults` is a whole comparison (bench/compare_presets.py).
 
 Disaggregated fleets: `--disagg [LABEL=]P:D[@LINK]` (bench/disagg.py). In run, the fleet is P prefill +
