@@ -15,9 +15,10 @@ prefix (the hit-ratio reference); `direct` sends to the first engine with no gat
 
 Variants: `--variant LABEL:KEY=YAML;KEY=YAML` is an entry whose pool gets those overrides on top of
 `--pool-set` (dotted keys reach into a mapping: `continuation.enabled=false`); `LABEL:` alone is the
-pool as configured. A variant is not a `--policy` entry's: it runs the default policy unless it sets
-`policy=NAME` (`--policy` names entries of their own). Faults (`--fault`, `--poison-fraction`; bench/faults.py) apply to every entry alike,
-on its own fresh fleet. `--preset faults` is a whole comparison (bench/compare_presets.py).
+pool as configured. A variant is not a `--policy` entry's: it runs the pool's policy (the default, or
+`--pool-set policy=NAME`) unless it sets `policy=NAME` (`--policy` names entries of their own).
+Faults (`--fault`, `--poison-fraction`; bench/faults.py) apply to every entry alike, on its own fresh
+fleet. `--preset faults` is a whole comparison (bench/compare_presets.py).
 
 Disaggregated fleets: `--disagg [LABEL=]P:D[@LINK]` (bench/disagg.py). In run, the fleet is P prefill +
 D decode engines behind a disaggregated pool (`--replicas` is ignored); in compare, every `--disagg` is

@@ -5,6 +5,7 @@ load levels."""
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Any
 
@@ -216,7 +217,9 @@ def dump_workload(exp: Experiment, path: str, count: int) -> int:
 
 def slo_of(args: argparse.Namespace) -> Slo:
     """The report's objectives (simulated seconds): `--slo-ttft-ms` / `--slo-tpot-ms`, and each
-    `--class-slo CLASS=TTFT_MS[:TPOT_MS]` for a class of `--priority-mix` (ValueError otherwise)."""
+    `--class-slo CLASS=TTFT_MS[:TPOT_MS]` — with a `--priority-mix`, for one of its classes; without
+    one, for any class a trace's requests carry. ValueError for a malformed, non-positive or non-finite
+    objective, an unknown class or one given twice. `bench sweep` finds its knee by these too."""
     mix = parse_priority_mix(args.priority_mix)
     classes: list[tuple[str, float, float]] = []
     for item in args.class_slo:
@@ -226,9 +229,9 @@ def slo_of(args: argparse.Namespace) -> Slo:
             ttft_s, tpot_s = float(ttft_ms) / 1000.0, float(tpot_ms or args.slo_tpot_ms) / 1000.0
         except ValueError:
             ttft_s = tpot_s = -1.0
-        if not sep or ttft_s <= 0 or tpot_s <= 0:
+        if not sep or not 0 < ttft_s < math.inf or not 0 < tpot_s < math.inf:
             raise ValueError(f"--class-slo {item!r} is not CLASS=TTFT_MS[:TPOT_MS] with positive objectives")
-        if name not in mix or name in (c[0] for c in classes):
+        if (mix and name not in mix) or name in (c[0] for c in classes):
             raise ValueError(f"--class-slo {item!r}: {name!r} is not a --priority-mix class or given twice")
         classes.append((name, ttft_s, tpot_s))
     return Slo(args.slo_ttft_ms / 1000.0, args.slo_tpot_ms / 1000.0, tuple(classes))

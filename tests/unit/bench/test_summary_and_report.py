@@ -79,6 +79,17 @@ def test_a_class_with_objectives_of_its_own_is_judged_by_them() -> None:
         "classes": {"batch": {"ttft_ms": 1000.0, "tpot_ms": 50.0}},
     }
     assert summarize(samples(), SLO)["slo"] == {"ttft_ms": 500.0, "tpot_ms": 50.0}
+    strict = Slo(ttft_s=0.5, tpot_s=0.05, classes=(("batch", 1.0, 0.02),))  # its TPOT of 0.03 now misses
+    assert summarize(samples(), strict)["per_class"]["batch"]["slo_met"] == 1
+
+
+def test_class_objectives_apply_to_simulated_time() -> None:
+    """With a time scale the samples are scaled before they are judged: a 1.2 s wall TTFT is 0.6 s
+    simulated, within `batch`'s own 0.6 s objective and over the pool's 0.5 s."""
+    sample = ok(0, 0.0, 3.0, 1.2, tpot=0.02, tokens=20, replica="a:1", priority="batch")
+    slo = Slo(ttft_s=0.5, tpot_s=0.05, classes=(("batch", 0.6, 0.05),))
+    assert summarize([sample], slo, time_scale=0.5)["goodput"]["requests"] == 1
+    assert summarize([sample], SLO, time_scale=0.5)["goodput"]["requests"] == 0
 
 
 def test_time_scale_reports_simulated_latency_but_wall_rejections() -> None:

@@ -53,12 +53,17 @@ def test_class_slo_judges_a_class_of_the_mix_by_its_own_objectives() -> None:
     assert gateway_options(args).pool_overrides["slo"]["ttft_s"] == pytest.approx(2.0), "the gateway's stays"
     both = slo_of(_parse(["--priority-mix", "batch=1", "--class-slo", "batch=30000:80"]))
     assert both.for_class("batch") == (pytest.approx(30.0), pytest.approx(0.08))
+    assert both.to_ms()["classes"] == {"batch": {"ttft": pytest.approx(30000.0), "tpot": pytest.approx(80.0)}}
+    trace = slo_of(_parse(["--class-slo", "bulk=9000"]))  # no mix: a trace's own classes
+    assert trace.for_class("bulk") == (pytest.approx(9.0), pytest.approx(0.05))
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--class-slo", "batch=60000"], "not a --priority-mix class"),
+        (["--priority-mix", "interactive=1", "--class-slo", "batch=60000"], "not a --priority-mix class"),
+        (["--priority-mix", "batch=1", "--class-slo", "batch=nan"], "positive objectives"),
+        (["--priority-mix", "batch=1", "--class-slo", "batch=1000:inf"], "positive objectives"),
         (["--priority-mix", "batch=1", "--class-slo", "batch"], "is not CLASS=TTFT_MS"),
         (["--priority-mix", "batch=1", "--class-slo", "batch=soon"], "is not CLASS=TTFT_MS"),
         (["--priority-mix", "batch=1", "--class-slo", "batch=0"], "positive objectives"),

@@ -27,11 +27,11 @@ PROMPT = "s" * 4096  # 64 blocks
 
 
 def pair_admission(
-    decode_cap: int | None = 1, upstream_connections: int | None = None
+    decode_cap: int | None = 1, upstream_connections: int | None = None, clock: FakeClock | None = None
 ) -> tuple[PairAdmission, PrefixIndex]:
     """The pair admission of a pool with two prefill replicas (prefix-index) and one decode replica
     taking `decode_cap` requests at a time, and the prefill set's prefix index; the process's upstream
-    connection limit at `upstream_connections` (the default when None)."""
+    connection limit at `upstream_connections` (the default when None); `clock` (a fake one at 0)."""
     decode: dict[str, object] = {"replicas": {"static": DECODE}}
     if decode_cap is not None:
         decode["max_concurrency_per_replica"] = decode_cap
@@ -50,7 +50,7 @@ def pair_admission(
     if upstream_connections is not None:
         raw["upstream"] = {"max_connections": upstream_connections}
     settings = parse_settings(raw)
-    clock = FakeClock(0.0)
+    clock = clock or FakeClock(0.0)
     metrics = GatewayMetrics()
     registry = ReplicaRegistry(settings, metrics, clock, random.Random(1))
     gate = TenantGate.in_memory(clock)
@@ -147,3 +147,27 @@ async def test_a_pair_counts_as_two_under_the_upstream_connection_limit() -> Non
     assert set(ticket.slots) == {SlotRole.PREFILL, SlotRole.DECODE}
     await ticket.release()
     assert pair.full_by_own_caps()
+
+
+async def test_at_the_connection_limit_a_pair_arrival_queues_rather_than_being_refused_early() -> None:
+    """Early refusal forecasts from the pool's own tickets only while the pool is full by its own caps.
+    With 3 upstream connections and a pair holding 2 for a long time (the last one held 100 s), one
+    connection is free but no pair fits: the limit, shared with every pool, is what blocks, so an arrival
+    whose forecast wait is hopeless still queues, and is dispatched at the release."""
+    clock = FakeClock(0.0)
+    pair, _ = pair_admission(decode_cap=None, upstream_connections=3, clock=clock)
+
+    def request() -> AdmissionRequest:
+        return AdmissionRequest(Tenant("t"), "interactive", 10, build_routing_request(MODEL, PROMPT))
+
+    earlier = await pair.admit(request())
+    clock.advance(100.0)
+    await earlier.release()
+    held = await pair.admit(request())
+    arrival = asyncio.create_task(pair.admit(request()))
+    await asyncio.sleep(0)
+    assert not arrival.done(), "queued, not refused on a forecast of the pool's own releases"
+    await held.release()
+    ticket = await asyncio.wait_for(arrival, 1.0)
+    await ticket.release()
+    assert inflight(pair) == 0
