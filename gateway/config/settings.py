@@ -125,7 +125,8 @@ class UpstreamClientSettings(StrictModel):
     """The one shared HTTP client per process."""
 
     max_connections: int = Field(1024, ge=1)
-    """Upper bound on open connections to all replicas together (idle ones are kept alive)."""
+    """Upper bound on open connections to all replicas together (idle ones are kept alive); a
+    disaggregated pool's request holds two (prefill and decode) and is dispatched only when both fit."""
     keepalive_expiry_s: float = Field(30.0, gt=0)
 
 
@@ -220,6 +221,8 @@ class Settings(StrictModel):
                 raise ValueError(
                     f"tenants: {tenant.name}: priority_ceiling {tenant.priority_ceiling!r} is not a class"
                 )
+        if self.upstream.max_connections < 2 and any(p.disaggregation for p in self.pools):
+            raise ValueError("upstream.max_connections: a disaggregated pool's request holds 2; at least 2")
         return self
 
 

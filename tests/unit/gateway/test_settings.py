@@ -78,6 +78,23 @@ def test_duplicate_models_are_refused() -> None:
         parse_settings({"pools": pools})
 
 
+def test_a_disaggregated_pool_needs_two_upstream_connections() -> None:
+    """A pair request holds a prefill and a decode connection at once: under 2 it could never be sent."""
+    pool = {
+        "model": "m",
+        "disaggregation": {
+            "protocol": "vllm",
+            "prefill": {"replicas": {"static": ["http://10.0.1.1:8000"]}},
+            "decode": {"replicas": {"static": ["http://10.0.2.1:8000"]}},
+        },
+    }
+    with pytest.raises(ConfigError, match=r"upstream\.max_connections.*at least 2"):
+        parse_settings({"pools": [pool], "upstream": {"max_connections": 1}})
+    assert parse_settings({"pools": [pool], "upstream": {"max_connections": 2}}).pools[0].disaggregation
+    single = {"model": "m", "replicas": {"static": ["http://10.0.1.1:8000"]}}
+    assert parse_settings({"pools": [single], "upstream": {"max_connections": 1}}).upstream.max_connections
+
+
 def test_yaml_file_and_env_overrides(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text(
