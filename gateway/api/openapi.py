@@ -38,12 +38,12 @@ from gateway.api.openapi_errors import (
     ROUTE_CODES,
     STREAM_TERMINAL_CODES,
     error_response,
-    error_statuses,
     grouped,
     header,
 )
 from gateway.api.openapi_ops_paths import ops_paths
 from gateway.api.request_parsing import Endpoint
+from gateway.base.error_mapping import error_statuses
 from gateway.base.errors import ErrorCode
 from gateway.base.surface import ApiSurface
 

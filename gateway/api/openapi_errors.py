@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.base import errors
-from gateway.base.errors import ErrorCode, GatewayError
+from gateway.base.errors import ErrorCode
 
 Schema = dict[str, Any]
 STREAM_TERMINAL_CODES = (
@@ -26,24 +25,6 @@ ROUTE_CODES = (ErrorCode.NOT_FOUND, ErrorCode.METHOD_NOT_ALLOWED)
 PASSTHROUGH = ErrorCode.UPSTREAM_STATUS
 """An engine's error status and body, passed through: any status (`default`), and a reason of every one."""
 RETRY_AFTER_STATUSES = (429, 503)
-
-
-def error_statuses() -> dict[ErrorCode, int]:
-    """Every reason and the status its error class in `gateway.base.errors` answers with (`upstream_status`:
-    502 here, in fact the engine's own status). Raises when a code has no class (the contract drifted)."""
-    found: dict[ErrorCode, int] = {}
-    pending = list(GatewayError.__subclasses__())  # the base's own code is a default, not an answer
-    while pending:
-        cls = pending.pop()
-        pending.extend(cls.__subclasses__())
-        if cls.__module__ != errors.__name__ or "code" not in vars(cls):
-            continue
-        if found.setdefault(cls.code, cls.status) != cls.status:
-            raise RuntimeError(f"{cls.code} is answered with two statuses: {found[cls.code]}, {cls.status}")
-    missing = [code.value for code in ErrorCode if code not in found]
-    if missing:
-        raise RuntimeError(f"no error class in gateway.base.errors answers {', '.join(missing)}")
-    return {code: found[code] for code in ErrorCode}
 
 
 def header(schema: Schema, description: str, required: bool = False) -> Schema:

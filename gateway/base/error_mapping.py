@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from gateway.base.errors import GatewayError, MethodNotAllowed, UpstreamStatusError
+from gateway.base.errors import ErrorCode, GatewayError, MethodNotAllowed, UpstreamStatusError
 from gateway.base.surface import ApiSurface
 
 REJECT_REASON_HEADER = "x-gateway-reject-reason"
@@ -83,3 +83,22 @@ def to_sse_event(error: GatewayError, surface: ApiSurface = ApiSurface.OPENAI) -
         data = {"type": "error", "code": str(error.code), "message": error.message, "param": None}
         return b"event: error\ndata: " + orjson.dumps(data) + b"\n\n"
     return b"data: " + error_body(error) + b"\n\n"
+
+
+def error_statuses() -> dict[ErrorCode, int]:
+    """Every reason and the status its error class in `gateway.base.errors` answers with, own or inherited
+    (`upstream_status`: 502 here, in fact the engine's own status): what the OpenAPI document promises and
+    the access log records. Raises when a code has no class (the contract drifted)."""
+    found: dict[ErrorCode, int] = {}
+    pending = list(GatewayError.__subclasses__())  # the base's own code is a default, not an answer
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        if cls.__module__ != GatewayError.__module__ or "code" not in vars(cls):
+            continue
+        if found.setdefault(cls.code, cls.status) != cls.status:
+            raise RuntimeError(f"{cls.code} is answered with two statuses: {found[cls.code]}, {cls.status}")
+    missing = [code.value for code in ErrorCode if code not in found]
+    if missing:
+        raise RuntimeError(f"no error class in gateway.base.errors answers {', '.join(missing)}")
+    return {code: found[code] for code in ErrorCode}

@@ -20,6 +20,7 @@ import datetime
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from gateway.base.error_mapping import error_statuses
 from gateway.base.errors import GatewayError, UpstreamError, UpstreamStatusError
 from gateway.observability.access_log import OUTCOME_SUCCESS, AccessLog
 
@@ -100,18 +101,6 @@ class RequestRecord:
 NO_RECORD = RequestRecord()
 
 
-def _status_by_code() -> dict[str, int]:
-    """Error code → HTTP status, from the error classes (`UpstreamStatusError` passes the engine's)."""
-    found: dict[str, int] = {}
-    pending: list[type[GatewayError]] = [GatewayError]
-    while pending:
-        cls = pending.pop()
-        pending.extend(cls.__subclasses__())
-        if cls is not UpstreamStatusError and "status" in cls.__dict__:
-            found.setdefault(str(cls.code), cls.status)
-    return found
-
-
 class LoggedRecord(RequestRecord):
     """Keeps the facts of the request's access-log line (see the module docstring)."""
 
@@ -131,7 +120,9 @@ class LoggedRecord(RequestRecord):
         "trace_id",
     )
 
-    _statuses = _status_by_code()
+    _statuses = {str(code): status for code, status in error_statuses().items()}
+    """Reason → the status its error answers with, own or inherited (an `upstream_status` failure records
+    the engine's own status instead: `failed`)."""
 
     def __init__(
         self,

@@ -49,12 +49,15 @@ def servers() -> Iterator[list[ServerThread]]:
         server.stop()
 
 
-def _gateway(servers: list[ServerThread], **access_log: Any) -> ServerThread:
+def _gateway(
+    servers: list[ServerThread], tenant: dict[str, Any] | None = None, **access_log: Any
+) -> ServerThread:
     engine = start_engine()
     servers.append(engine)
     pool = {"model": MODEL, "engine": "vllm", "replicas": {"static": [engine.url]}}
     raw = gateway_settings([pool], access_log={"enabled": True, "stream": "none", **access_log})
-    raw["tenants"] = [{"name": "team-a", "api_key_hashes": [hashlib.sha256(API_KEY.encode()).hexdigest()]}]
+    key_hashes = [hashlib.sha256(API_KEY.encode()).hexdigest()]
+    raw["tenants"] = [{"name": "team-a", "api_key_hashes": key_hashes, **(tenant or {})}]
     gateway = start_gateway(raw)
     servers.append(gateway)
     return gateway
@@ -136,6 +139,19 @@ def test_sampling_keeps_errors_and_drops_other_lines(servers: list[ServerThread]
     assert "sk-wrong-key-1234" not in "".join(lines.lines)
     assert _post(gateway).status_code == 200  # still sampled out
     assert len(lines.lines) == 2
+
+
+def test_a_refusal_is_logged_with_the_status_the_client_got(
+    servers: list[ServerThread], lines: AccessLines
+) -> None:
+    """A 429 whose class inherits its status (`RateLimited` from `Overloaded`) is logged as 429, not
+    500."""
+    gateway = _gateway(servers, tenant={"requests_per_min": 1}, sample_ratio=0.0, slow_request_ms=None)
+    assert _post(gateway).status_code == 200
+    assert _post(gateway).status_code == 429
+    assert wait_until(lambda: len(lines.lines) == 1)
+    line = lines.parsed()[0]
+    assert (line["status"], line["outcome"], line["tenant"]) == (429, "rate_limited", "team-a")
 
 
 def test_slow_requests_are_always_kept(servers: list[ServerThread], lines: AccessLines) -> None:

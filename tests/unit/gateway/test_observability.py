@@ -11,6 +11,7 @@ import pytest
 import yaml
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from gateway.base.error_mapping import error_statuses
 from gateway.config.observability_settings import AccessLogSettings, TracingSettings
 from gateway.config.settings import ConfigError, parse_settings
 from gateway.observability.access_log import AccessLog
@@ -68,6 +69,15 @@ def test_tracing_starts_a_server_span_under_the_clients_context() -> None:
 )
 def test_client_trace_id(value: str | None, expected: str | None) -> None:
     assert client_trace_id(value) == expected
+
+
+def test_every_reason_is_logged_with_the_status_its_error_answers() -> None:
+    """The access log's status of a refused request is what the client got, the class's own status or
+    an inherited one (`QueueFull` answers `Overloaded`'s 429; once logged as 500)."""
+    statuses = LoggedRecord._statuses
+    assert statuses == {str(code): status for code, status in error_statuses().items()}
+    assert statuses["queue_full"] == statuses["rate_limited"] == statuses["queue_timeout"] == 429
+    assert statuses["upstream_protocol"] == 502 and statuses["upstream_ttft_timeout"] == 504
 
 
 def test_sampling_keeps_errors_and_slow_requests() -> None:

@@ -15,11 +15,11 @@ from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 
 from gateway.api.openapi import OPENAPI_PATH, openapi_document
-from gateway.api.openapi_errors import PASSTHROUGH, ROUTE_CODES, error_statuses
+from gateway.api.openapi_errors import PASSTHROUGH, ROUTE_CODES
 from gateway.api.request_parsing import Endpoint, parse_request
 from gateway.api.response_calls import response_call
 from gateway.app import _proxy_route
-from gateway.base.error_mapping import REJECT_REASON_HEADER, to_response
+from gateway.base.error_mapping import REJECT_REASON_HEADER, error_statuses, to_response
 from gateway.base.errors import (
     BadRequest,
     ErrorCode,
