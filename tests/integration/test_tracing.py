@@ -3,6 +3,7 @@ record what they receive, spans collected by the SDK's in-memory exporter."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -177,6 +178,29 @@ def test_a_retry_makes_two_attempt_spans_the_first_failed(servers: list[ServerTh
         assert attempt.context is not None
         flags = sent[f"00-{attempt.context.trace_id:032x}-{attempt.context.span_id:016x}"]
         assert flags & 0x01  # sampled
+
+
+def test_a_refusal_span_has_the_clients_429_and_is_not_a_server_error(servers: list[ServerThread]) -> None:
+    """A tenant over its rate: the server span records 429 (inherited by `RateLimited` from
+    `Overloaded`; once recorded as 500) and the outcome, with no ERROR status (a 4xx is the client's)."""
+    engine = start_engine()
+    servers.append(engine)
+    exporter = InMemorySpanExporter()
+    raw = gateway_settings([_pool([engine])], tracing={"enabled": True, "exporter": "none"})
+    key_hash = hashlib.sha256(API_KEY.encode()).hexdigest()
+    raw["tenants"] = [{"name": "team-a", "api_key_hashes": [key_hash], "requests_per_min": 1}]
+    gateway = start_traced_gateway(raw, exporter)
+    servers.append(gateway)
+    _send(gateway, stream=False)
+    refused = httpx.post(
+        gateway.url + CHAT, json=_body(False), headers={"authorization": f"Bearer {API_KEY}"}, timeout=10
+    )
+    assert refused.status_code == 429
+    span = _one_server_span(exporter, 2)
+    attributes = span.attributes or {}
+    assert attributes["http.response.status_code"] == 429
+    assert attributes["error.type"] == "rate_limited"
+    assert span.status.status_code is not StatusCode.ERROR
 
 
 def test_exemplars_on_an_openmetrics_scrape_only(servers: list[ServerThread]) -> None:
