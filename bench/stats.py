@@ -90,16 +90,18 @@ class Slo:
         return self.ttft_s, self.tpot_s
 
     def met_by(self, sample: Sample) -> bool:
-        ttft_s, tpot_s = self.for_class(sample.priority) if self.classes else (self.ttft_s, self.tpot_s)
+        ttft_s, tpot_s = self.for_class(sample.priority)
         if not sample.ok or sample.ttft_s is None or sample.ttft_s > ttft_s:
             return False
         return sample.tpot_s is None or sample.tpot_s <= tpot_s
 
-    def to_ms(self) -> dict[str, Any]:
-        """The objectives in milliseconds, as reports record them (`classes` only when set)."""
-        ms: dict[str, Any] = {"ttft": self.ttft_s * 1000, "tpot": self.tpot_s * 1000}
+    def to_ms(self, suffix: str = "") -> dict[str, Any]:
+        """The objectives in milliseconds as reports record them, keys `ttft<suffix>` and `tpot<suffix>`
+        (the run's params: none; its summary: `_ms`), and `classes` with the same keys when set."""
+        ttft, tpot = f"ttft{suffix}", f"tpot{suffix}"
+        ms: dict[str, Any] = {ttft: self.ttft_s * 1000, tpot: self.tpot_s * 1000}
         if self.classes:
-            ms["classes"] = {name: {"ttft": t * 1000, "tpot": p * 1000} for name, t, p in self.classes}
+            ms["classes"] = {name: {ttft: t * 1000, tpot: p * 1000} for name, t, p in self.classes}
         return ms
 
 

@@ -117,14 +117,6 @@ def per_class(samples: Sequence[Sample], slo: Slo) -> dict[str, dict[str, Any]]:
     return result
 
 
-def _slo_ms(slo: Slo) -> dict[str, Any]:
-    """The objectives as the summary records them: `ttft_ms`, `tpot_ms`, and per class when set."""
-    recorded: dict[str, Any] = {"ttft_ms": slo.ttft_s * MS, "tpot_ms": slo.tpot_s * MS}
-    if slo.classes:
-        recorded["classes"] = {name: {"ttft_ms": t * MS, "tpot_ms": p * MS} for name, t, p in slo.classes}
-    return recorded
-
-
 def summarize(
     raw: Sequence[Sample], slo: Slo, replica_ids: Sequence[str] = (), time_scale: float = 1.0
 ) -> dict[str, Any]:
@@ -160,7 +152,7 @@ def summarize(
             "requests_per_s": len(ok) / duration_s if duration_s > 0 else 0.0,
             "output_tokens_per_s": tokens / duration_s if duration_s > 0 else 0.0,
         },
-        "slo": _slo_ms(slo),
+        "slo": slo.to_ms("_ms"),
         "goodput": asdict(good),
         "outcomes": outcomes(raw),
         "retries": retries(raw),

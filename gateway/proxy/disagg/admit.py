@@ -71,7 +71,7 @@ class PairAdmission:
             clock=clock,
             config=config,
             observer=MetricsObserver(metrics, self.model),
-            full_by_own_caps=self.full_by_own_caps,
+            full_by_own_caps=self.pair_fits,
         )
 
     async def admit(self, request: AdmissionRequest) -> Ticket[Slot]:
@@ -85,13 +85,14 @@ class PairAdmission:
     def queue_depth(self) -> int:
         return len(self.controller)
 
-    def full_by_own_caps(self) -> bool:
-        """A pair's two requests fit under the process's connection limit (module docstring)."""
+    def pair_fits(self) -> bool:
+        """A pair's two requests fit under the process's connection limit; admission's
+        `full_by_own_caps` (module docstring)."""
         return self.decode.connections_free(PAIR_CONNECTIONS)
 
     def claim_pair(self, routing: RoutingRequest) -> SlotSet[Slot] | None:
         """Both slots, or none (module docstring)."""
-        if not self.decode.connections_free(PAIR_CONNECTIONS):
+        if not self.pair_fits():
             return None
         prefill = self.prefill.decide(routing)
         if prefill is None:

@@ -135,7 +135,7 @@ async def test_a_pair_counts_as_two_under_the_upstream_connection_limit() -> Non
     assert first is not None
     assert pair.claim_pair(build_routing_request(MODEL, PROMPT)) is None
     assert pair.prefill.connections_free(1), "one connection is left for a single request"
-    assert not pair.full_by_own_caps()
+    assert not pair.pair_fits()
     assert inflight(pair) == 2
     waiting = asyncio.create_task(
         pair.admit(AdmissionRequest(Tenant("t"), "interactive", 10, build_routing_request(MODEL, PROMPT)))
@@ -146,7 +146,7 @@ async def test_a_pair_counts_as_two_under_the_upstream_connection_limit() -> Non
     ticket = await asyncio.wait_for(waiting, 1.0)
     assert set(ticket.slots) == {SlotRole.PREFILL, SlotRole.DECODE}
     await ticket.release()
-    assert pair.full_by_own_caps()
+    assert pair.pair_fits()
 
 
 async def test_at_the_connection_limit_a_pair_arrival_queues_rather_than_being_refused_early() -> None:
